@@ -1,0 +1,304 @@
+"""The CommitLog record: RocketMQ's v1 message layout, as pure functions of bytes.
+
+The broker writes these records into the commitlog, pull responses carry them verbatim, and the
+client decodes them with :func:`decode_records`. Layout (big-endian, IPv4 hosts)::
+
+    TOTALSIZE i4 | MAGICCODE i4 | BODYCRC i4 | QUEUEID i4 | FLAG i4 | QUEUEOFFSET i8
+    PHYSICALOFFSET i8 | SYSFLAG i4 | BORNTIMESTAMP i8 | BORNHOST 8 | STORETIMESTAMP i8
+    STOREHOSTADDRESS 8 | RECONSUMETIMES i4 | PREPARED TRANSACTION OFFSET i8
+    BODY (i4 len + bytes) | TOPIC (u1 len + bytes) | PROPERTIES (i2 len + bytes)
+
+Hosts are 20 bytes instead of 8 when SYSFLAG has the BORNHOST_V6 / STOREHOSTADDRESS_V6 bit.
+Properties are ``name\\x01value\\x02`` repeated. A file that cannot hold the next record ends with
+an 8-byte blank marker: ``int remaining | int BLANK_MAGIC_CODE``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Final
+
+from common.message import MessageConst, MessageSysFlag
+
+MAGIC_CODE_V1: Final = -626843481  # 0xDAA320A7 as a signed int
+BLANK_MAGIC_CODE: Final = -875286124  # 0xCBD43194 as a signed int
+END_FILE_MIN_BLANK_LENGTH: Final = 8
+MAX_TOPIC_LENGTH: Final = 127
+MAX_PROPERTIES_LENGTH: Final = 32767
+
+NAME_VALUE_SEPARATOR: Final = "\x01"
+PROPERTY_SEPARATOR: Final = "\x02"
+
+# Field positions, as RocketMQ's MessageDecoder constants.
+MAGIC_POSITION: Final = 4
+QUEUE_OFFSET_POSITION: Final = 20
+PHYSICAL_OFFSET_POSITION: Final = 28
+SYSFLAG_POSITION: Final = 36
+STORE_TIMESTAMP_POSITION: Final = 56
+
+# TOTALSIZE .. PREPARED TRANSACTION OFFSET + body length, for each host-size combination.
+HEADER_V4: Final = struct.Struct(">iiiiiqqiq8sq8siqi")
+_HEADERS: Final = {
+    (8, 8): HEADER_V4,
+    (20, 8): struct.Struct(">iiiiiqqiq20sq8siqi"),
+    (8, 20): struct.Struct(">iiiiiqqiq8sq20siqi"),
+    (20, 20): struct.Struct(">iiiiiqqiq20sq20siqi"),
+}
+_INT: Final = struct.Struct(">i")
+_SHORT: Final = struct.Struct(">h")
+_BLANK: Final = struct.Struct(">ii")
+_PREFIX: Final = struct.Struct(">iiiiiqqi")  # up to SYSFLAG, enough to size the hosts
+
+
+def record_length(
+    body_len: int, topic_len: int, props_len: int, *, born_v6: bool = False, store_v6: bool = False
+) -> int:
+    """Return TOTALSIZE for a record with these lengths (91 fixed bytes with IPv4 hosts)."""
+    return 91 + body_len + topic_len + props_len + (12 if born_v6 else 0) + (12 if store_v6 else 0)
+
+
+def body_crc(body: bytes) -> int:
+    """RocketMQ's BODYCRC: ``CRC32(body) & 0x7FFFFFFF``."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def pack_host(host: str, port: int) -> bytes:
+    """Encode a socket address as RocketMQ does: 4 (or 16) address bytes and an int port."""
+    return ipaddress.ip_address(host).packed + _INT.pack(port)
+
+
+def unpack_host(raw: bytes) -> tuple[str, int]:
+    """Decode :func:`pack_host`'s bytes back to ``(host, port)``."""
+    return str(ipaddress.ip_address(raw[:-4])), _INT.unpack_from(raw, len(raw) - 4)[0]
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    """Encode properties as ``name\\x01value\\x02`` pairs (UTF-8)."""
+    if not props:
+        return b""
+    return "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+
+
+def decode_properties(raw: bytes | str) -> dict[str, str]:
+    """Decode :func:`encode_properties`'s output, skipping malformed segments as RocketMQ does."""
+    text = raw.decode() if isinstance(raw, bytes | bytearray | memoryview) else raw
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name:
+            out[name] = value
+    return out
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One decoded commitlog record (RocketMQ's ``MessageExt``)."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    store_timestamp: int = 0
+    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property, or None."""
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces (empty elements dropped)."""
+        raw = self.properties.get(MessageConst.KEYS, "")
+        return [k for k in raw.split(MessageConst.KEY_SEPARATOR) if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The client-side unique id (UNIQ_KEY), or None."""
+        return self.properties.get(MessageConst.UNIQ_KEY)
+
+
+class RecordError(ValueError):
+    """Bytes that are not a valid record: carries the position and the reason."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(f"invalid commitlog record at {position}: {reason}")
+        self.position = position
+        self.reason = reason
+
+
+def encode_record(msg: MessageRecord) -> bytes:
+    """Encode ``msg`` as a commitlog record, using its offsets and store timestamp as given."""
+    topic = msg.topic.encode()
+    props = encode_properties(msg.properties)
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic longer than {MAX_TOPIC_LENGTH} bytes: {msg.topic[:40]!r}...")
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties take {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+    sys_flag = _host_flags(msg.sys_flag, msg.born_host, msg.store_host)
+    header = _HEADERS[(len(msg.born_host), len(msg.store_host))]
+    total = header.size + len(msg.body) + 1 + len(topic) + 2 + len(props)
+    return b"".join(
+        (
+            header.pack(
+                total,
+                MAGIC_CODE_V1,
+                body_crc(msg.body),
+                msg.queue_id,
+                msg.flag,
+                msg.queue_offset,
+                msg.physical_offset,
+                sys_flag,
+                msg.born_timestamp,
+                msg.born_host,
+                msg.store_timestamp,
+                msg.store_host,
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+                len(msg.body),
+            ),
+            msg.body,
+            bytes((len(topic),)),
+            topic,
+            _SHORT.pack(len(props)),
+            props,
+        )
+    )
+
+
+def _host_flags(sys_flag: int, born_host: bytes, store_host: bytes) -> int:
+    for raw in (born_host, store_host):
+        if len(raw) not in (8, 20):
+            raise ValueError(f"a host is 8 (IPv4) or 20 (IPv6) bytes, not {len(raw)}")
+    sys_flag &= ~(MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG)
+    if len(born_host) == 20:
+        sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+    if len(store_host) == 20:
+        sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+    return sys_flag
+
+
+def header_for(sys_flag: int) -> struct.Struct:
+    """The fixed-part struct for a record with this SYSFLAG (host sizes depend on it)."""
+    born = 20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8
+    return _HEADERS[(born, store)]
+
+
+def decode_record(
+    buf: bytes | bytearray | memoryview | object,
+    pos: int = 0,
+    *,
+    check_crc: bool = False,
+    with_body: bool = True,
+) -> MessageRecord:
+    """Decode the record at ``pos`` of ``buf``; raise :class:`RecordError` if it is not valid."""
+    view = memoryview(buf)  # type: ignore[arg-type]
+    try:
+        return _decode(view, pos, check_crc, with_body)
+    except struct.error as exc:
+        raise RecordError(pos, f"truncated ({exc})") from None
+    finally:
+        view.release()
+
+
+def _decode(view: memoryview, pos: int, check_crc: bool, with_body: bool) -> MessageRecord:
+    prefix = _PREFIX.unpack_from(view, pos)
+    total, magic = prefix[0], prefix[1]
+    if magic != MAGIC_CODE_V1:
+        raise RecordError(pos, f"magic code {magic & 0xFFFFFFFF:#x}")
+    if total < HEADER_V4.size or pos + total > len(view):
+        raise RecordError(pos, f"total size {total} out of range")
+    header = header_for(prefix[7])
+    (
+        _,
+        _,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body_len,
+    ) = header.unpack_from(view, pos)
+    p = pos + header.size
+    end = pos + total
+    if body_len < 0 or p + body_len + 3 > end:
+        raise RecordError(pos, f"body length {body_len} out of range")
+    body = bytes(view[p : p + body_len]) if with_body or check_crc else b""
+    p += body_len
+    topic_len = view[p]
+    topic = bytes(view[p + 1 : p + 1 + topic_len]).decode()
+    p += 1 + topic_len
+    (props_len,) = _SHORT.unpack_from(view, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        raise RecordError(pos, "length fields do not add up to the total size")
+    if check_crc and body_crc(body) != crc:
+        raise RecordError(pos, "body CRC mismatch")
+    props = decode_properties(bytes(view[p : p + props_len])) if props_len else {}
+    return MessageRecord(
+        topic=topic,
+        body=body if with_body else b"",
+        queue_id=queue_id,
+        flag=flag,
+        properties=props,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        body_crc=crc,
+        store_size=total,
+    )
+
+
+def decode_records(
+    buf: bytes | bytearray | memoryview,
+    *,
+    check_crc: bool = False,
+) -> list[MessageRecord]:
+    """Decode records laid end to end (a pull or query response body)."""
+    out: list[MessageRecord] = []
+    view = memoryview(buf)
+    try:
+        pos, n = 0, len(view)
+        while pos < n:
+            rec = _decode(view, pos, check_crc, True) if pos + 8 <= n else None
+            if rec is None:
+                raise RecordError(pos, "trailing bytes")
+            out.append(rec)
+            pos += rec.store_size
+    except struct.error as exc:
+        raise RecordError(pos, f"truncated ({exc})") from None
+    finally:
+        view.release()
+    return out
+
+
+def encode_blank(remaining: int) -> bytes:
+    """The end-of-file marker written when a record does not fit in ``remaining`` bytes."""
+    return _BLANK.pack(remaining, BLANK_MAGIC_CODE)

@@ -1,0 +1,366 @@
+"""CommitLog: every message of every topic, appended in arrival order to mapped files.
+
+Rules:
+- ``append`` never blocks on I/O and never yields: position reservation and the copy into the
+  mapping happen in one lock hold, so a batch is atomic and lands in a single file.
+- A batch that does not fit in the current file leaves an 8-byte blank marker and goes whole into
+  the next file, which is created (and allocated on disk) before anything is written.
+- Queue offsets are assigned here, per (topic, queue), at append time.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from common.message import MessageConst, MessageSysFlag
+from common.record import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    HEADER_V4,
+    MAGIC_CODE_V1,
+    MAX_PROPERTIES_LENGTH,
+    MessageRecord,
+    body_crc,
+    encode_blank,
+    encode_properties,
+    header_for,
+    pack_host,
+)
+from store.config import StoreConfig
+from store.dispatch_request import DispatchRequest
+from store.errors import MappedFileCreateError
+from store.mapped_file_queue import MappedFileQueue
+from store.status import PutResult, PutStatus
+from store.tags import tags_code
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_SIZE_MAGIC = struct.Struct(">ii")
+_SHORT = struct.Struct(">h")
+_SYSFLAG = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class _Encoded:
+    """A message validated and encoded except for the fields assigned inside the lock."""
+
+    msg: MessageRecord
+    tail: bytes
+    crc: int
+    total: int
+    sys_flag: int
+    tags_code: int
+    queue_key: tuple[str, int] | None
+
+
+class CommitLog:
+    """The append-only message log; see the module docstring for the rules."""
+
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.queue = MappedFileQueue(config.commitlog_dir, config.mapped_file_size_commit_log)
+        self.clock_ms = clock_ms
+        self.store_host = pack_host(*config.store_host)
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.pending_dispatch: list[DispatchRequest] = []
+        self.last_store_timestamp = 0
+        self.lock = threading.Lock()
+        self._valid_topics: set[str] = set()
+
+    # -- validation and encoding (outside the lock) ----------------------------------------
+    def _encode(self, msg: MessageRecord) -> _Encoded | tuple[PutStatus, str]:
+        topic = msg.topic
+        if topic not in self._valid_topics:
+            problem = self._topic_problem(topic)
+            if problem:
+                return PutStatus.MESSAGE_ILLEGAL, problem
+            if len(self._valid_topics) < 100_000:
+                self._valid_topics.add(topic)
+        body = msg.body
+        if len(body) > self.config.max_message_size:
+            return (
+                PutStatus.MESSAGE_ILLEGAL,
+                f"body of {len(body)} bytes exceeds {self.config.max_message_size}",
+            )
+        props = encode_properties(msg.properties)
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            return (
+                PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                f"properties take {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}",
+            )
+        if len(msg.born_host) != 8:
+            return PutStatus.MESSAGE_ILLEGAL, "only IPv4 born hosts are supported"
+        topic_b = topic.encode()
+        tail = b"".join((body, bytes((len(topic_b),)), topic_b, _SHORT.pack(len(props)), props))
+        sys_flag = msg.sys_flag & ~(
+            MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+        )
+        consumable = MessageSysFlag.is_consumable(sys_flag)
+        return _Encoded(
+            msg,
+            tail,
+            body_crc(body),
+            HEADER_V4.size + len(tail),
+            sys_flag,
+            tags_code(msg.properties.get(MessageConst.TAGS)),
+            (topic, msg.queue_id) if consumable else None,
+        )
+
+    def _topic_problem(self, topic: str) -> str:
+        if not topic:
+            return "the topic is empty"
+        if len(topic.encode()) > self.config.max_topic_length:
+            return f"the topic is longer than {self.config.max_topic_length} bytes"
+        if not TOPIC_PATTERN.match(topic):
+            return f"the topic {topic!r} has characters outside [%|a-zA-Z0-9_-]"
+        return ""
+
+    # -- append (one lock hold) ------------------------------------------------------------
+    def append(self, msgs: Sequence[MessageRecord]) -> PutResult:
+        """Validate, encode and append ``msgs`` as one atomic batch."""
+        encoded: list[_Encoded] = []
+        for msg in msgs:
+            enc = self._encode(msg)
+            if isinstance(enc, tuple):
+                return PutResult(enc[0], remark=enc[1])
+            encoded.append(enc)
+        batch_size = sum(e.total for e in encoded)
+        if batch_size + END_FILE_MIN_BLANK_LENGTH > self.queue.file_size:
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                remark=f"batch of {batch_size} bytes exceeds the commitlog file size",
+            )
+        with self.lock:
+            try:
+                mf = self._file_for(batch_size)
+            except MappedFileCreateError as exc:
+                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
+            return self._write(mf, encoded, batch_size)
+
+    def _file_for(self, batch_size: int):  # type: ignore[no-untyped-def]
+        mf = self.queue.writable_file()
+        if mf.wrote_position + batch_size + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            nxt = self.queue.create_file(mf.file_from_offset + mf.file_size)
+            remaining = mf.file_size - mf.wrote_position
+            mf.write_at(mf.wrote_position, encode_blank(remaining))
+            mf.wrote_position = mf.file_size
+            mf = nxt
+        return mf
+
+    def _write(self, mf, encoded: list[_Encoded], batch_size: int) -> PutResult:  # type: ignore[no-untyped-def]
+        now = self.clock_ms()
+        base = mf.file_from_offset + mf.wrote_position
+        phys = base
+        table = self.topic_queue_table
+        store_host = self.store_host
+        pack = HEADER_V4.pack
+        parts: list[bytes] = []
+        phys_offsets: list[int] = []
+        queue_offsets: list[int] = []
+        dispatch = self.pending_dispatch
+        for e in encoded:
+            key = e.queue_key
+            if key is not None:
+                qoff = table.get(key, 0)
+                table[key] = qoff + 1
+            else:
+                qoff = 0
+            m = e.msg
+            parts.append(
+                pack(
+                    e.total,
+                    MAGIC_CODE_V1,
+                    e.crc,
+                    m.queue_id,
+                    m.flag,
+                    qoff,
+                    phys,
+                    e.sys_flag,
+                    m.born_timestamp,
+                    m.born_host,
+                    now,
+                    store_host,
+                    m.reconsume_times,
+                    m.prepared_transaction_offset,
+                    len(m.body),
+                )
+            )
+            parts.append(e.tail)
+            dispatch.append(
+                DispatchRequest(
+                    m.topic,
+                    m.queue_id,
+                    phys,
+                    e.total,
+                    e.tags_code,
+                    now,
+                    qoff,
+                    e.sys_flag,
+                    m.properties,
+                )
+            )
+            phys_offsets.append(phys)
+            queue_offsets.append(qoff)
+            phys += e.total
+        mf.append(b"".join(parts))
+        self.last_store_timestamp = now
+        return PutResult(PutStatus.PUT_OK, phys_offsets, queue_offsets, now, batch_size, phys)
+
+    # -- reads -----------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """First retained commitlog offset."""
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just past the last record."""
+        return self.queue.max_offset
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The ``size`` bytes at ``offset``, or None if that range is not stored."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.read(pos, size)
+
+    def record_size_at(self, offset: int) -> int:
+        """TOTALSIZE of the record at ``offset`` (0 if none is there)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return 0
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return 0
+        size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+        return size if magic == MAGIC_CODE_V1 else 0
+
+    def read_record(self, offset: int) -> bytes | None:
+        """The whole record at ``offset``, or None."""
+        size = self.record_size_at(offset)
+        return self.read(offset, size) if size else None
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """STORETIMESTAMP of the record at ``offset`` (0 if none)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return 0
+        pos = offset - mf.file_from_offset
+        if pos + 64 > mf.wrote_position:
+            return 0
+        return struct.unpack_from(">q", mf.mm, pos + 56)[0]
+
+    # -- recovery --------------------------------------------------------------------------
+    def set_end(self, offset: int) -> None:
+        """Make ``offset`` the end of the log: later bytes and files are discarded."""
+        self.queue.truncate_dirty(offset, zero=not self._clean_end(offset))
+        # Files before the end are complete: their wrote position is the file size.
+        for mf in self.queue.files[:-1]:
+            mf.wrote_position = mf.file_size
+        for mf in self.queue.files:
+            mf.flushed_position = mf.wrote_position
+
+    def _clean_end(self, offset: int) -> bool:
+        """True when the bytes after ``offset`` in its file are still zero (nothing torn there)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return True
+        pos = offset - mf.file_from_offset
+        end = min(mf.file_size, pos + 4096)
+        return mf.mm[pos:end] == bytes(end - pos)
+
+
+class ScannedRecord(NamedTuple):
+    """What recovery needs from one record, without decoding its body."""
+
+    offset: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    store_timestamp: int
+    properties_raw: bytes
+
+
+def scan_records(
+    log: CommitLog,
+    start: int,
+    *,
+    check_crc: bool,
+) -> Iterator[ScannedRecord | int]:
+    """Yield each valid record from ``start`` on, then the end offset (an int) as the last item.
+
+    A record is valid when its magic, lengths, CRC (if checked) and PHYSICALOFFSET (which must
+    equal where it lies, so a stale record left past an earlier truncation is never revived)
+    all agree. The end offset is where a torn or corrupt tail, if any, begins.
+    """
+    offset = start
+    while True:
+        mf = log.queue.find(offset)
+        if mf is None:
+            break
+        pos = offset - mf.file_from_offset
+        item = _scan_one(mf, pos, offset, check_crc)
+        if item is None:
+            break
+        if isinstance(item, int):  # blank marker: continue in the next file
+            offset = mf.file_from_offset + mf.file_size
+            continue
+        yield item
+        offset += item.size
+    yield offset
+
+
+def _scan_one(mf, pos: int, offset: int, check_crc: bool) -> ScannedRecord | int | None:  # type: ignore[no-untyped-def]
+    mm = mf.mm
+    limit = mf.file_size
+    if pos + 8 > limit:
+        return None
+    size, magic = _SIZE_MAGIC.unpack_from(mm, pos)
+    if magic == BLANK_MAGIC_CODE and size == limit - pos:
+        return 0
+    if magic != MAGIC_CODE_V1 or size < HEADER_V4.size + 3 or pos + size > limit:
+        return None
+    sys_flag = _SYSFLAG.unpack_from(mm, pos + 36)[0]
+    header = header_for(sys_flag)
+    if size < header.size + 3:
+        return None
+    fields = header.unpack_from(mm, pos)
+    crc, queue_id, queue_offset, phys, store_ts, body_len = (
+        fields[2],
+        fields[3],
+        fields[5],
+        fields[6],
+        fields[10],
+        fields[14],
+    )
+    p = pos + header.size
+    end = pos + size
+    if phys != offset or body_len < 0 or p + body_len + 3 > end:
+        return None
+    if check_crc and zlib.crc32(mm[p : p + body_len]) & 0x7FFFFFFF != crc:
+        return None
+    p += body_len
+    topic_len = mm[p]
+    topic_end = p + 1 + topic_len
+    if topic_end + 2 > end:
+        return None
+    (props_len,) = _SHORT.unpack_from(mm, topic_end)
+    if props_len < 0 or topic_end + 2 + props_len != end:
+        return None
+    try:
+        topic = mm[p + 1 : topic_end].decode()
+    except UnicodeDecodeError:
+        return None
+    return ScannedRecord(
+        offset, size, topic, queue_id, queue_offset, sys_flag, store_ts, mm[topic_end + 2 : end]
+    )

@@ -1,0 +1,96 @@
+"""StoreConfig: every knob of the message store, with Apache RocketMQ's names and defaults."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+class FlushDiskType(enum.Enum):
+    """When a put is acknowledged: after the page cache (ASYNC) or after the disk (SYNC)."""
+
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+@dataclass(slots=True)
+class StoreConfig:
+    """Store settings (RocketMQ's ``MessageStoreConfig``); sizes in bytes, intervals in ms."""
+
+    store_path_root_dir: Path = field(default_factory=lambda: Path.home() / "store")
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    message_index_enable: bool = True
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval_commit_log: int = 500
+    flush_interval_consume_queue: int = 1000
+    sync_flush_timeout: int = 5000
+    file_reserved_time: int = 72  # hours
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_resource_interval: int = 10_000
+    delete_file_batch_max: int = 10
+    max_message_size: int = 4 * 1024 * 1024
+    max_topic_length: int = 127
+    check_crc_on_recover: bool = True
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)
+
+    def __post_init__(self) -> None:
+        self.store_path_root_dir = Path(self.store_path_root_dir)
+        if isinstance(self.flush_disk_type, str):
+            self.flush_disk_type = FlushDiskType(self.flush_disk_type)
+        if self.mapped_file_size_consume_queue % 20:
+            raise ValueError("mapped_file_size_consume_queue must be a multiple of 20")
+        if self.mapped_file_size_commit_log < 4096:
+            raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
+        if self.max_index_num < 2 or self.max_hash_slot_num < 1:
+            raise ValueError("max_index_num must be >= 2 and max_hash_slot_num >= 1")
+
+    @property
+    def commitlog_dir(self) -> Path:
+        """``<root>/commitlog``."""
+        return self.store_path_root_dir / "commitlog"
+
+    @property
+    def consume_queue_dir(self) -> Path:
+        """``<root>/consumequeue``."""
+        return self.store_path_root_dir / "consumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        """``<root>/index``."""
+        return self.store_path_root_dir / "index"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """``<root>/checkpoint``."""
+        return self.store_path_root_dir / "checkpoint"
+
+    @property
+    def abort_path(self) -> Path:
+        """``<root>/abort``: exists while the store is open."""
+        return self.store_path_root_dir / "abort"
+
+    @property
+    def lock_path(self) -> Path:
+        """``<root>/lock``: held with flock while the store is open."""
+        return self.store_path_root_dir / "lock"
+
+    @property
+    def config_dir(self) -> Path:
+        """``<root>/config``: the broker's JSON state."""
+        return self.store_path_root_dir / "config"
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """Every setting's name."""
+        return [f.name for f in fields(cls)]

@@ -1,0 +1,254 @@
+"""ConsumeQueue: per (topic, queue) array of 20-byte units pointing into the commitlog.
+
+Unit: ``commitlog offset i8 | size i4 | tags code i8`` (big-endian). Entry ``n`` lives at byte
+``n * 20``; files hold 300,000 units by default and are named by their first byte offset.
+A unit with ``offset >= 0 and size > 0`` is valid; ``(0, 2**31-1, 0)`` is RocketMQ's pre-blank
+filler for a queue that starts past zero.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+from store.dispatch_request import DispatchRequest
+from store.mapped_file_queue import MappedFileQueue
+
+CQ_STORE_UNIT_SIZE = 20
+UNIT = struct.Struct(">qiq")
+BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueueGapError(Exception):
+    """A dispatch would leave a hole in a non-empty queue; carries what the caller needs."""
+
+    def __init__(self, topic: str, queue_id: int, expected: int, got: int) -> None:
+        super().__init__(f"{topic}/{queue_id}: next offset {expected}, dispatch brought {got}")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.expected = expected
+        self.got = got
+
+
+class ConsumeQueue:
+    """One topic-queue's consume queue; see the module docstring for the layout."""
+
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.queue = MappedFileQueue(Path(root) / topic / str(queue_id), file_size)
+        self.min_logic_offset = 0  # in bytes
+        self.max_physic_offset = -1  # offset + size of the last unit
+        self.contiguous = True
+
+    # -- offsets ---------------------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        """Number of units written = the next logical offset."""
+        return self.queue.max_offset // CQ_STORE_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        """First logical offset still readable."""
+        return max(self.min_logic_offset, self.queue.min_offset) // CQ_STORE_UNIT_SIZE
+
+    # -- load and recover ------------------------------------------------------------------
+    def load(self) -> None:
+        """Map the files on disk (positions are set by :meth:`recover`)."""
+        self.contiguous = self.queue.load()
+
+    def recover(self) -> None:
+        """Find the last valid unit, cut what follows, and compute the physical high-water mark."""
+        files = self.queue.files
+        if not files:
+            return
+        start = max(0, len(files) - 3)
+        end_offset = files[start].file_from_offset
+        max_phys = -1
+        for mf in files[start:]:
+            valid = self._valid_prefix(mf.mm, mf.file_size)
+            end_offset = mf.file_from_offset + valid
+            if valid:
+                off, size, _ = UNIT.unpack_from(mf.mm, valid - CQ_STORE_UNIT_SIZE)
+                if size != 0x7FFFFFFF:
+                    max_phys = off + size
+            if valid < mf.file_size:
+                break
+        self.queue.truncate_dirty(end_offset)
+        self.max_physic_offset = max_phys
+        self._recover_min_logic_offset()
+
+    @staticmethod
+    def _valid_prefix(mm: object, file_size: int) -> int:
+        """Bytes of valid units at the start of a file (binary search: units come in order)."""
+        lo, hi = 0, file_size // CQ_STORE_UNIT_SIZE
+        # invariant: units < lo are valid, units >= hi are invalid
+        while lo < hi:
+            mid = (lo + hi) // 2
+            off, size, _ = UNIT.unpack_from(mm, mid * CQ_STORE_UNIT_SIZE)  # type: ignore[call-overload]
+            if off >= 0 and size > 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo * CQ_STORE_UNIT_SIZE
+
+    def _recover_min_logic_offset(self) -> None:
+        first = self.queue.files[0] if self.queue.files else None
+        if first is None:
+            return
+        pos = 0
+        while pos < first.wrote_position:
+            _, size, _ = UNIT.unpack_from(first.mm, pos)
+            if size != 0x7FFFFFFF:
+                break
+            pos += CQ_STORE_UNIT_SIZE
+        self.min_logic_offset = first.file_from_offset + pos
+
+    # -- writes ----------------------------------------------------------------------------
+    def put(self, requests: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
+        """Append units for ``requests`` (by queue offset), skipping those already present.
+
+        A first offset beyond the end starts an empty queue there (pre-blank filled); in a
+        non-empty queue it raises :class:`ConsumeQueueGapError` unless ``allow_gap``, which
+        restarts the queue at that offset.
+        """
+        expected = self.max_offset
+        skip = 0
+        while skip < len(requests) and requests[skip].queue_offset < expected:
+            skip += 1
+        if skip == len(requests):
+            return
+        first = requests[skip].queue_offset
+        if first > expected:
+            if self.queue.files and not allow_gap:
+                raise ConsumeQueueGapError(self.topic, self.queue_id, expected, first)
+            self._restart_at(first)
+        data = b"".join([UNIT.pack(r.phys_offset, r.size, r.tags_code) for r in requests[skip:]])
+        self._append_bytes(data)
+        last = requests[-1]
+        self.max_physic_offset = last.phys_offset + last.size
+
+    def _restart_at(self, logical: int) -> None:
+        self.queue.destroy()
+        byte_offset = logical * CQ_STORE_UNIT_SIZE
+        mf = self.queue.create_file(self.queue.file_start(byte_offset))
+        fill = byte_offset - mf.file_from_offset
+        if fill:
+            mf.append(BLANK_UNIT * (fill // CQ_STORE_UNIT_SIZE))
+        self.min_logic_offset = byte_offset
+
+    def _append_bytes(self, data: bytes) -> None:
+        pos = 0
+        while pos < len(data):
+            mf = self.queue.writable_file()
+            n = min(mf.free_space, len(data) - pos)
+            mf.append(data[pos : pos + n])
+            pos += n
+
+    # -- reads -----------------------------------------------------------------------------
+    def read_units(self, logical: int, max_count: int) -> bytes | None:
+        """Raw units from ``logical`` on, up to ``max_count`` and never past a file's end.
+
+        Returns None when the file holding ``logical`` is gone (deleted by retention).
+        """
+        byte_offset = logical * CQ_STORE_UNIT_SIZE
+        mf = self.queue.find(byte_offset)
+        if mf is None:
+            return None
+        pos = byte_offset - mf.file_from_offset
+        end = min(mf.wrote_position, pos + max_count * CQ_STORE_UNIT_SIZE)
+        return mf.read(pos, max(0, end - pos))
+
+    def unit_at(self, logical: int) -> tuple[int, int, int] | None:
+        """The unit at ``logical``, or None."""
+        raw = self.read_units(logical, 1)
+        return UNIT.unpack(raw) if raw else None  # type: ignore[return-value]
+
+    def roll_next_file(self, logical: int) -> int:
+        """First logical offset of the file after the one holding ``logical``."""
+        per_file = self.file_size // CQ_STORE_UNIT_SIZE
+        return logical + per_file - logical % per_file
+
+    # -- maintenance -----------------------------------------------------------------------
+    def truncate_dirty(self, phys_offset: int) -> None:
+        """Cut units pointing at or past ``phys_offset`` (RocketMQ's truncateDirtyLogicFiles)."""
+        files = self.queue.files
+        while files:
+            last = files[-1]
+            if last.wrote_position == 0:
+                break
+            off, _, _ = UNIT.unpack_from(last.mm, 0)
+            if off >= phys_offset and last.file_from_offset > self.min_logic_offset:
+                self.queue.truncate_dirty(last.file_from_offset)
+                continue
+            keep = self._units_below(last, phys_offset)
+            self.queue.truncate_dirty(last.file_from_offset + keep)
+            break
+        self._recompute_max_physic()
+
+    @staticmethod
+    def _units_below(mf, phys_offset: int) -> int:  # type: ignore[no-untyped-def]
+        lo, hi = 0, mf.wrote_position // CQ_STORE_UNIT_SIZE
+        while lo < hi:
+            mid = (lo + hi) // 2
+            off, size, _ = UNIT.unpack_from(mf.mm, mid * CQ_STORE_UNIT_SIZE)
+            if size == 0x7FFFFFFF or off < phys_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo * CQ_STORE_UNIT_SIZE
+
+    def _recompute_max_physic(self) -> None:
+        last = self.queue.last_file()
+        self.max_physic_offset = -1
+        if last is not None and last.wrote_position:
+            off, size, _ = UNIT.unpack_from(last.mm, last.wrote_position - CQ_STORE_UNIT_SIZE)
+            if size != 0x7FFFFFFF:
+                self.max_physic_offset = off + size
+
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Delete leading files whose every unit points below ``commitlog_min_offset``."""
+
+        def expired(mf) -> bool:  # type: ignore[no-untyped-def]
+            if mf.wrote_position < CQ_STORE_UNIT_SIZE:
+                return False
+            off, size, _ = UNIT.unpack_from(mf.mm, mf.wrote_position - CQ_STORE_UNIT_SIZE)
+            return size != 0x7FFFFFFF and off + size <= commitlog_min_offset
+
+        deleted = self.queue.delete_first_files(expired, 1 << 30)
+        self.correct_min_offset(commitlog_min_offset)
+        return deleted
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> None:
+        """Advance the readable minimum past units whose record was deleted."""
+        files = self.queue.files
+        if not files:
+            return
+        first = files[0]
+        lo = max(self.min_logic_offset, first.file_from_offset) - first.file_from_offset
+        hi = first.wrote_position
+        lo_u, hi_u = lo // CQ_STORE_UNIT_SIZE, hi // CQ_STORE_UNIT_SIZE
+        while lo_u < hi_u:
+            mid = (lo_u + hi_u) // 2
+            off, size, _ = UNIT.unpack_from(first.mm, mid * CQ_STORE_UNIT_SIZE)
+            if size == 0x7FFFFFFF or off < commitlog_min_offset:
+                lo_u = mid + 1
+            else:
+                hi_u = mid
+        self.min_logic_offset = first.file_from_offset + lo_u * CQ_STORE_UNIT_SIZE
+
+    def flush(self) -> int:
+        """Flush dirty files."""
+        return self.queue.flush()
+
+    def close(self) -> None:
+        """Unmap every file."""
+        self.queue.close()
+
+    def destroy(self) -> None:
+        """Delete every file."""
+        self.queue.destroy()
+        self.min_logic_offset = 0
+        self.max_physic_offset = -1

@@ -1,0 +1,239 @@
+"""IndexFile: a hash index from ``topic#key`` to commitlog offsets, laid out as RocketMQ's.
+
+Layout (big-endian)::
+
+    header (40): beginTimestamp i8 | endTimestamp i8 | beginPhyOffset i8 | endPhyOffset i8
+                 | hashSlotCount i4 | indexCount i4        (indexCount starts at 1)
+    slots:       hashSlotNum x i4  = number of the newest entry in the slot (0 = empty)
+    entries:     indexNum x 20     = keyHash i4 | phyOffset i8 | timeDiff(s) i4 | prevIndex i4
+
+Rules:
+- Puts come in batches and are written entries first, then the header, then the slots, so a
+  process killed mid-batch leaves at worst some of the last batch's keys unreachable;
+  :meth:`IndexFile.repair_tail` re-links them on recovery.
+- Lookups compare only the 4-byte hash; callers re-check the real key against the record.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from store.mapped_file import MappedFile
+
+HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+INT_MAX = 2**31 - 1
+MAX_BATCH_REPAIR = 1 << 16  # largest batch put_batch writes in one go (see repair_tail)
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")])
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes in one index file."""
+    return HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+class IndexFile:
+    """One index file; see the module docstring."""
+
+    def __init__(
+        self,
+        path: Path,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        create: bool,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+    ) -> None:
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        size = index_file_size(hash_slot_num, index_num)
+        self.file = MappedFile(Path(path), size, create=create)
+        self.file.wrote_position = size
+        self._slots: npt.NDArray[np.int32] | None = None
+        if create:
+            self.begin_timestamp = end_timestamp
+            self.end_timestamp = end_timestamp
+            self.begin_phy_offset = end_phy_offset
+            self.end_phy_offset = end_phy_offset
+            self.hash_slot_count = 0
+            self.index_count = 1
+            self._write_header()
+        else:
+            (
+                self.begin_timestamp,
+                self.end_timestamp,
+                self.begin_phy_offset,
+                self.end_phy_offset,
+                self.hash_slot_count,
+                self.index_count,
+            ) = _HEADER.unpack_from(self.file.mm, 0)
+
+    @property
+    def path(self) -> Path:
+        """The file's path."""
+        return self.file.path
+
+    @property
+    def is_write_full(self) -> bool:
+        """True when no entry is left (RocketMQ's ``isWriteFull``)."""
+        return self.index_count >= self.index_num
+
+    @property
+    def slots(self) -> npt.NDArray[np.int32]:
+        """Big-endian int32 view of the slot table (inside the mapping)."""
+        if self._slots is None:
+            self._slots = np.frombuffer(
+                self.file.mm, dtype=">i4", count=self.hash_slot_num, offset=HEADER_SIZE
+            )
+        return self._slots
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self.file.mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def _entry_pos(self, index_no: int) -> int:
+        return HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + index_no * INDEX_SIZE
+
+    # -- writes ----------------------------------------------------------------------------
+    def put_batch(
+        self, hashes: npt.NDArray[np.int64], phy: npt.NDArray[np.int64], ts: npt.NDArray[np.int64]
+    ) -> int:
+        """Add as many of the given keys as fit; return how many were added.
+
+        ``hashes`` are index key hashes (``abs(hashCode)``), ``phy`` commitlog offsets and ``ts``
+        store timestamps in ms, all in commitlog order.
+        """
+        n = min(len(hashes), self.index_num - self.index_count, MAX_BATCH_REPAIR)
+        if n <= 0:
+            return 0
+        hashes, phy, ts = hashes[:n], phy[:n], ts[:n]
+        first_idx = self.index_count
+        idx = np.arange(first_idx, first_idx + n, dtype=np.int64)
+        slot_no = hashes % self.hash_slot_num
+        slots = self.slots
+        old = slots[slot_no].astype(np.int64)
+        old[(old <= INVALID_INDEX) | (old > first_idx)] = INVALID_INDEX
+        order = np.argsort(slot_no, kind="stable")
+        s_sorted = slot_no[order]
+        starts_group = np.ones(n, dtype=bool)
+        starts_group[1:] = s_sorted[1:] != s_sorted[:-1]
+        prev_sorted = np.empty(n, dtype=np.int64)
+        prev_sorted[0] = 0
+        prev_sorted[1:] = idx[order][:-1]
+        prev_sorted[starts_group] = old[order][starts_group]
+        prev = np.empty(n, dtype=np.int64)
+        prev[order] = prev_sorted
+        entries = np.empty(n, dtype=ENTRY_DTYPE)
+        entries["hash"] = hashes
+        entries["phy"] = phy
+        entries["tdiff"] = self._time_diffs(ts, first_idx)
+        entries["prev"] = prev
+        if first_idx <= 1:
+            self.begin_timestamp = int(ts[0])
+            self.begin_phy_offset = int(phy[0])
+        pos = self._entry_pos(first_idx)
+        self.file.mm[pos : pos + n * INDEX_SIZE] = entries.tobytes()
+        # header next, then the slots (see the module docstring for why this order)
+        self.hash_slot_count += int(np.count_nonzero(old[order][starts_group] == INVALID_INDEX))
+        self.index_count = first_idx + n
+        self.end_phy_offset = int(phy[-1])
+        self.end_timestamp = int(ts[-1])
+        self._write_header()
+        ends_group = np.ones(n, dtype=bool)
+        ends_group[:-1] = s_sorted[1:] != s_sorted[:-1]
+        slots[s_sorted[ends_group]] = idx[order][ends_group]
+        return n
+
+    def _time_diffs(self, ts: npt.NDArray[np.int64], first_idx: int) -> npt.NDArray[np.int64]:
+        begin = np.full(len(ts), self.begin_timestamp, dtype=np.int64)
+        if first_idx <= 1:
+            # RocketMQ sets begin after the first put of a file: later entries use it.
+            begin[1:] = ts[0]
+        diffs = (ts - begin) // 1000
+        diffs[begin <= 0] = 0
+        return np.clip(diffs, 0, INT_MAX)
+
+    def repair_tail(self) -> int:
+        """Re-link entries of a batch whose slot updates a crash cut short; return how many."""
+        count = self.index_count
+        first = max(1, count - MAX_BATCH_REPAIR)
+        if count <= first:
+            return 0
+        pos = self._entry_pos(first)
+        raw = self.file.mm[pos : pos + (count - first) * INDEX_SIZE]
+        entries = np.frombuffer(raw, dtype=ENTRY_DTYPE)
+        idx = np.arange(first, count, dtype=np.int64)
+        slot_no = entries["hash"].astype(np.int64) % self.hash_slot_num
+        current = self.slots[slot_no].astype(np.int64)
+        lost = current < idx
+        if not lost.any():
+            return 0
+        # the newest entry per slot wins: write in increasing index order
+        self.slots[slot_no[lost]] = idx[lost]
+        return int(np.count_nonzero(lost))
+
+    # -- reads -----------------------------------------------------------------------------
+    def select_phy_offsets(self, key_hash: int, max_num: int, begin: int, end: int) -> list[int]:
+        """Commitlog offsets whose key hash equals ``key_hash`` and time is in [begin, end]."""
+        out: list[int] = []
+        if self.index_count <= 1:
+            return out
+        mm = self.file.mm
+        slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        (idx,) = _SLOT.unpack_from(mm, slot_pos)
+        if idx <= INVALID_INDEX or idx > self.index_count:
+            return out
+        seen = 0
+        while len(out) < max_num and seen <= self.index_count:
+            seen += 1
+            h, off, tdiff, prev = _ENTRY.unpack_from(mm, self._entry_pos(idx))
+            time_read = self.begin_timestamp + tdiff * 1000
+            if h == key_hash and begin <= time_read <= end:
+                out.append(off)
+            if prev <= INVALID_INDEX or prev > self.index_count or prev == idx or time_read < begin:
+                break
+            idx = prev
+        return out
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """True when this file's time range overlaps [begin, end]."""
+        return (
+            (begin < self.begin_timestamp and end > self.end_timestamp)
+            or (self.begin_timestamp <= begin <= self.end_timestamp)
+            or (self.begin_timestamp <= end <= self.end_timestamp)
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write the header and make the file durable."""
+        self._write_header()
+        self.file.sync()
+
+    def close(self) -> None:
+        """Release the numpy view and unmap."""
+        self._slots = None
+        self.file.close()
+
+    def destroy(self) -> None:
+        """Close and delete."""
+        self._slots = None
+        self.file.destroy()

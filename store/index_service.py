@@ -1,0 +1,165 @@
+"""IndexService: the ordered index files under ``index/``, batch building and key lookup."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from common.hashing import index_key_hash, index_key_hashes
+from common.message import MessageSysFlag
+from store.config import StoreConfig
+from store.dispatch_request import DispatchRequest
+from store.index_file import IndexFile, index_file_size
+
+
+def timestamp_file_name(ms: int) -> str:
+    """RocketMQ's ``timeMillisToHumanString``: ``yyyyMMddHHmmssSSS`` in local time."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms / 1000)) + f"{ms % 1000:03d}"
+
+
+class IndexService:
+    """Owns the index files; see :mod:`store.index_file` for the format."""
+
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int]) -> None:
+        self.directory = Path(config.index_dir)
+        self.hash_slot_num = config.max_hash_slot_num
+        self.index_num = config.max_index_num
+        self.max_msgs_num_batch = config.max_msgs_num_batch
+        self.clock_ms = clock_ms
+        self.files: list[IndexFile] = []
+        self.unflushed_full: list[IndexFile] = []
+        self.last_full_end_timestamp = 0
+
+    def load(self, *, last_exit_ok: bool) -> None:
+        """Map existing index files; after a crash, re-link the last file's cut-short batch."""
+        if not self.directory.is_dir():
+            return
+        size = index_file_size(self.hash_slot_num, self.index_num)
+        for path in sorted(self.directory.iterdir()):
+            if not path.name.isdigit():
+                with contextlib.suppress(OSError):
+                    path.unlink()  # a half-made file from a crash during creation
+                continue
+            if path.stat().st_size != size:
+                path.unlink()  # created with other settings or cut short: rebuilt by dispatch
+                continue
+            self.files.append(IndexFile(path, self.hash_slot_num, self.index_num, create=False))
+        if self.files and not last_exit_ok:
+            self.files[-1].repair_tail()
+
+    @property
+    def indexed_up_to(self) -> int:
+        """Commitlog offset of the newest indexed record, or -1 when nothing is indexed."""
+        if not self.files:
+            return -1
+        last = self.files[-1]
+        if last.index_count <= 1 and len(self.files) == 1:
+            return -1
+        return last.end_phy_offset
+
+    # -- building --------------------------------------------------------------------------
+    def build_index(self, requests: Sequence[DispatchRequest]) -> None:
+        """Index every key of ``requests`` (commitlog order) not already indexed."""
+        floor = self.indexed_up_to
+        keys: list[str] = []
+        phys: list[int] = []
+        stamps: list[int] = []
+        rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        for r in requests:
+            if r.phys_offset <= floor or r.sys_flag & MessageSysFlag.TRANSACTION_MASK == rollback:
+                continue
+            for key in r.index_keys():
+                keys.append(key)
+                phys.append(r.phys_offset)
+                stamps.append(r.store_timestamp)
+        if not keys:
+            return
+        hashes = index_key_hashes(keys)
+        phy_arr = np.array(phys, dtype=np.int64)
+        ts_arr = np.array(stamps, dtype=np.int64)
+        done = 0
+        while done < len(keys):
+            f = self._writable_file()
+            done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
+
+    def _writable_file(self) -> IndexFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_write_full:
+            return last
+        end_phy = last.end_phy_offset if last else 0
+        end_ts = last.end_timestamp if last else 0
+        if last is not None:
+            self.unflushed_full.append(last)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ms = self.clock_ms()
+        path = self.directory / timestamp_file_name(ms)
+        while path.exists() or (self.files and path.name <= self.files[-1].path.name):
+            ms += 1
+            path = self.directory / timestamp_file_name(ms)
+        f = IndexFile(
+            path,
+            self.hash_slot_num,
+            self.index_num,
+            create=True,
+            end_phy_offset=end_phy,
+            end_timestamp=end_ts,
+        )
+        self.files.append(f)
+        return f
+
+    # -- lookup ----------------------------------------------------------------------------
+    def query_offsets(
+        self,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin: int,
+        end: int,
+    ) -> tuple[list[int], int, int]:
+        """Offsets of records whose ``topic#key`` hash matches, newest file first.
+
+        Returns ``(offsets, last_update_timestamp, last_update_phy_offset)``.
+        """
+        max_num = min(max_num, self.max_msgs_num_batch)
+        key_hash = index_key_hash(f"{topic}#{key}")
+        out: list[int] = []
+        last_ts = last_phy = 0
+        for f in reversed(self.files):
+            if f is self.files[-1]:
+                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                out.extend(f.select_phy_offsets(key_hash, max_num - len(out), begin, end))
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return out, last_ts, last_phy
+
+    # -- maintenance -----------------------------------------------------------------------
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Delete files (never the last) whose every entry points below the commitlog's start."""
+        deleted = 0
+        while len(self.files) > 1 and self.files[0].end_phy_offset < commitlog_min_offset:
+            f = self.files.pop(0)
+            if f in self.unflushed_full:
+                self.unflushed_full.remove(f)
+            f.destroy()
+            deleted += 1
+        return deleted
+
+    def flush(self) -> None:
+        """Flush full files not yet flushed, then the file being written."""
+        while self.unflushed_full:
+            f = self.unflushed_full[0]
+            f.flush()
+            self.last_full_end_timestamp = f.end_timestamp
+            self.unflushed_full.pop(0)
+        if self.files:
+            self.files[-1].flush()
+
+    def close(self) -> None:
+        """Unmap every file."""
+        for f in self.files:
+            f.close()

@@ -1,0 +1,168 @@
+"""MappedFile: one fixed-size, memory-mapped store file named by its 20-digit start offset.
+
+Rules:
+- A new file gets its whole size allocated on disk (``posix_fallocate``) under a temporary name
+  and is renamed into place only then, so a full disk is a clear error before anything is mapped
+  (never a SIGBUS later) and a crash never leaves a half-made file behind.
+- Writes go through the mapping; ``flush()`` makes them durable with ``fdatasync`` on the file
+  descriptor, which covers a shared mapping's dirty pages on Linux and releases the GIL, so it
+  can run in a worker thread while the event loop keeps appending.
+- ``wrote_position`` is the end of valid data; ``flushed_position`` what a flush covered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errno_mod
+import mmap
+import os
+import threading
+from pathlib import Path
+
+from store.errors import MappedFileCreateError
+
+NAME_DIGITS = 20
+_TMP_SUFFIX = ".tmp"
+
+
+def offset_to_name(offset: int) -> str:
+    """RocketMQ's ``UtilAll.offset2FileName``: the offset as 20 zero-padded digits."""
+    return f"{offset:0{NAME_DIGITS}d}"
+
+
+def is_mapped_file_name(name: str) -> bool:
+    """True for a 20-digit file name."""
+    return len(name) == NAME_DIGITS and name.isdigit()
+
+
+class MappedFile:
+    """A fixed-size file mapped into memory; see the module docstring for the rules."""
+
+    def __init__(self, path: Path, file_size: int, *, create: bool) -> None:
+        self.path = Path(path)
+        self.file_size = file_size
+        self.file_from_offset = int(self.path.name)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        if create:
+            self.fd = _create_allocated(self.path, file_size)
+        else:
+            self.fd = os.open(self.path, os.O_RDWR)
+        try:
+            self.mm = mmap.mmap(
+                self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+            )
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    @property
+    def is_full(self) -> bool:
+        """True when nothing more can be written."""
+        return self.wrote_position >= self.file_size
+
+    @property
+    def free_space(self) -> int:
+        """Bytes left after ``wrote_position``."""
+        return self.file_size - self.wrote_position
+
+    @property
+    def closed(self) -> bool:
+        """True after close() or destroy()."""
+        return self._closed
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at ``wrote_position``; return the position it was written at."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self.file_size:
+            raise ValueError(f"{self.path.name}: {len(data)} bytes do not fit at {pos}")
+        self.mm[pos:end] = data
+        self.wrote_position = end
+        return pos
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``pos`` without moving ``wrote_position``."""
+        self.mm[pos : pos + len(data)] = data
+
+    def read(self, pos: int, size: int) -> bytes:
+        """Copy ``size`` bytes from ``pos``."""
+        return self.mm[pos : pos + size]
+
+    def flush(self) -> int:
+        """Make everything written so far durable; return the new ``flushed_position``."""
+        target = self.wrote_position
+        if target <= self.flushed_position:
+            return self.flushed_position
+        with self._lock:
+            if self._closed:
+                return self.flushed_position
+            os.fdatasync(self.fd)
+        self.flushed_position = max(self.flushed_position, target)
+        return self.flushed_position
+
+    def sync(self) -> None:
+        """``fdatasync`` the whole file, whatever the positions say (for files written in place)."""
+        with self._lock:
+            if not self._closed:
+                os.fdatasync(self.fd)
+
+    def zero_from(self, pos: int, chunk: int = 1 << 20) -> None:
+        """Zero every non-zero byte from ``pos`` to the end (used after truncating a dirty tail)."""
+        zeros = bytes(chunk)
+        while pos < self.file_size:
+            end = min(pos + chunk, self.file_size)
+            if self.mm[pos:end] != zeros[: end - pos]:
+                self.mm[pos:end] = zeros[: end - pos]
+            pos = end
+
+    def last_modified(self) -> float:
+        """The file's modification time (seconds since the epoch)."""
+        return os.stat(self.fd).st_mtime
+
+    def close(self) -> None:
+        """Unmap and close; waits for a flush in progress."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.mm.close()
+            os.close(self.fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.path.name}, wrote={self.wrote_position}, "
+            f"flushed={self.flushed_position})"
+        )
+
+
+def _create_allocated(path: Path, size: int) -> int:
+    tmp = path.with_name(path.name + _TMP_SUFFIX)
+    fd = -1
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.posix_fallocate(fd, 0, size)
+        os.rename(tmp, path)
+        return fd
+    except OSError as exc:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        reason = errno_mod.errorcode.get(exc.errno or 0, "") + f" {exc.strerror}"
+        raise MappedFileCreateError(path, size, exc.errno, reason.strip()) from exc
+
+
+def remove_temp_files(directory: Path) -> None:
+    """Delete half-made files a crash left behind during creation."""
+    for p in directory.glob("*" + _TMP_SUFFIX):
+        with contextlib.suppress(OSError):
+            p.unlink()

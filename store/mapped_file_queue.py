@@ -1,0 +1,162 @@
+"""MappedFileQueue: the ordered files of one log (the commitlog, or one consume queue).
+
+Offsets are global across the queue: the file holding ``offset`` starts at
+``offset - offset % file_size``. Files are found by arithmetic, rolled, truncated and deleted here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from store.errors import CorruptFileError
+from store.mapped_file import MappedFile, is_mapped_file_name, offset_to_name, remove_temp_files
+
+
+class MappedFileQueue:
+    """Ordered, contiguous mapped files of one fixed size."""
+
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.directory = Path(directory)
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+
+    # -- loading ---------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Map the existing files; return False if the sequence has a gap (files after it dropped).
+
+        A last file of the wrong size (a crash during creation before minimq made creation
+        atomic) is removed; any other wrong size is a :class:`CorruptFileError`.
+        """
+        if not self.directory.is_dir():
+            return True
+        remove_temp_files(self.directory)
+        names = sorted(p.name for p in self.directory.iterdir() if is_mapped_file_name(p.name))
+        contiguous = True
+        for i, name in enumerate(names):
+            path = self.directory / name
+            size = path.stat().st_size
+            if size != self.file_size:
+                if i == len(names) - 1 and size < self.file_size:
+                    path.unlink()
+                    break
+                raise CorruptFileError(path, f"size {size}, expected {self.file_size}")
+            if self.files and int(name) != self.files[-1].file_from_offset + self.file_size:
+                contiguous = False
+                break
+            mf = MappedFile(path, self.file_size, create=False)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            self.files.append(mf)
+        return contiguous
+
+    # -- lookup ----------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """Start offset of the first file (0 when empty)."""
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just past the last written byte (0 when empty)."""
+        if not self.files:
+            return 0
+        last = self.files[-1]
+        return last.file_from_offset + last.wrote_position
+
+    @property
+    def flushed_offset(self) -> int:
+        """Offset up to which every file is flushed."""
+        for mf in self.files:
+            if mf.flushed_position < mf.wrote_position:
+                return mf.file_from_offset + mf.flushed_position
+        return self.max_offset
+
+    def last_file(self) -> MappedFile | None:
+        """The file being written, if any."""
+        return self.files[-1] if self.files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file whose range holds ``offset``, or None."""
+        if not self.files:
+            return None
+        i = (offset - self.files[0].file_from_offset) // self.file_size
+        if 0 <= i < len(self.files):
+            mf = self.files[i]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        return None
+
+    def file_start(self, offset: int) -> int:
+        """Start offset of the file that would hold ``offset``."""
+        return offset - offset % self.file_size
+
+    # -- growth ----------------------------------------------------------------------------
+    def create_file(self, start_offset: int) -> MappedFile:
+        """Create, allocate and map the file starting at ``start_offset``, as the new last file."""
+        if start_offset % self.file_size:
+            raise ValueError(f"{start_offset} is not a multiple of {self.file_size}")
+        if self.files and start_offset != self.files[-1].file_from_offset + self.file_size:
+            raise ValueError(f"file at {start_offset} would not follow {self.files[-1]}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        mf = MappedFile(self.directory / offset_to_name(start_offset), self.file_size, create=True)
+        self.files.append(mf)
+        return mf
+
+    def writable_file(self, start_if_empty: int = 0) -> MappedFile:
+        """The last file if it has room, else a new one after it (or at ``start_if_empty``)."""
+        last = self.last_file()
+        if last is None:
+            return self.create_file(self.file_start(start_if_empty))
+        if last.is_full:
+            return self.create_file(last.file_from_offset + self.file_size)
+        return last
+
+    # -- shrinking -------------------------------------------------------------------------
+    def truncate_dirty(self, offset: int, *, zero: bool = True) -> None:
+        """Drop everything at or after ``offset``: later files are deleted, the tail zeroed.
+
+        ``zero=False`` skips zeroing the kept file's tail when the caller knows it is clean.
+        """
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            if mf.file_from_offset + self.file_size <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                if zero:
+                    mf.zero_from(pos)
+                mf.wrote_position = pos
+                mf.flushed_position = min(mf.flushed_position, pos)
+                keep.append(mf)
+            else:
+                mf.destroy()
+        self.files = keep
+
+    def delete_first_files(
+        self, should_delete: Callable[[MappedFile], bool], max_count: int
+    ) -> int:
+        """Delete leading files (never the last one) while ``should_delete`` says so."""
+        deleted = 0
+        while deleted < max_count and len(self.files) > 1 and should_delete(self.files[0]):
+            self.files.pop(0).destroy()
+            deleted += 1
+        return deleted
+
+    def destroy(self) -> None:
+        """Delete every file."""
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+
+    # -- durability ------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Flush every file with unflushed data; return the flushed offset."""
+        for mf in list(self.files):
+            if mf.flushed_position < mf.wrote_position and not mf.closed:
+                mf.flush()
+        return self.flushed_offset
+
+    def close(self) -> None:
+        """Unmap every file."""
+        for mf in self.files:
+            mf.close()

@@ -1,0 +1,481 @@
+"""MessageStore: the facade the broker drives (RocketMQ's ``DefaultMessageStore``).
+
+Synchronous and free of trio: appends never block on disk, and everything that does
+(``flush_commitlog``, ``flush_logics``) is safe to run in a worker thread while the event loop
+keeps putting and reading. ``store.services`` is the trio shell that runs the background loops.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from common.message import MessageConst, MessageSysFlag
+from common.record import MessageRecord, decode_record
+from store import recovery, retention
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog
+from store.config import StoreConfig
+from store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from store.dispatch_request import DispatchRequest
+from store.errors import CorruptFileError, MappedFileCreateError, StoreLockedError
+from store.index_service import IndexService
+from store.status import GetResult, GetStatus, PutResult, PutStatus, QueryResult
+
+log = logging.getLogger(__name__)
+
+ArrivalListener = Callable[[str, int, int], None]
+"""Called as ``listener(topic, queue_id, next_offset)`` after new units are dispatched."""
+
+_BLANK_SIZE = 0x7FFFFFFF
+_STORE_TS = struct.Struct(">q")
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    """Commitlog, consume queues, index and checkpoint under one root directory."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        disk_usage: Callable[[Path], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock_ms = clock_ms
+        self.disk_usage = disk_usage or retention.disk_usage_ratio
+        self.commitlog = CommitLog(config, clock_ms)
+        self.index = IndexService(config, clock_ms)
+        self.checkpoint: StoreCheckpoint
+        self.cq_table: dict[tuple[str, int], ConsumeQueue] = {}
+        self.reput_offset = 0
+        self.last_dispatched_timestamp = 0
+        self.arrival_listener: ArrivalListener | None = None
+        self.put_listener: Callable[[], None] | None = None
+        self.running = False
+        self.disk_full = False
+        self.last_exit_ok = True
+        self._dispatch_lock = threading.Lock()
+        self._lock_fd = -1
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self) -> MessageStore:
+        """Lock the root, load every file, recover, and mark the store open (the abort file)."""
+        root = self.config.store_path_root_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock(root)
+        try:
+            self.last_exit_ok = not self.config.abort_path.exists()
+            if not self.commitlog.queue.load():
+                raise CorruptFileError(
+                    self.config.commitlog_dir, "commitlog files are not contiguous"
+                )
+            self._load_consume_queues()
+            self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
+            if self.config.message_index_enable:
+                self.index.load(last_exit_ok=self.last_exit_ok)
+            recovery.recover(self, last_exit_ok=self.last_exit_ok)
+            self._write_abort_file()
+        except BaseException:
+            self._release_lock()
+            raise
+        self.running = True
+        return self
+
+    def close(self) -> None:
+        """Dispatch what is pending, flush, write the checkpoint and remove the abort file."""
+        if not self.running:
+            return
+        self.running = False
+        clean = True
+        try:
+            while self.dispatch_pending():
+                pass
+        except MappedFileCreateError as exc:
+            clean = False
+            log.error("closing with undispatched messages (%s): next open will recover", exc)
+        self.flush_commitlog()
+        self.flush_logics()
+        for cq in self.consume_queues():
+            cq.close()
+        self.index.close()
+        self.commitlog.queue.close()
+        self.checkpoint.close()
+        if clean:
+            with contextlib.suppress(FileNotFoundError):
+                self.config.abort_path.unlink()
+        self._release_lock()
+
+    def __enter__(self) -> MessageStore:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _acquire_lock(self, root: Path) -> None:
+        fd = os.open(self.config.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(root) from None
+        os.write(fd, b"lock")
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _write_abort_file(self) -> None:
+        path = self.config.abort_path
+        path.write_text(str(os.getpid()))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _load_consume_queues(self) -> None:
+        root = self.config.consume_queue_dir
+        if not root.is_dir():
+            return
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    cq = self._new_consume_queue(topic_dir.name, int(qdir.name))
+                    cq.load()
+
+    # -- consume queues --------------------------------------------------------------------
+    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = ConsumeQueue(
+            self.config.consume_queue_dir,
+            topic,
+            queue_id,
+            self.config.mapped_file_size_consume_queue,
+        )
+        self.cq_table[(topic, queue_id)] = cq
+        return cq
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The consume queue of (topic, queue_id), if it exists."""
+        return self.cq_table.get((topic, queue_id))
+
+    def consume_queues(self) -> list[ConsumeQueue]:
+        """Every consume queue (a snapshot, safe to iterate from another thread)."""
+        return list(self.cq_table.values())
+
+    # -- puts ------------------------------------------------------------------------------
+    def put_message(self, msg: MessageRecord) -> PutResult:
+        """Store one message; see :meth:`put_messages`."""
+        return self.put_messages((msg,))
+
+    def put_messages(self, msgs: Sequence[MessageRecord]) -> PutResult:
+        """Store ``msgs`` as one atomic batch; the status says whether and why not.
+
+        The result's ``end_offset`` is what a SYNC_FLUSH caller must wait to see flushed.
+        """
+        if not self.running:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
+        if self.disk_full:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the disk is full")
+        if not msgs:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no messages")
+        result = self.commitlog.append(msgs)
+        if result.status is PutStatus.PUT_OK and self.put_listener is not None:
+            self.put_listener()
+        return result
+
+    # -- dispatch (reput) ------------------------------------------------------------------
+    def dispatch_pending(self, max_batch: int = 8192) -> int:
+        """Put up to ``max_batch`` appended records into consume queues and the index.
+
+        Returns how many were dispatched. On a full disk the batch goes back to the front of
+        the pending list and :class:`MappedFileCreateError` propagates; dispatch is idempotent,
+        so a later call redoes it safely.
+        """
+        with self._dispatch_lock:
+            pending = self.commitlog.pending_dispatch
+            with self.commitlog.lock:
+                batch = pending[:max_batch]
+                del pending[:max_batch]
+            if not batch:
+                return 0
+            try:
+                self.dispatch(batch)
+            except BaseException:
+                with self.commitlog.lock:
+                    pending[:0] = batch
+                raise
+            return len(batch)
+
+    @property
+    def dispatch_behind(self) -> int:
+        """Appended records not yet dispatched."""
+        return len(self.commitlog.pending_dispatch)
+
+    def dispatch(self, requests: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
+        """Write ``requests`` (commitlog order) into consume queues and the index."""
+        groups: dict[tuple[str, int], list[DispatchRequest]] = {}
+        for r in requests:
+            if MessageSysFlag.is_consumable(r.sys_flag):
+                key = (r.topic, r.queue_id)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = group = []
+                group.append(r)
+        for (topic, queue_id), group in groups.items():
+            cq = self.cq_table.get((topic, queue_id)) or self._new_consume_queue(topic, queue_id)
+            cq.put(group, allow_gap=allow_gap)
+        if self.config.message_index_enable:
+            self.index.build_index(requests)
+        last = requests[-1]
+        self.reput_offset = max(self.reput_offset, last.phys_offset + last.size)
+        self.last_dispatched_timestamp = last.store_timestamp
+        listener = self.arrival_listener
+        if listener is not None:
+            for topic, queue_id in groups:
+                listener(topic, queue_id, self.cq_table[(topic, queue_id)].max_offset)
+
+    # -- reads -----------------------------------------------------------------------------
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """First readable logical offset of a queue (0 if the queue does not exist)."""
+        cq = self.cq_table.get((topic, queue_id))
+        return cq.min_offset if cq else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """Next logical offset of a queue = number of dispatched messages (0 if none)."""
+        cq = self.cq_table.get((topic, queue_id))
+        return cq.max_offset if cq else 0
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        *,
+        max_bytes: int | None = None,
+        tag_codes: Iterable[int] | None = None,
+    ) -> GetResult:
+        """Read up to ``max_msgs`` records (and ``max_bytes``) of a queue from ``offset``.
+
+        ``tag_codes`` filters by the units' tag hash codes (None = everything). Status and
+        ``next_begin_offset`` follow RocketMQ's ``DefaultMessageStore.getMessage``.
+        """
+        cq = self.cq_table.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset, cq.max_offset
+        if hi == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, 0 if lo == 0 else hi, lo, hi)
+        return self._read_queue(
+            cq,
+            offset,
+            max_msgs,
+            max_bytes,
+            None if tag_codes is None else frozenset(tag_codes),
+            lo,
+            hi,
+        )
+
+    def _read_queue(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int | None,
+        codes: frozenset[int] | None,
+        lo: int,
+        hi: int,
+    ) -> GetResult:
+        max_msgs = max(1, min(max_msgs, self.config.max_transfer_count_on_message_in_memory))
+        byte_limit = self.config.max_transfer_bytes_on_message_in_memory
+        if max_bytes is not None:
+            byte_limit = min(byte_limit, max_bytes)
+        units = cq.read_units(offset, max(16000 // CQ_STORE_UNIT_SIZE, max_msgs))
+        if units is None:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+        records: list[bytes] = []
+        queue_offsets: list[int] = []
+        total = 0
+        next_offset = offset
+        cl_min = self.commitlog.min_offset
+        removed = False
+        read = self._record_reader()
+        for phys, size, code in UNIT.iter_unpack(units):
+            if size == _BLANK_SIZE:
+                next_offset += 1
+                continue
+            if records and (len(records) >= max_msgs or total + size > byte_limit):
+                break
+            if codes is not None and code not in codes:
+                next_offset += 1
+                continue
+            data = read(phys, size) if phys >= cl_min else None
+            if data is None:
+                removed = True
+                next_offset += 1
+                continue
+            records.append(data)
+            queue_offsets.append(next_offset)
+            total += size
+            next_offset += 1
+        if records:
+            status = GetStatus.FOUND
+        elif removed:
+            status = GetStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, next_offset, lo, hi, records, queue_offsets, total)
+
+    def _record_reader(self) -> Callable[[int, int], bytes | None]:
+        """A reader of (offset, size) that remembers the last file it used."""
+        queue = self.commitlog.queue
+        cache: list = [None, 0, 0]  # file, start, end
+
+        def read(phys: int, size: int) -> bytes | None:
+            mf, start, end = cache
+            if mf is None or not start <= phys < end:
+                mf = queue.find(phys)
+                if mf is None:
+                    return None
+                start = mf.file_from_offset
+                end = start + mf.wrote_position
+                cache[:] = mf, start, end
+            pos = phys - start
+            if phys + size > end:
+                return None
+            return mf.mm[pos : pos + size]
+
+        return read
+
+    def lookup_message_by_offset(self, phys_offset: int) -> bytes | None:
+        """The raw record at a commitlog offset (RocketMQ's ``lookMessageByOffset``), or None."""
+        if phys_offset < self.commitlog.min_offset:
+            return None
+        return self.commitlog.read_record(phys_offset)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """First logical offset whose store time is >= ``timestamp`` (binary search).
+
+        Returns the queue's max offset when every message is older, its min offset when every
+        message is newer.
+        """
+        cq = self.cq_table.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        cl = self.commitlog
+
+        def store_time(logical: int) -> int:
+            unit = cq.unit_at(logical)
+            if unit is None or unit[1] == _BLANK_SIZE:
+                return -1
+            return cl.store_timestamp_at(unit[0]) if unit[0] >= cl.min_offset else -1
+
+        keys = _LazySeq(lo, hi, store_time)
+        return lo + bisect.bisect_left(keys, timestamp)
+
+    def query_messages(
+        self,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin: int,
+        end: int,
+    ) -> QueryResult:
+        """Records of ``topic`` whose KEYS or UNIQ_KEY equals ``key``, stored in [begin, end]."""
+        offsets, last_ts, last_phy = self.index.query_offsets(topic, key, max_num, begin, end)
+        out = QueryResult(
+            index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_phy
+        )
+        seen: set[int] = set()
+        for phys in offsets:
+            if phys in seen:
+                continue
+            seen.add(phys)
+            raw = self.lookup_message_by_offset(phys)
+            if raw is None:
+                continue
+            rec = decode_record(raw, with_body=False)
+            if rec.topic == topic and (
+                key in rec.keys or rec.properties.get(MessageConst.UNIQ_KEY) == key
+            ):
+                out.records.append(raw)
+        return out
+
+    # -- durability ------------------------------------------------------------------------
+    def flush_commitlog(self) -> int:
+        """Make every appended record durable; return the flushed commitlog offset.
+
+        Safe to call from a worker thread while the event loop appends.
+        """
+        stamp = self.commitlog.last_store_timestamp
+        flushed = self.commitlog.queue.flush()
+        if stamp:
+            self.checkpoint.physic_msg_timestamp = stamp
+        self.checkpoint.master_flushed_offset = flushed
+        return flushed
+
+    def flush_logics(self) -> None:
+        """Flush consume queues and the index, then record the checkpoint.
+
+        The dispatched offset is read before flushing, so the checkpoint never claims more
+        than is on disk.
+        """
+        dispatched = self.reput_offset
+        stamp = self.last_dispatched_timestamp
+        for cq in self.consume_queues():
+            cq.flush()
+        if self.config.message_index_enable:
+            self.index.flush()
+            self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
+        if stamp:
+            self.checkpoint.logics_msg_timestamp = stamp
+        self.checkpoint.dispatched_phy_offset = dispatched
+        self.checkpoint.flush()
+
+    @property
+    def flushed_offset(self) -> int:
+        """Commitlog offset up to which everything is durable."""
+        return self.commitlog.queue.flushed_offset
+
+    # -- retention -------------------------------------------------------------------------
+    def clean_expired_files(self, *, manual: bool = False) -> int:
+        """Apply the retention policy once (see :mod:`store.retention`); return files deleted."""
+        return retention.clean_once(self, manual=manual)
+
+
+class _LazySeq:
+    """A read-only sequence over [lo, hi) whose items are computed on access (for bisect)."""
+
+    def __init__(self, lo: int, hi: int, get: Callable[[int], int]) -> None:
+        self.lo, self.hi, self.get = lo, hi, get
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def __getitem__(self, i: int) -> int:
+        return self.get(self.lo + i)

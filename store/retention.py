@@ -1,0 +1,89 @@
+"""Retention: delete commitlog files past their reserved time, then what pointed into them.
+
+RocketMQ's ``CleanCommitLogService`` rules: expired files (modified more than
+``fileReservedTime`` hours ago) are deleted at the ``deleteWhen`` hour, or at once when the disk
+is fuller than ``diskMaxUsedSpaceRatio``; past ``diskSpaceCleanForciblyRatio`` files go even if
+not expired. Past ``diskSpaceWarningLevelRatio`` the store refuses puts until space is back.
+The file being written is never deleted. Consume-queue and index files that only point below the
+commitlog's new minimum go next.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+def disk_usage_ratio(path: Path) -> float:
+    """Fraction of the filesystem holding ``path`` that is used (0.0 to 1.0)."""
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return 0.0
+    return (total - st.f_bavail * st.f_frsize) / total
+
+
+def is_delete_hour(delete_when: str, now_ms: int) -> bool:
+    """True when the local hour of ``now_ms`` is in ``delete_when`` (``"04"`` or ``"04;16"``)."""
+    hour = time.localtime(now_ms / 1000).tm_hour
+    hours = {int(h) for h in delete_when.split(";") if h.strip().isdigit()}
+    return hour in hours
+
+
+def clean_once(store: MessageStore, *, manual: bool = False) -> int:
+    """Run one retention pass over ``store``; return how many files were deleted."""
+    cfg = store.config
+    now = store.clock_ms()
+    ratio = store.disk_usage(
+        cfg.commitlog_dir if cfg.commitlog_dir.exists() else cfg.store_path_root_dir
+    )
+    _update_disk_full(store, ratio)
+    space_to_delete = ratio * 100 > cfg.disk_max_used_space_ratio
+    forcibly = ratio * 100 > cfg.disk_space_clean_forcibly_ratio
+    if not (manual or space_to_delete or is_delete_hour(cfg.delete_when, now)):
+        return 0
+    reserved_ms = cfg.file_reserved_time * 3600 * 1000
+
+    def expired(mf) -> bool:  # type: ignore[no-untyped-def]
+        return forcibly or mf.last_modified() * 1000 + reserved_ms <= now
+
+    with store.commitlog.lock:
+        deleted = store.commitlog.queue.delete_first_files(expired, cfg.delete_file_batch_max)
+    if deleted:
+        log.info(
+            "retention deleted %d commitlog file(s); commitlog now starts at %d",
+            deleted,
+            store.commitlog.min_offset,
+        )
+    deleted += delete_logics_below(store, store.commitlog.min_offset)
+    return deleted
+
+
+def delete_logics_below(store: MessageStore, commitlog_min: int) -> int:
+    """Delete consume-queue and index files that only point below ``commitlog_min``."""
+    deleted = 0
+    for cq in store.consume_queues():
+        deleted += cq.delete_expired(commitlog_min)
+    if store.config.message_index_enable:
+        deleted += store.index.delete_expired(commitlog_min)
+    return deleted
+
+
+def _update_disk_full(store: MessageStore, ratio: float) -> None:
+    full = ratio * 100 > store.config.disk_space_warning_level_ratio
+    if full != store.disk_full:
+        if full:
+            log.error(
+                "disk %.0f%% used, above diskSpaceWarningLevelRatio: refusing puts", ratio * 100
+            )
+        else:
+            log.warning("disk %.0f%% used: accepting puts again", ratio * 100)
+    store.disk_full = full

@@ -1,0 +1,173 @@
+"""The store's trio shell: background loops and the awaitable put with group commit.
+
+``StoreServices.run`` is a task tree (RocketMQ's ReputMessageService, FlushRealTimeService /
+GroupCommitService, FlushConsumeQueueService and CleanCommitLogService)::
+
+    run
+    ├─ reput_loop          dispatch appended records to consume queues + index, on wakeup
+    ├─ flush_commitlog_loop  every flushIntervalCommitLog, or at once for SYNC_FLUSH waiters
+    ├─ flush_logics_loop   consume queues + index + checkpoint, every flushIntervalConsumeQueue
+    └─ clean_loop          retention, every cleanResourceInterval
+
+Every disk wait runs in a worker thread (``trio.to_thread.run_sync``), never on the event loop.
+On cancellation the loops drain what they can under a shielded, bounded scope; ``store.close()``
+(synchronous) does the final flush and checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+import trio
+
+from common.record import MessageRecord
+from store.config import FlushDiskType
+from store.errors import MappedFileCreateError
+from store.message_store import MessageStore
+from store.status import PutResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+DISK_FULL_RETRY_S = 1.0
+SHUTDOWN_DRAIN_S = 5.0
+
+
+class _Wakeup:
+    """A level-triggered wakeup: ``set`` from the trio thread or any other thread."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.get_ident()
+
+    def set(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._event.set()
+        else:
+            self._token.run_sync_soon(self._event.set)
+
+    async def wait(self, seconds: float) -> None:
+        with trio.move_on_after(seconds):
+            await self._event.wait()
+        self._event = trio.Event()
+
+
+class StoreServices:
+    """Runs a :class:`MessageStore`'s background loops and offers awaitable puts."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.config = store.config
+        self._flush_waiters: list[tuple[int, trio.Event]] = []
+        self._reput_wakeup: _Wakeup | None = None
+        self._flush_wakeup: _Wakeup | None = None
+        self.started = False
+
+    # -- the awaitable put -----------------------------------------------------------------
+    async def put_messages(self, msgs: Sequence[MessageRecord]) -> PutResult:
+        """Store ``msgs``; with SYNC_FLUSH, return only once a flush covers them.
+
+        Many concurrent puts share one flush (group commit). A flush that takes longer than
+        ``syncFlushTimeout`` turns PUT_OK into FLUSH_DISK_TIMEOUT (the message is stored).
+        """
+        result = self.store.put_messages(msgs)
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        if sync and not await self.wait_flushed(result.end_offset):
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    async def put_message(self, msg: MessageRecord) -> PutResult:
+        """Store one message; see :meth:`put_messages`."""
+        return await self.put_messages((msg,))
+
+    async def wait_flushed(self, offset: int) -> bool:
+        """Wait until the commitlog is durable up to ``offset``; False on syncFlushTimeout."""
+        if self.store.flushed_offset >= offset:
+            return True
+        event = trio.Event()
+        self._flush_waiters.append((offset, event))
+        if self._flush_wakeup is not None:
+            self._flush_wakeup.set()
+        with trio.move_on_after(self.config.sync_flush_timeout / 1000):
+            await event.wait()
+            return True
+        return self.store.flushed_offset >= offset
+
+    # -- the task tree ---------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run every loop until cancelled."""
+        self._reput_wakeup = _Wakeup()
+        self._flush_wakeup = _Wakeup()
+        self.store.put_listener = self._reput_wakeup.set
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._reput_loop)
+                nursery.start_soon(self._flush_commitlog_loop)
+                nursery.start_soon(self._flush_logics_loop)
+                nursery.start_soon(self._clean_loop)
+                self.started = True
+                task_status.started()
+        finally:
+            self.store.put_listener = None
+            self.started = False
+            self._release_waiters()
+
+    async def _reput_loop(self) -> None:
+        assert self._reput_wakeup is not None
+        try:
+            while True:
+                try:
+                    while self.store.dispatch_pending():
+                        await trio.lowlevel.checkpoint()
+                except MappedFileCreateError as exc:
+                    log.error("dispatch stalled, retrying in %.0fs: %s", DISK_FULL_RETRY_S, exc)
+                    await trio.sleep(DISK_FULL_RETRY_S)
+                    continue
+                await self._reput_wakeup.wait(1.0)
+        finally:
+            with trio.move_on_after(SHUTDOWN_DRAIN_S, shield=True):
+                try:
+                    while self.store.dispatch_pending():
+                        await trio.lowlevel.checkpoint()
+                except MappedFileCreateError:
+                    log.error("shutdown with undispatched records; recovery will redo them")
+
+    async def _flush_commitlog_loop(self) -> None:
+        assert self._flush_wakeup is not None
+        interval = self.config.flush_interval_commit_log / 1000
+        sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        while True:
+            if not (sync and self._flush_waiters):
+                await self._flush_wakeup.wait(interval)
+            flushed = await trio.to_thread.run_sync(self.store.flush_commitlog)
+            self._wake_waiters(flushed)
+
+    def _wake_waiters(self, flushed: int) -> None:
+        still: list[tuple[int, trio.Event]] = []
+        for offset, event in self._flush_waiters:
+            if offset <= flushed:
+                event.set()
+            else:
+                still.append((offset, event))
+        self._flush_waiters = still
+
+    def _release_waiters(self) -> None:
+        self._wake_waiters(self.store.flushed_offset)
+
+    async def _flush_logics_loop(self) -> None:
+        interval = self.config.flush_interval_consume_queue / 1000
+        while True:
+            await trio.sleep(interval)
+            await trio.to_thread.run_sync(self.store.flush_logics)
+
+    async def _clean_loop(self) -> None:
+        interval = self.config.clean_resource_interval / 1000
+        while True:
+            await trio.sleep(interval)
+            deleted = await trio.to_thread.run_sync(self.store.clean_expired_files)
+            if deleted:
+                log.info("retention removed %d file(s)", deleted)
