@@ -301,7 +301,9 @@ def scan_records(
 
     A record is valid when its magic, lengths, CRC (if checked) and PHYSICALOFFSET (which must
     equal where it lies, so a stale record left past an earlier truncation is never revived)
-    all agree. The end offset is where a torn or corrupt tail, if any, begins.
+    all agree, and its properties, if any, end with their separator (the CRC covers only the
+    body, so this catches a write torn inside the properties). The end offset is where a torn
+    or corrupt tail, if any, begins.
     """
     offset = start
     while True:
@@ -356,6 +358,8 @@ def _scan_one(mf, pos: int, offset: int, check_crc: bool) -> ScannedRecord | int
         return None
     (props_len,) = _SHORT.unpack_from(mm, topic_end)
     if props_len < 0 or topic_end + 2 + props_len != end:
+        return None
+    if props_len and mm[end - 1] != 0x02:  # BODYCRC does not cover properties: a torn tail
         return None
     try:
         topic = mm[p + 1 : topic_end].decode()

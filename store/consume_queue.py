@@ -174,14 +174,16 @@ class ConsumeQueue:
     # -- maintenance -----------------------------------------------------------------------
     def truncate_dirty(self, phys_offset: int) -> None:
         """Cut units pointing at or past ``phys_offset`` (RocketMQ's truncateDirtyLogicFiles)."""
-        files = self.queue.files
-        while files:
+        while files := self.queue.files:
             last = files[-1]
             if last.wrote_position == 0:
-                break
+                if len(files) == 1:
+                    break
+                files.pop().destroy()  # an empty last file: look at the one before it
+                continue
             off, _, _ = UNIT.unpack_from(last.mm, 0)
             if off >= phys_offset and last.file_from_offset > self.min_logic_offset:
-                self.queue.truncate_dirty(last.file_from_offset)
+                files.pop().destroy()  # RocketMQ's deleteLastMappedFile
                 continue
             keep = self._units_below(last, phys_offset)
             self.queue.truncate_dirty(last.file_from_offset + keep)

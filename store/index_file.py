@@ -163,6 +163,13 @@ class IndexFile:
         slots[s_sorted[ends_group]] = idx[order][ends_group]
         return n
 
+    def mark_covered(self, phy: int, timestamp: int) -> None:
+        """Record that records up to ``phy`` are indexed, even those that had no key."""
+        if phy > self.end_phy_offset or self.end_timestamp == 0:
+            self.end_phy_offset = phy
+            self.end_timestamp = max(self.end_timestamp, timestamp)
+            self._write_header()
+
     def _time_diffs(self, ts: npt.NDArray[np.int64], first_idx: int) -> npt.NDArray[np.int64]:
         begin = np.full(len(ts), self.begin_timestamp, dtype=np.int64)
         if first_idx <= 1:

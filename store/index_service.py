@@ -57,7 +57,7 @@ class IndexService:
         if not self.files:
             return -1
         last = self.files[-1]
-        if last.index_count <= 1 and len(self.files) == 1:
+        if last.index_count <= 1 and len(self.files) == 1 and last.end_timestamp == 0:
             return -1
         return last.end_phy_offset
 
@@ -70,21 +70,37 @@ class IndexService:
         stamps: list[int] = []
         rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         for r in requests:
-            if r.phys_offset <= floor or r.sys_flag & MessageSysFlag.TRANSACTION_MASK == rollback:
+            if r.phys_offset < floor or r.sys_flag & MessageSysFlag.TRANSACTION_MASK == rollback:
                 continue
-            for key in r.index_keys():
+            record_keys = r.index_keys()
+            if r.phys_offset == floor:
+                # the newest indexed record may be cut short (its keys straddled two files and a
+                # crash or a full disk came before the second): add only what is missing
+                depth = len(record_keys) + 1
+                record_keys = [k for k in record_keys if not self._has_entry(k, floor, depth)]
+            for key in record_keys:
                 keys.append(key)
                 phys.append(r.phys_offset)
                 stamps.append(r.store_timestamp)
-        if not keys:
-            return
-        hashes = index_key_hashes(keys)
-        phy_arr = np.array(phys, dtype=np.int64)
-        ts_arr = np.array(stamps, dtype=np.int64)
-        done = 0
-        while done < len(keys):
-            f = self._writable_file()
-            done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
+        if keys:
+            hashes = index_key_hashes(keys)
+            phy_arr = np.array(phys, dtype=np.int64)
+            ts_arr = np.array(stamps, dtype=np.int64)
+            done = 0
+            while done < len(keys):
+                f = self._writable_file()
+                done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
+        if requests and requests[-1].phys_offset > self.indexed_up_to:
+            # keyless records count as indexed too, so recovery need not rescan them
+            last = requests[-1]
+            self._writable_file().mark_covered(last.phys_offset, last.store_timestamp)
+
+    def _has_entry(self, key: str, phys: int, depth: int) -> bool:
+        """True when one of the two newest files maps ``key`` to ``phys`` (the newest record)."""
+        key_hash = index_key_hash(key)
+        return any(
+            phys in f.select_phy_offsets(key_hash, depth, 0, 2**63 - 1) for f in self.files[-2:]
+        )
 
     def _writable_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None

@@ -132,8 +132,16 @@ class MappedFile:
             os.close(self.fd)
 
     def destroy(self) -> None:
-        """Close and delete the file."""
-        self.close()
+        """Delete the file and close its descriptor; the mapping goes with the last reference.
+
+        Retention destroys files in a worker thread while the event loop may be reading one:
+        the mmap is not closed here (a racing read would raise "mmap closed"), CPython unmaps
+        it when the last reader drops this object, and only then is the disk space freed.
+        """
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self.fd)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 

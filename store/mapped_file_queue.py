@@ -118,6 +118,7 @@ class MappedFileQueue:
         ``zero=False`` skips zeroing the kept file's tail when the caller knows it is clean.
         """
         keep: list[MappedFile] = []
+        doomed: list[MappedFile] = []
         for mf in self.files:
             if mf.file_from_offset + self.file_size <= offset:
                 keep.append(mf)
@@ -129,7 +130,9 @@ class MappedFileQueue:
                 mf.flushed_position = min(mf.flushed_position, pos)
                 keep.append(mf)
             else:
-                mf.destroy()
+                doomed.append(mf)
+        for mf in reversed(doomed):  # newest first: a crash in between leaves no hole
+            mf.destroy()
         self.files = keep
 
     def delete_first_files(

@@ -1,15 +1,21 @@
 """Recovery: bring the commitlog, consume queues and index back into agreement after open.
 
 Steps (both after a clean shutdown and after a crash):
-1. Consume queues: keep each file's valid prefix, cut what follows; a queue with a gap in its
-   files, or with no files at all, marks the store *damaged*.
+1. Consume queues: keep each file's valid prefix, cut what follows, and cut the last unit if it
+   disagrees with its record (torn); a queue with a gap in its files, or with no files at all,
+   marks the store *damaged*.
 2. Pick where to re-dispatch from: the start of the commitlog file holding the checkpoint's
-   dispatched offset (below it, queues and index were flushed), or the whole log when damaged.
-3. Walk records from there, checking magic, lengths, CRC and physical offset; give every record
-   whose consume-queue unit or index entries are missing to the dispatcher (dispatch is
-   idempotent). A dispatch that finds a hole in a queue restarts the walk from the first file.
-4. The end of the walk is the end of the log: cut the torn or corrupt tail, and cut consume-queue
-   units that point at or past it. Then rebuild the next queue offsets from the consume queues.
+   dispatched offset (below it, queues and index were flushed), but no later than the newest
+   consume-queue unit and the newest index entry (a damaged checkpoint or lost index files);
+   the whole log when damaged.
+3. Walk records from there, checking magic, lengths, CRC, physical offset and the properties'
+   terminator; give every record whose consume-queue unit or index entries are missing to the
+   dispatcher (dispatch is idempotent). A dispatch that finds a hole in a queue, or a record
+   past queue offset 0 of a queue without files (a lost directory), restarts the walk from the
+   first file.
+4. The end of the walk is the end of the log: cut the torn or corrupt tail, cut consume-queue
+   units that point at or past it, and stop the index skipping records from there on. Then
+   rebuild the next queue offsets and readable minimums from the consume queues.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING
 from common.message import MessageConst, MessageSysFlag
 from common.record import decode_properties
 from store.commitlog import ScannedRecord, scan_records
-from store.consume_queue import ConsumeQueueGapError
+from store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueGapError
 from store.dispatch_request import DispatchRequest
 from store.tags import tags_code
 
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DISPATCH_BATCH = 4096
+BLANK_UNIT_SIZE = 0x7FFFFFFF
 
 
 def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
@@ -58,15 +65,50 @@ def _recover_consume_queues(store: MessageStore) -> bool:
     damaged = False
     for cq in store.consume_queues():
         cq.recover()
+        _verify_last_unit(store, cq)
         if not cq.contiguous or not cq.queue.files:
             damaged = True
     return damaged
 
 
-def _dispatch_start(store: MessageStore) -> int:
+def _verify_last_unit(store: MessageStore, cq: ConsumeQueue) -> None:
+    """Cut a queue's last unit when it disagrees with its record, so that it is dispatched again.
+
+    Units are 20 bytes and straddle pages: a crash inside a dispatch can leave the last unit
+    with its offset but a cut-short size or tags code, which the shape check cannot see.
+    """
+    last = cq.max_offset - 1
     cl = store.commitlog
-    target = store.checkpoint.dispatched_phy_offset
-    target = max(cl.min_offset, min(target, cl.max_offset))
+    unit = cq.unit_at(last) if last >= cq.min_offset else None
+    if unit is None or unit[1] == BLANK_UNIT_SIZE or unit[0] < cl.min_offset:
+        return
+    offset, size, code = unit
+    rec = next(scan_records(cl, offset, check_crc=store.config.check_crc_on_recover))
+    if (
+        isinstance(rec, ScannedRecord)
+        and (rec.offset, rec.size, rec.topic, rec.queue_id, rec.queue_offset)
+        == (offset, size, cq.topic, cq.queue_id, last)
+        and _to_request(rec).tags_code == code
+    ):
+        return
+    log.warning("%s/%d: last unit %d does not match its record; cut", cq.topic, cq.queue_id, last)
+    cq.queue.truncate_dirty(last * CQ_STORE_UNIT_SIZE)
+    cq.recover()
+
+
+def _dispatch_start(store: MessageStore) -> int:
+    """Start of the file holding the checkpoint's dispatched offset, as far as it is confirmed.
+
+    The checkpoint is not trusted past the newest consume-queue unit or past the newest index
+    entry (a damaged checkpoint, or index files deleted, would otherwise skip records), nor past
+    the start of the last commitlog file.
+    """
+    cl = store.commitlog
+    newest_unit = max((cq.max_physic_offset for cq in store.consume_queues()), default=-1)
+    target = min(store.checkpoint.dispatched_phy_offset, newest_unit)
+    if store.config.message_index_enable:
+        target = min(target, store.index.indexed_up_to)
+    target = max(cl.min_offset, min(target, cl.queue.files[-1].file_from_offset))
     return cl.queue.file_start(target)
 
 
@@ -75,11 +117,14 @@ def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
     check_crc = store.config.check_crc_on_recover
     index_floor = store.index.indexed_up_to if store.config.message_index_enable else 1 << 62
     batch: list[DispatchRequest] = []
+    seen: set[tuple[str, int]] = set()
     end = start
     for item in scan_records(store.commitlog, start, check_crc=check_crc):
         if isinstance(item, int):
             end = item
             break
+        if not allow_gap:
+            _check_queue_exists(store, item, seen)
         if _needs_dispatch(store, item, index_floor):
             batch.append(_to_request(item))
             if len(batch) >= DISPATCH_BATCH:
@@ -90,8 +135,21 @@ def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
     return end
 
 
+def _check_queue_exists(
+    store: MessageStore, rec: ScannedRecord, seen: set[tuple[str, int]]
+) -> None:
+    """Raise a gap when a queue without files would start past 0: its directory was lost."""
+    key = (rec.topic, rec.queue_id)
+    if key in seen or not MessageSysFlag.is_consumable(rec.sys_flag):
+        return
+    seen.add(key)
+    cq = store.find_consume_queue(rec.topic, rec.queue_id)
+    if rec.queue_offset > 0 and (cq is None or not cq.queue.files):
+        raise ConsumeQueueGapError(rec.topic, rec.queue_id, 0, rec.queue_offset)
+
+
 def _needs_dispatch(store: MessageStore, rec: ScannedRecord, index_floor: int) -> bool:
-    if rec.offset > index_floor:
+    if rec.offset >= index_floor:  # the newest indexed record may be only partly indexed
         return True
     if not MessageSysFlag.is_consumable(rec.sys_flag):
         return False
@@ -116,11 +174,18 @@ def _to_request(rec: ScannedRecord) -> DispatchRequest:
 
 def _finish(store: MessageStore, end: int) -> None:
     store.commitlog.set_end(end)
+    index = store.index
+    if store.config.message_index_enable and index.files and index.indexed_up_to >= end:
+        # entries past a cut tail are stale: records appended from ``end`` on must be indexed
+        index.files[-1].end_phy_offset = end - 1
     for cq in store.consume_queues():
         if cq.max_physic_offset > end:
             cq.truncate_dirty(end)
     table = store.commitlog.topic_queue_table
     table.clear()
     for cq in store.consume_queues():
+        # units below the commitlog's start (retention) are not readable (RocketMQ's
+        # correctMinOffset in recoverTopicQueueTable)
+        cq.correct_min_offset(store.commitlog.min_offset)
         table[(cq.topic, cq.queue_id)] = cq.max_offset
     store.reput_offset = end

@@ -1,0 +1,384 @@
+"""Retention with an injected clock and disk usage; file ages come from mtimes set with os.utime.
+
+Rules under test (RocketMQ's CleanCommitLogService): expired commitlog files (mtime older than
+``file_reserved_time`` hours) go at the ``delete_when`` hour, or at any hour when the disk is
+fuller than ``disk_max_used_space_ratio``; past ``disk_space_clean_forcibly_ratio`` unexpired
+files go too; the file being written never goes; at most ``delete_file_batch_max`` per pass;
+consume-queue and index files that only point below the new minimum follow. Past
+``disk_space_warning_level_ratio`` puts are refused until usage drops.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+
+from common.record import decode_records
+from store import GetStatus, MessageStore, PutStatus, StoreConfig
+from store.invariants import check_store
+from store.mapped_file import MappedFile
+from store.services import StoreServices
+from tests.conftest import drain_dispatch, make_msg, small_store_config
+
+HOUR_MS = 3600 * 1000
+RESERVED_HOURS = 72
+
+
+@dataclass
+class Env:
+    """An open store plus the knobs the test turns: the clock and the disk usage ratio."""
+
+    store: MessageStore
+    now: list[int]
+    ratio: list[float]
+    puts: list[tuple[str, int, int, int, str]]  # topic, queue, queue offset, phys, uniq key
+
+    @property
+    def files(self) -> list[MappedFile]:
+        """The commitlog files, oldest first."""
+        return self.store.commitlog.queue.files
+
+    def age(self, count: int, *, hours: float = RESERVED_HOURS + 1) -> None:
+        """Make the first ``count`` commitlog files ``hours`` old and the others 1 hour old."""
+        for i, mf in enumerate(self.files):
+            age_ms = hours * HOUR_MS if i < count else HOUR_MS
+            stamp = (self.now[0] - age_ms) / 1000
+            os.utime(mf.path, (stamp, stamp))
+
+    def put(self, n: int) -> None:
+        """Put ``n`` keyed messages over 2 topics x 2 queues and dispatch them."""
+        for _ in range(n):
+            i = len(self.puts)
+            topic, qid = ("RetA", "RetB")[i % 2], (i // 2) % 2
+            msg = make_msg(topic, b"r%06d-" % i * 40, qid, tags=f"t{i % 3}", keys=f"key{i}")
+            msg.properties["UNIQ_KEY"] = f"RET{i:08d}"
+            self.now[0] += 10
+            result = self.store.put_message(msg)
+            assert result.status is PutStatus.PUT_OK
+            self.puts.append(
+                (topic, qid, result.queue_offsets[0], result.phys_offsets[0], f"key{i}")
+            )
+        drain_dispatch(self.store)
+
+
+EnvFactory = Callable[..., Env]
+
+
+def local_hour(ms: int) -> int:
+    """The local hour of ``ms``, as retention computes it."""
+    return time.localtime(ms / 1000).tm_hour
+
+
+def make_config(
+    root: Path, now_ms: int, *, at_delete_hour: bool, **overrides: object
+) -> StoreConfig:
+    """Small files; ``delete_when`` is the clock's current hour or the one after it."""
+    hour = local_hour(now_ms) if at_delete_hour else (local_hour(now_ms) + 1) % 24
+    settings: dict[str, object] = {
+        "file_reserved_time": RESERVED_HOURS,
+        "delete_when": f"{hour:02d}",
+        "max_hash_slot_num": 50,
+        "max_index_num": 200,
+    }
+    settings.update(overrides)
+    return small_store_config(root, **settings)
+
+
+@pytest.fixture
+def env_factory(tmp_path: Path) -> Iterator[EnvFactory]:
+    """``env_factory(at_delete_hour=..., files=8, **config)`` -> an :class:`Env` with data."""
+    opened: list[MessageStore] = []
+
+    def make(*, at_delete_hour: bool = False, files: int = 8, **overrides: object) -> Env:
+        now = [int(time.time() * 1000)]
+        ratio = [0.10]
+        cfg = make_config(tmp_path / "store", now[0], at_delete_hour=at_delete_hour, **overrides)
+        store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=lambda _path: ratio[0])
+        store.open()
+        opened.append(store)
+        env = Env(store, now, ratio, [])
+        while len(env.files) < files:
+            env.put(50)
+        assert len(env.files) == files
+        return env
+
+    try:
+        yield make
+    finally:
+        for s in opened:
+            s.close()
+
+
+def file_starts(env: Env) -> list[int]:
+    """Start offsets of the commitlog files."""
+    return [mf.file_from_offset for mf in env.files]
+
+
+# -- when files go -----------------------------------------------------------------------------
+def test_nothing_goes_outside_the_delete_hour_at_low_usage(env_factory: EnvFactory) -> None:
+    env = env_factory(at_delete_hour=False)
+    before = file_starts(env)
+    env.age(len(env.files))
+    assert env.store.clean_expired_files() == 0
+    assert file_starts(env) == before
+
+
+def test_expired_files_go_at_the_delete_hour(env_factory: EnvFactory) -> None:
+    env = env_factory(at_delete_hour=True)
+    before = file_starts(env)
+    env.age(3)
+    deleted = env.store.clean_expired_files()
+    assert file_starts(env) == before[3:]
+    assert deleted >= 3  # plus consume-queue and index files
+    assert env.store.commitlog.min_offset == before[3]
+    assert check_store(env.store) == []
+    # a second pass finds nothing more to do: the rest is young
+    assert env.store.clean_expired_files() == 0
+
+
+def test_young_file_stops_the_pass(env_factory: EnvFactory) -> None:
+    """Files are deleted oldest first; a young file in front protects older ones behind it."""
+    env = env_factory(at_delete_hour=True)
+    env.age(4)
+    young = env.files[0]
+    stamp = (env.now[0] - HOUR_MS) / 1000
+    os.utime(young.path, (stamp, stamp))
+    assert env.store.clean_expired_files() == 0
+
+
+def test_manual_clean_ignores_the_hour(env_factory: EnvFactory) -> None:
+    env = env_factory(at_delete_hour=False)
+    before = file_starts(env)
+    env.age(2)
+    env.store.clean_expired_files(manual=True)
+    assert file_starts(env) == before[2:]
+
+
+@pytest.mark.parametrize(("ratio", "gone"), [(0.74, 0), (0.76, 3), (0.84, 3)])
+def test_disk_over_max_used_ratio_deletes_expired_at_any_hour(
+    env_factory: EnvFactory,
+    ratio: float,
+    gone: int,
+) -> None:
+    env = env_factory(at_delete_hour=False)
+    before = file_starts(env)
+    env.age(3)
+    env.ratio[0] = ratio
+    env.store.clean_expired_files()
+    assert file_starts(env) == before[gone:]
+    assert not env.store.disk_full
+    assert check_store(env.store) == []
+
+
+def test_forcible_clean_deletes_unexpired_but_never_the_last_file(env_factory: EnvFactory) -> None:
+    env = env_factory(at_delete_hour=False, files=6)
+    before = file_starts(env)
+    env.age(0)  # nothing is expired
+    env.ratio[0] = 0.86
+    env.store.clean_expired_files()
+    assert file_starts(env) == before[-1:]  # all but the file being written
+    assert env.store.clean_expired_files() == 0
+    assert file_starts(env) == before[-1:]
+    assert check_store(env.store) == []
+    env.ratio[0] = 0.2
+    env.put(20)
+    assert check_store(env.store) == []
+
+
+def test_last_file_survives_even_when_expired(env_factory: EnvFactory) -> None:
+    env = env_factory(at_delete_hour=True, files=4)
+    before = file_starts(env)
+    env.age(4)
+    env.store.clean_expired_files()
+    assert file_starts(env) == before[-1:]
+    env.put(200)  # appending continues in the kept file and rolls on
+    assert check_store(env.store) == []
+
+
+def test_at_most_batch_max_files_per_pass(env_factory: EnvFactory) -> None:
+    env = env_factory(at_delete_hour=True, files=8, delete_file_batch_max=2)
+    before = file_starts(env)
+    env.age(7)
+    for passes in range(1, 4):
+        env.store.clean_expired_files()
+        assert file_starts(env) == before[2 * passes :]
+        assert check_store(env.store) == []
+    env.store.clean_expired_files()
+    assert file_starts(env) == before[7:]
+
+
+# -- what follows the commitlog ----------------------------------------------------------------
+def test_logics_follow_and_deleted_ranges_read_as_too_small(
+    env_factory: EnvFactory, tmp_path: Path
+) -> None:
+    env = env_factory(at_delete_hour=True, files=8)
+    store = env.store
+    cq_files = {key: len(cq.queue.files) for key, cq in store.cq_table.items()}
+    index_files = len(store.index.files)
+    assert min(cq_files.values()) >= 3
+    assert index_files >= 3
+    env.age(5)
+    store.clean_expired_files()
+    new_min = store.commitlog.min_offset
+    assert new_min == env.puts[-1][3] - env.puts[-1][3] % 65536 - 2 * 65536
+    for key, cq in store.cq_table.items():
+        assert len(cq.queue.files) < cq_files[key], key
+        assert cq.queue.files[0].file_from_offset >= 0
+    assert len(store.index.files) < index_files
+    assert all(f.end_phy_offset >= new_min for f in store.index.files)
+    check_reads_after_retention(env, new_min)
+    assert check_store(store) == []
+    # the same after a restart: the readable minimum is recomputed from the files
+    store.close()
+    reopened = MessageStore(store.config, clock_ms=lambda: env.now[0], disk_usage=lambda _: 0.1)
+    with reopened:
+        env.store = reopened
+        assert check_store(reopened) == []
+        check_reads_after_retention(env, new_min)
+
+
+def check_reads_after_retention(env: Env, new_min: int) -> None:
+    """Deleted ranges answer OFFSET_TOO_SMALL (never crash); what is left reads normally."""
+    store = env.store
+    for topic in ("RetA", "RetB"):
+        for qid in (0, 1):
+            lo = store.get_min_offset_in_queue(topic, qid)
+            kept = [p for p in env.puts if p[:2] == (topic, qid) and p[3] >= new_min]
+            gone = [p for p in env.puts if p[:2] == (topic, qid) and p[3] < new_min]
+            assert gone
+            assert lo == kept[0][2] == gone[-1][2] + 1
+            for offset in (0, gone[len(gone) // 2][2], lo - 1):
+                got = store.get_messages(topic, qid, offset, 32)
+                assert got.status is GetStatus.OFFSET_TOO_SMALL
+                assert got.next_begin_offset == lo
+                assert got.min_offset == lo
+            got = store.get_messages(topic, qid, lo, 32)
+            assert got.status is GetStatus.FOUND
+            first = decode_records(got.records[0])[0]
+            assert (first.queue_offset, first.physical_offset) == (lo, kept[0][3])
+            assert store.get_offset_in_queue_by_time(topic, qid, 0) == lo
+            assert store.lookup_message_by_offset(gone[-1][3]) is None
+            assert store.query_messages(topic, gone[-1][4], 32, 0, 2**62).records == []
+            assert len(store.query_messages(topic, kept[0][4], 32, 0, 2**62).records) == 1
+
+
+# -- disk full ---------------------------------------------------------------------------------
+def test_disk_warning_level_refuses_puts_until_usage_drops(env_factory: EnvFactory) -> None:
+    env = env_factory(at_delete_hour=False, files=3)
+    store = env.store
+    env.age(0)
+    env.ratio[0] = 0.91
+    store.clean_expired_files()
+    assert store.disk_full
+    result = store.put_message(make_msg("RetA", b"refused", 0))
+    assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert "disk" in result.remark
+    # forcible cleaning ran too (91% > 85%): all but the last file went
+    assert len(env.files) == 1
+    lo = store.get_min_offset_in_queue("RetA", 0)
+    assert store.get_messages("RetA", 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
+    got = store.get_messages("RetA", 0, lo, 8)
+    assert got.status is GetStatus.FOUND
+    last_key = next(p[4] for p in reversed(env.puts) if p[0] == "RetA")
+    assert store.query_messages("RetA", last_key, 8, 0, 2**62).records
+    env.ratio[0] = 0.5
+    store.clean_expired_files()
+    assert not store.disk_full
+    env.put(10)
+    assert check_store(store) == []
+
+
+class UsageProbe:
+    """An injected ``disk_usage`` whose answer a trio test sets, and can wait on.
+
+    ``await probe.set(ratio)`` returns once two retention passes have read the new ratio: the
+    second one starts only after the first finished, so the first one's effects are visible.
+    """
+
+    def __init__(self, ratio: float) -> None:
+        self.ratio = ratio
+        self._target = ratio
+        self._seen = 0
+        self._event: trio.Event | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+
+    def __call__(self, _path: Path) -> float:
+        ratio = self.ratio
+        if self._event is not None and ratio == self._target:
+            self._seen += 1
+            if self._seen == 2 and self._token is not None:
+                self._token.run_sync_soon(self._event.set)
+        return ratio
+
+    async def set(self, ratio: float) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._event = event = trio.Event()
+        self._seen = 0
+        self._target = ratio
+        self.ratio = ratio
+        with trio.fail_after(60):
+            await event.wait()
+
+
+async def test_services_clean_loop_applies_the_watermarks(tmp_path: Path) -> None:
+    # real time: retention runs in a worker thread, which an autojump clock would outrun
+    now = [int(time.time() * 1000)]
+    usage = UsageProbe(0.1)
+    cfg = make_config(tmp_path / "store", now[0], at_delete_hour=False, clean_resource_interval=20)
+    store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=usage).open()
+    try:
+        services = StoreServices(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            assert (await services.put_message(make_msg("RetA", b"a", 0))).status.ok
+            await usage.set(0.95)
+            assert store.disk_full
+            result = await services.put_message(make_msg("RetA", b"b", 0))
+            assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
+            assert store.get_messages("RetA", 0, 0, 8).status is GetStatus.FOUND
+            await usage.set(0.3)
+            assert not store.disk_full
+            assert (await services.put_message(make_msg("RetA", b"c", 0))).status.ok
+            nursery.cancel_scope.cancel()
+        drain_dispatch(store)
+        assert check_store(store) == []
+    finally:
+        store.close()
+
+
+def test_reads_racing_retention_never_crash(env_factory: EnvFactory) -> None:
+    """Retention runs in a worker thread while the event loop reads: reads must not raise."""
+    env = env_factory(at_delete_hour=True, files=10, delete_file_batch_max=1)
+    store = env.store
+    env.age(9)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for topic in ("RetA", "RetB"):
+                    got = store.get_messages(topic, 0, 0, 32)
+                    assert got.status in (GetStatus.FOUND, GetStatus.OFFSET_TOO_SMALL), got.status
+                    store.lookup_message_by_offset(store.commitlog.min_offset)
+                    store.query_messages(topic, "key0", 32, 0, 2**62)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for _ in range(9):
+            store.clean_expired_files()
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert len(env.files) == 1

@@ -1,0 +1,209 @@
+"""Tests for StoreServices (store/services.py): the trio loops and the awaitable put.
+
+The loops run disk work in worker threads, so these tests use the real clock and wait for
+conditions under generous ``trio.fail_after`` deadlines; only the test that involves no thread
+uses the autojump clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import trio
+import trio.testing
+
+from store import FlushDiskType, MessageStore, PutStatus, StoreConfig
+from store.services import StoreServices
+from tests.conftest import make_msg
+
+DEADLINE_S = 30
+TOPIC = "TopicTest"
+
+
+async def wait_until(predicate: Callable[[], bool], limit_s: float = DEADLINE_S) -> None:
+    """Poll ``predicate`` until it is true; fail after ``limit_s`` seconds."""
+    with trio.fail_after(limit_s):
+        while True:
+            if predicate():
+                return
+            await trio.sleep(0.005)
+
+
+def open_store(config: StoreConfig) -> MessageStore:
+    """An open store whose disk always looks nearly empty."""
+    return MessageStore(config, disk_usage=lambda path: 0.1).open()
+
+
+async def test_reput_loop_dispatches_without_help(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    store = open_store(small_config())
+    arrived: dict[tuple[str, int], int] = {}
+    event = trio.Event()
+
+    def on_arrival(topic: str, queue_id: int, next_offset: int) -> None:
+        arrived[(topic, queue_id)] = next_offset
+        if next_offset >= 5:
+            event.set()
+
+    store.arrival_listener = on_arrival
+    store.put_message(make_msg(body=b"before start"))  # appended before the loops run
+    services = StoreServices(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            assert services.started
+            for i in range(4):
+                r = await services.put_message(make_msg(body=b"%d" % i))
+                assert r.status is PutStatus.PUT_OK
+            with trio.fail_after(DEADLINE_S):
+                await event.wait()
+            assert store.get_max_offset_in_queue(TOPIC, 0) == 5
+            assert store.get_messages(TOPIC, 0, 0, 32).message_count == 5
+            store.put_message(make_msg("Other", b"sync put", 2))  # the plain put wakes it too
+            await wait_until(lambda: arrived.get(("Other", 2)) == 1)
+            nursery.cancel_scope.cancel()
+        assert not services.started
+        assert store.put_listener is None
+    finally:
+        store.close()
+
+
+async def test_sync_flush_put_returns_after_flush(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    store = open_store(small_config(flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    services = StoreServices(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            for i in range(5):
+                r = await services.put_messages([make_msg(body=b"x" * 100 * i)] * 3)
+                assert r.status is PutStatus.PUT_OK
+                assert store.flushed_offset >= r.end_offset
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_group_commit_many_concurrent_sync_puts(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    store = open_store(small_config(flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    services = StoreServices(store)
+    results = []
+
+    async def producer(n: int) -> None:
+        for j in range(5):
+            r = await services.put_message(make_msg(body=b"%d-%d" % (n, j), queue_id=n % 4))
+            assert store.flushed_offset >= r.end_offset
+            results.append(r)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            with trio.fail_after(DEADLINE_S):
+                async with trio.open_nursery() as producers:
+                    for n in range(40):
+                        producers.start_soon(producer, n)
+            nursery.cancel_scope.cancel()
+        assert len(results) == 200
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        assert len({r.phys_offsets[0] for r in results}) == 200
+        assert store.flushed_offset == store.commitlog.max_offset
+        assert sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 200
+    finally:
+        store.close()
+
+
+async def test_async_flush_put_does_not_wait(small_config: Callable[..., StoreConfig]) -> None:
+    cfg = small_config(flush_interval_commit_log=600_000)
+    store = open_store(cfg)
+    services = StoreServices(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            r = await services.put_message(make_msg())
+            assert r.status is PutStatus.PUT_OK
+            assert store.flushed_offset < r.end_offset  # acknowledged from the page cache
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    assert store.flushed_offset == r.end_offset  # close() flushes
+
+
+async def test_async_flush_loops_run_on_interval(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    cfg = small_config(flush_interval_commit_log=20, flush_interval_consume_queue=20)
+    store = open_store(cfg)
+    services = StoreServices(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            ends = []
+            for _ in range(3):
+                r = await services.put_message(make_msg(keys="k"))
+                ends.append(r.end_offset)
+                await wait_until(lambda e=r.end_offset: store.flushed_offset >= e)
+            await wait_until(lambda: store.checkpoint.dispatched_phy_offset >= ends[-1])
+            assert store.checkpoint.master_flushed_offset >= ends[-1]
+            assert store.checkpoint.physic_msg_timestamp > 0
+            assert store.checkpoint.logics_msg_timestamp > 0
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_sync_flush_times_out_without_a_flush_loop(
+    small_config: Callable[..., StoreConfig], autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = small_config(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=5000)
+    store = open_store(cfg)
+    services = StoreServices(store)  # run() never started: nothing flushes
+    try:
+        start = trio.current_time()
+        r = await services.put_message(make_msg())
+        assert r.status is PutStatus.FLUSH_DISK_TIMEOUT
+        assert r.status.ok  # stored all the same
+        assert trio.current_time() - start == pytest.approx(5.0)
+        assert store.commitlog.max_offset == r.end_offset
+    finally:
+        store.close()
+
+
+async def test_refused_put_is_returned_as_is(small_config: Callable[..., StoreConfig]) -> None:
+    store = open_store(small_config(flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    services = StoreServices(store)
+    try:
+        r = await services.put_message(make_msg("bad topic"))
+        assert r.status is PutStatus.MESSAGE_ILLEGAL
+    finally:
+        store.close()
+
+
+async def test_cancellation_stops_loops_and_close_is_clean(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    cfg = small_config()
+    store = open_store(cfg)
+    services = StoreServices(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(services.run)
+        for i in range(20):
+            await services.put_message(make_msg(body=b"%d" % i))
+        nursery.cancel_scope.cancel()
+    assert not services.started
+    assert store.put_listener is None
+    assert store.dispatch_behind == 0  # the reput loop drained on its way out
+    assert store.get_max_offset_in_queue(TOPIC, 0) == 20
+    assert cfg.abort_path.exists()
+    store.close()
+    assert not cfg.abort_path.exists()
+    reopened = open_store(cfg)
+    try:
+        assert reopened.last_exit_ok
+        assert reopened.get_max_offset_in_queue(TOPIC, 0) == 20
+    finally:
+        reopened.close()
