@@ -10,6 +10,7 @@ Rules: ``h = 31*h + c`` over the UTF-16 code units of the string, wrapping to a 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import mul
 
 import numpy as np
 import numpy.typing as npt
@@ -20,15 +21,27 @@ _INT_MIN = -(2**31)
 
 def java_string_hash(s: str) -> int:
     """Return Java's ``s.hashCode()`` as a signed 32-bit int."""
-    h = 0
     if s.isascii():
-        for b in s.encode("ascii"):
-            h = (31 * h + b) & _MASK32
+        units: bytes | list[int] = s.encode("ascii")
     else:
         data = s.encode("utf-16-be")
-        for i in range(0, len(data), 2):
-            h = (31 * h + ((data[i] << 8) | data[i + 1])) & _MASK32
+        units = [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
+    # sum(c_i * 31**(n-1-i)) mod 2**32, with the products and the sum done in C
+    h = sum(map(mul, units, _powers_desc(len(units)))) & _MASK32
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+_POWERS_DESC: dict[int, tuple[int, ...]] = {}
+
+
+def _powers_desc(n: int) -> tuple[int, ...]:
+    """``(31**(n-1), ..., 31, 1)`` modulo 2**32, cached per length."""
+    p = _POWERS_DESC.get(n)
+    if p is None:
+        p = tuple(pow(31, n - 1 - i, 1 << 32) for i in range(n))
+        if len(_POWERS_DESC) < 4096:
+            _POWERS_DESC[n] = p
+    return p
 
 
 def index_key_hash(key: str) -> int:

@@ -15,7 +15,6 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from common.message import MessageConst, MessageSysFlag
@@ -26,9 +25,7 @@ from common.record import (
     MAGIC_CODE_V1,
     MAX_PROPERTIES_LENGTH,
     MessageRecord,
-    body_crc,
     encode_blank,
-    encode_properties,
     header_for,
     pack_host,
 )
@@ -45,17 +42,14 @@ _SHORT = struct.Struct(">h")
 _SYSFLAG = struct.Struct(">i")
 
 
-@dataclass(slots=True)
-class _Encoded:
-    """A message validated and encoded except for the fields assigned inside the lock."""
+_HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_TX_MASK = MessageSysFlag.TRANSACTION_MASK
+_TX_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
+_new_tuple = tuple.__new__
 
-    msg: MessageRecord
-    tail: bytes
-    crc: int
-    total: int
-    sys_flag: int
-    tags_code: int
-    queue_key: tuple[str, int] | None
+# A message validated and encoded except for what is assigned inside the lock:
+# (message, tail bytes, body crc, total size, sys flag, tags code, (topic, queue) or None)
+_Encoded = tuple[MessageRecord, bytes, int, int, int, int, "tuple[str, int] | None"]
 
 
 class CommitLog:
@@ -70,46 +64,59 @@ class CommitLog:
         self.pending_dispatch: list[DispatchRequest] = []
         self.last_store_timestamp = 0
         self.lock = threading.Lock()
-        self._valid_topics: set[str] = set()
+        self._topic_prefix: dict[str, bytes] = {}  # validated topic -> length byte + UTF-8
 
     # -- validation and encoding (outside the lock) ----------------------------------------
-    def _encode(self, msg: MessageRecord) -> _Encoded | tuple[PutStatus, str]:
-        topic = msg.topic
-        if topic not in self._valid_topics:
-            problem = self._topic_problem(topic)
-            if problem:
-                return PutStatus.MESSAGE_ILLEGAL, problem
-            if len(self._valid_topics) < 100_000:
-                self._valid_topics.add(topic)
-        body = msg.body
-        if len(body) > self.config.max_message_size:
-            return (
-                PutStatus.MESSAGE_ILLEGAL,
-                f"body of {len(body)} bytes exceeds {self.config.max_message_size}",
-            )
-        props = encode_properties(msg.properties)
-        if len(props) > MAX_PROPERTIES_LENGTH:
-            return (
-                PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                f"properties take {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}",
-            )
-        if len(msg.born_host) != 8:
-            return PutStatus.MESSAGE_ILLEGAL, "only IPv4 born hosts are supported"
-        topic_b = topic.encode()
-        tail = b"".join((body, bytes((len(topic_b),)), topic_b, _SHORT.pack(len(props)), props))
-        sys_flag = msg.sys_flag & ~(
-            MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-        )
-        consumable = MessageSysFlag.is_consumable(sys_flag)
-        return _Encoded(
-            msg,
-            tail,
-            body_crc(body),
-            HEADER_V4.size + len(tail),
-            sys_flag,
-            tags_code(msg.properties.get(MessageConst.TAGS)),
-            (topic, msg.queue_id) if consumable else None,
-        )
+    def _encode_all(self, msgs: Sequence[MessageRecord]) -> list[_Encoded] | PutResult:
+        """Validate and pre-encode a batch in one pass; a PutResult says why it was refused."""
+        max_body = self.config.max_message_size
+        topic_prefix = self._topic_prefix
+        crc32 = zlib.crc32
+        pack_short = _SHORT.pack
+        out: list[_Encoded] = []
+        for m in msgs:
+            topic = m.topic
+            prefix = topic_prefix.get(topic)
+            if prefix is None:
+                problem = self._topic_problem(topic)
+                if problem:
+                    return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=problem)
+                prefix = self._remember_topic(topic)
+            body = m.body
+            if len(body) > max_body:
+                return PutResult(
+                    PutStatus.MESSAGE_ILLEGAL,
+                    remark=f"body of {len(body)} bytes exceeds {max_body}",
+                )
+            props = m.properties
+            if props:
+                raw = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+                if len(raw) > MAX_PROPERTIES_LENGTH:
+                    return PutResult(
+                        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                        remark=f"properties take {len(raw)} bytes, more than "
+                        f"{MAX_PROPERTIES_LENGTH}",
+                    )
+                tag = props.get(MessageConst.TAGS)
+                code = tags_code(tag) if tag else 0
+            else:
+                raw = b""
+                code = 0
+            if len(m.born_host) != 8:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="born host must be IPv4")
+            tail = b"".join((body, prefix, pack_short(len(raw)), raw))
+            sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
+            tx = sys_flag & _TX_MASK
+            key = (topic, m.queue_id) if tx == 0 or tx == _TX_COMMIT else None
+            out.append((m, tail, crc32(body) & 0x7FFFFFFF, 88 + len(tail), sys_flag, code, key))
+        return out
+
+    def _remember_topic(self, topic: str) -> bytes:
+        encoded = topic.encode()
+        prefix = bytes((len(encoded),)) + encoded
+        if len(self._topic_prefix) < 100_000:
+            self._topic_prefix[topic] = prefix
+        return prefix
 
     def _topic_problem(self, topic: str) -> str:
         if not topic:
@@ -123,13 +130,10 @@ class CommitLog:
     # -- append (one lock hold) ------------------------------------------------------------
     def append(self, msgs: Sequence[MessageRecord]) -> PutResult:
         """Validate, encode and append ``msgs`` as one atomic batch."""
-        encoded: list[_Encoded] = []
-        for msg in msgs:
-            enc = self._encode(msg)
-            if isinstance(enc, tuple):
-                return PutResult(enc[0], remark=enc[1])
-            encoded.append(enc)
-        batch_size = sum(e.total for e in encoded)
+        encoded = self._encode_all(msgs)
+        if isinstance(encoded, PutResult):
+            return encoded
+        batch_size = sum([e[3] for e in encoded])
         if batch_size + END_FILE_MIN_BLANK_LENGTH > self.queue.file_size:
             return PutResult(
                 PutStatus.MESSAGE_ILLEGAL,
@@ -154,59 +158,38 @@ class CommitLog:
 
     def _write(self, mf, encoded: list[_Encoded], batch_size: int) -> PutResult:  # type: ignore[no-untyped-def]
         now = self.clock_ms()
-        base = mf.file_from_offset + mf.wrote_position
-        phys = base
+        phys = mf.file_from_offset + mf.wrote_position
         table = self.topic_queue_table
         store_host = self.store_host
         pack = HEADER_V4.pack
         parts: list[bytes] = []
         phys_offsets: list[int] = []
         queue_offsets: list[int] = []
-        dispatch = self.pending_dispatch
-        for e in encoded:
-            key = e.queue_key
+        dispatch = self.pending_dispatch.append
+        for m, tail, crc, total, sys_flag, code, key in encoded:
             if key is not None:
                 qoff = table.get(key, 0)
                 table[key] = qoff + 1
             else:
                 qoff = 0
-            m = e.msg
+            body = m.body
             parts.append(
                 pack(
-                    e.total,
-                    MAGIC_CODE_V1,
-                    e.crc,
-                    m.queue_id,
-                    m.flag,
-                    qoff,
-                    phys,
-                    e.sys_flag,
-                    m.born_timestamp,
-                    m.born_host,
-                    now,
-                    store_host,
-                    m.reconsume_times,
-                    m.prepared_transaction_offset,
-                    len(m.body),
+                    total, MAGIC_CODE_V1, crc, m.queue_id, m.flag, qoff, phys, sys_flag,
+                    m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
+                    m.prepared_transaction_offset, len(body),
                 )
-            )
-            parts.append(e.tail)
-            dispatch.append(
-                DispatchRequest(
-                    m.topic,
-                    m.queue_id,
-                    phys,
-                    e.total,
-                    e.tags_code,
-                    now,
-                    qoff,
-                    e.sys_flag,
-                    m.properties,
+            )  # fmt: skip
+            parts.append(tail)
+            dispatch(
+                _new_tuple(
+                    DispatchRequest,
+                    (m.topic, m.queue_id, phys, total, code, now, qoff, sys_flag, m.properties),
                 )
             )
             phys_offsets.append(phys)
             queue_offsets.append(qoff)
-            phys += e.total
+            phys += total
         mf.append(b"".join(parts))
         self.last_store_timestamp = now
         return PutResult(PutStatus.PUT_OK, phys_offsets, queue_offsets, now, batch_size, phys)

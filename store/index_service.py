@@ -15,6 +15,9 @@ from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
 from store.index_file import IndexFile, index_file_size
 
+SMALL_BATCH = 24
+"""At or below this many keys a dispatch indexes in pure Python; above it, in numpy."""
+
 
 def timestamp_file_name(ms: int) -> str:
     """RocketMQ's ``timeMillisToHumanString``: ``yyyyMMddHHmmssSSS`` in local time."""
@@ -69,8 +72,9 @@ class IndexService:
         phys: list[int] = []
         stamps: list[int] = []
         rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        mask = MessageSysFlag.TRANSACTION_MASK
         for r in requests:
-            if r.phys_offset < floor or r.sys_flag & MessageSysFlag.TRANSACTION_MASK == rollback:
+            if r.phys_offset < floor or r.sys_flag & mask == rollback:
                 continue
             record_keys = r.index_keys()
             if r.phys_offset == floor:
@@ -78,22 +82,32 @@ class IndexService:
                 # crash or a full disk came before the second): add only what is missing
                 depth = len(record_keys) + 1
                 record_keys = [k for k in record_keys if not self._has_entry(k, floor, depth)]
-            for key in record_keys:
-                keys.append(key)
-                phys.append(r.phys_offset)
-                stamps.append(r.store_timestamp)
-        if keys:
-            hashes = index_key_hashes(keys)
-            phy_arr = np.array(phys, dtype=np.int64)
-            ts_arr = np.array(stamps, dtype=np.int64)
-            done = 0
-            while done < len(keys):
-                f = self._writable_file()
-                done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
+            keys += record_keys
+            phys += [r.phys_offset] * len(record_keys)
+            stamps += [r.store_timestamp] * len(record_keys)
+        if len(keys) <= SMALL_BATCH:
+            self._put_keys([index_key_hash(k) for k in keys], phys, stamps)
+        else:
+            self._put_batch(keys, phys, stamps)
         if requests and requests[-1].phys_offset > self.indexed_up_to:
             # keyless records count as indexed too, so recovery need not rescan them
             last = requests[-1]
             self._writable_file().mark_covered(last.phys_offset, last.store_timestamp)
+
+    def _put_keys(self, hashes: list[int], phys: list[int], stamps: list[int]) -> None:
+        done = 0
+        while done < len(hashes):
+            f = self._writable_file()
+            done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
+
+    def _put_batch(self, keys: list[str], phys: list[int], stamps: list[int]) -> None:
+        hashes = index_key_hashes(keys)
+        phy_arr = np.array(phys, dtype=np.int64)
+        ts_arr = np.array(stamps, dtype=np.int64)
+        done = 0
+        while done < len(keys):
+            f = self._writable_file()
+            done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
 
     def _has_entry(self, key: str, phys: int, depth: int) -> bool:
         """True when one of the two newest files maps ``key`` to ``phys`` (the newest record)."""

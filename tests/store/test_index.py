@@ -252,9 +252,16 @@ batches = st.lists(st.lists(entries, min_size=0, max_size=12), max_size=8)
     end_ts=st.integers(0, 2**42) | st.just(0),
     batches=batches,
 )
+@pytest.mark.parametrize("path", ["numpy", "python"])
 def test_put_batch_matches_reference_put_key(
-    slots: int, num: int, end_phy: int, end_ts: int, batches: list[list[tuple[int, int, int]]]
+    path: str,
+    slots: int,
+    num: int,
+    end_phy: int,
+    end_ts: int,
+    batches: list[list[tuple[int, int, int]]],
 ) -> None:
+    """Both insert paths (numpy put_batch, pure-Python put_keys) write RocketMQ's bytes."""
     ref = ReferenceIndex(slots, num, end_phy, end_ts)
     with tempfile.TemporaryDirectory() as d:
         f = IndexFile(
@@ -268,8 +275,12 @@ def test_put_batch_matches_reference_put_key(
         try:
             for batch in batches:
                 expected = sum(ref.put_key(h, p, t) for h, p, t in batch)
-                hs, ps, ts = (arr([e[i] for e in batch]) for i in range(3))
-                assert f.put_batch(hs, ps, ts) == expected
+                if path == "numpy":
+                    hs, ps, ts = (arr([e[i] for e in batch]) for i in range(3))
+                    assert f.put_batch(hs, ps, ts) == expected
+                else:
+                    hl, pl, tl = ([e[i] for e in batch] for i in range(3))
+                    assert f.put_keys(hl, pl, tl) == expected
                 assert f.file.mm[:] == bytes(ref.buf)
         finally:
             f.close()
