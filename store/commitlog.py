@@ -34,7 +34,7 @@ from store.dispatch_request import DispatchRequest
 from store.errors import MappedFileCreateError
 from store.mapped_file_queue import MappedFileQueue
 from store.status import PutResult, PutStatus
-from store.tags import tags_code
+from store.tags import TAGS_CODE_CACHE, tags_code
 
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _SIZE_MAGIC = struct.Struct(">ii")
@@ -73,6 +73,7 @@ class CommitLog:
         topic_prefix = self._topic_prefix
         crc32 = zlib.crc32
         pack_short = _SHORT.pack
+        tag_cache = TAGS_CODE_CACHE
         out: list[_Encoded] = []
         for m in msgs:
             topic = m.topic
@@ -98,7 +99,7 @@ class CommitLog:
                         f"{MAX_PROPERTIES_LENGTH}",
                     )
                 tag = props.get(MessageConst.TAGS)
-                code = tags_code(tag) if tag else 0
+                code = (tag_cache.get(tag) or tags_code(tag)) if tag else 0
             else:
                 raw = b""
                 code = 0

@@ -125,7 +125,8 @@ class ConsumeQueue:
             if self.queue.files and not allow_gap:
                 raise ConsumeQueueGapError(self.topic, self.queue_id, expected, first)
             self._restart_at(first)
-        data = b"".join([UNIT.pack(r.phys_offset, r.size, r.tags_code) for r in requests[skip:]])
+        pack = UNIT.pack  # fields 2, 3, 4: phys_offset, size, tags_code
+        data = b"".join([pack(r[2], r[3], r[4]) for r in requests[skip:]])
         self._append_bytes(data)
         last = requests[-1]
         self.max_physic_offset = last.phys_offset + last.size

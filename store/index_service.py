@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from common.hashing import index_key_hash, index_key_hashes
-from common.message import MessageSysFlag
+from common.message import MessageConst, MessageSysFlag
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
 from store.index_file import IndexFile, index_file_size
@@ -73,18 +73,30 @@ class IndexService:
         stamps: list[int] = []
         rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         mask = MessageSysFlag.TRANSACTION_MASK
+        uniq_key, keys_key, sep = (
+            MessageConst.UNIQ_KEY,
+            MessageConst.KEYS,
+            MessageConst.KEY_SEPARATOR,
+        )
         for r in requests:
-            if r.phys_offset < floor or r.sys_flag & mask == rollback:
+            phys_offset = r[2]
+            if phys_offset <= floor or r[7] & mask == rollback:
+                if phys_offset == floor:
+                    self._complete_newest(r, keys, phys, stamps)
                 continue
-            record_keys = r.index_keys()
-            if r.phys_offset == floor:
-                # the newest indexed record may be cut short (its keys straddled two files and a
-                # crash or a full disk came before the second): add only what is missing
-                depth = len(record_keys) + 1
-                record_keys = [k for k in record_keys if not self._has_entry(k, floor, depth)]
-            keys += record_keys
-            phys += [r.phys_offset] * len(record_keys)
-            stamps += [r.store_timestamp] * len(record_keys)
+            props = r[8]
+            uniq = props.get(uniq_key)
+            if uniq:
+                keys.append(f"{r[0]}#{uniq}")
+                phys.append(phys_offset)
+                stamps.append(r[5])
+            raw = props.get(keys_key)
+            if raw:
+                for k in raw.split(sep) if sep in raw else (raw,):
+                    if k:
+                        keys.append(f"{r[0]}#{k}")
+                        phys.append(phys_offset)
+                        stamps.append(r[5])
         if len(keys) <= SMALL_BATCH:
             self._put_keys([index_key_hash(k) for k in keys], phys, stamps)
         else:
@@ -108,6 +120,24 @@ class IndexService:
         while done < len(keys):
             f = self._writable_file()
             done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
+
+    def _complete_newest(
+        self, r: DispatchRequest, keys: list[str], phys: list[int], stamps: list[int]
+    ) -> None:
+        """Offer the keys the newest indexed record may lack.
+
+        Its keys may have straddled two index files with a crash or a full disk before the
+        second: only the missing ones are added.
+        """
+        if r.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            return
+        record_keys = r.index_keys()
+        depth = len(record_keys) + 1
+        for k in record_keys:
+            if not self._has_entry(k, r.phys_offset, depth):
+                keys.append(k)
+                phys.append(r.phys_offset)
+                stamps.append(r.store_timestamp)
 
     def _has_entry(self, key: str, phys: int, depth: int) -> bool:
         """True when one of the two newest files maps ``key`` to ``phys`` (the newest record)."""

@@ -232,9 +232,11 @@ class MessageStore:
     def dispatch(self, requests: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
         """Write ``requests`` (commitlog order) into consume queues and the index."""
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
+        mask, commit = MessageSysFlag.TRANSACTION_MASK, MessageSysFlag.TRANSACTION_COMMIT_TYPE
         for r in requests:
-            if MessageSysFlag.is_consumable(r.sys_flag):
-                key = (r.topic, r.queue_id)
+            tx = r[7] & mask  # sys_flag: only plain and committed messages are consumable
+            if tx == 0 or tx == commit:
+                key = (r[0], r[1])  # (topic, queue_id)
                 group = groups.get(key)
                 if group is None:
                     groups[key] = group = []

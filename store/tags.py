@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from common.hashing import java_string_hash
 
-_CACHE: dict[str, int] = {}
-_CACHE_MAX = 65_536
+TAGS_CODE_CACHE: dict[str, int] = {}
+TAGS_CODE_CACHE_MAX = 65_536
 
 
 def tags_code(tags: str | None) -> int:
     """RocketMQ's ``tagsString2tagsCode``: Java ``hashCode`` of the tag, 0 without one."""
     if not tags:
         return 0
-    code = _CACHE.get(tags)
+    code = TAGS_CODE_CACHE.get(tags)
     if code is None:
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.clear()
-        code = _CACHE[tags] = java_string_hash(tags)
+        if len(TAGS_CODE_CACHE) >= TAGS_CODE_CACHE_MAX:
+            TAGS_CODE_CACHE.clear()
+        code = TAGS_CODE_CACHE[tags] = java_string_hash(tags)
     return code
