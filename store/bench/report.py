@@ -296,6 +296,7 @@ def backlog_table(runs: Sequence[BacklogResult], summary: Summary) -> Table:
         "peak MiB",
         "after MiB",
         "after gc MiB",
+        "growth MiB",
         "max pending",
     )
     for col in cols:
@@ -308,6 +309,7 @@ def backlog_table(runs: Sequence[BacklogResult], summary: Summary) -> Table:
             f"{r.rss_anon_peak / MIB:.1f}",
             f"{r.rss_anon_after / MIB:.1f}",
             f"{r.rss_anon_after_gc / MIB:.1f}",
+            f"{(r.rss_anon_peak - r.rss_anon_start) / MIB:.1f}",
             f"{r.max_pending_dispatch:,}",
         )
     return t
@@ -315,4 +317,6 @@ def backlog_table(runs: Sequence[BacklogResult], summary: Summary) -> Table:
 
 def machine_line(m: MachineInfo) -> str:
     """One line describing the machine."""
-    return f"{m.date} · {m.nproc} CPUs · {m.cpu_model} · {m.python} · {m.platform}"
+    return (
+        f"{m.date} · commit {m.commit} · {m.nproc} CPUs · {m.cpu_model} · {m.python} · {m.platform}"
+    )

@@ -581,8 +581,8 @@ def _prepare_crash(cfg: StoreConfig, variant: RecoverVariant, end: int) -> int:
     finally:
         cp.close()
     if variant == "crash-rebuild":
-        shutil.rmtree(cfg.consume_queue_dir)
-        shutil.rmtree(cfg.index_dir)
+        shutil.rmtree(cfg.consume_queue_dir, ignore_errors=True)
+        shutil.rmtree(cfg.index_dir, ignore_errors=True)
     start = dispatched - dispatched % cfg.mapped_file_size_commit_log
     return max(0, end - start)
 
@@ -627,6 +627,7 @@ class BacklogResult:
                 "peak": round(self.rss_anon_peak / mib, 1),
                 "after": round(self.rss_anon_after / mib, 1),
                 "after_gc": round(self.rss_anon_after_gc / mib, 1),
+                "growth": round((self.rss_anon_peak - self.rss_anon_start) / mib, 1),
             },
             "max_pending_dispatch": self.max_pending_dispatch,
             "samples_mib": [(n, round(b / mib, 1)) for n, b in self.samples],

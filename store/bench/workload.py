@@ -12,6 +12,7 @@ import contextlib
 import os
 import platform
 import shutil
+import subprocess
 import tempfile
 import time
 from array import array
@@ -241,6 +242,7 @@ class MachineInfo:
     cpu_model: str
     python: str
     platform: str
+    commit: str
 
     @classmethod
     def current(cls) -> MachineInfo:
@@ -257,4 +259,34 @@ class MachineInfo:
             cpu_model=model,
             python=f"{platform.python_implementation()} {platform.python_version()}",
             platform=platform.platform(),
+            commit=source_commit(),
         )
+
+
+_NOT_BENCH = ":(exclude)store/bench"
+
+
+def source_commit() -> str:
+    """The git commit of the code measured; ``-dirty`` when store/ or common/ has local changes.
+
+    The benchmark's own package (store/bench) does not count.
+    """
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--", "store", "common", _NOT_BENCH],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
