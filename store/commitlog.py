@@ -245,14 +245,14 @@ class CommitLog:
     # -- recovery --------------------------------------------------------------------------
     def set_end(self, offset: int) -> None:
         """Make ``offset`` the end of the log: later bytes and files are discarded."""
-        self.queue.truncate_dirty(offset, zero=not self._clean_end(offset))
+        self.queue.truncate_dirty(offset, zero=not self.is_clean_end(offset))
         # Files before the end are complete: their wrote position is the file size.
         for mf in self.queue.files[:-1]:
             mf.wrote_position = mf.file_size
         for mf in self.queue.files:
             mf.flushed_position = mf.wrote_position
 
-    def _clean_end(self, offset: int) -> bool:
+    def is_clean_end(self, offset: int) -> bool:
         """True when the bytes after ``offset`` in its file are still zero (nothing torn there)."""
         mf = self.queue.find(offset)
         if mf is None:

@@ -68,6 +68,8 @@ class MessageStore:
         self.running = False
         self.disk_full = False
         self.last_exit_ok = True
+        self.recovered_range = (0, 0)
+        """Commitlog range the last recovery walked (verified and re-dispatched)."""
         self._dispatch_lock = threading.Lock()
         self._lock_fd = -1
 

@@ -57,8 +57,10 @@ def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
         end = _redispatch(store, start, allow_gap=False)
     except ConsumeQueueGapError as gap:
         log.warning("consume queue hole (%s); re-dispatching the whole commitlog", gap)
+        start = first
         end = _redispatch(store, first, allow_gap=True)
     _finish(store, end)
+    store.recovered_range = (start, end)
 
 
 def _recover_consume_queues(store: MessageStore) -> bool:
@@ -97,18 +99,26 @@ def _verify_last_unit(store: MessageStore, cq: ConsumeQueue) -> None:
 
 
 def _dispatch_start(store: MessageStore) -> int:
-    """Start of the file holding the checkpoint's dispatched offset, as far as it is confirmed.
+    """The record to re-dispatch from: the oldest point any durable state vouches for.
 
-    The checkpoint is not trusted past the newest consume-queue unit or past the newest index
-    entry (a damaged checkpoint, or index files deleted, would otherwise skip records), nor past
-    the start of the last commitlog file.
+    That is the lowest of the checkpoint's dispatched and flushed offsets, the newest
+    consume-queue unit and the newest index entry (so a damaged checkpoint, or deleted queue or
+    index files, cannot make recovery skip records). All are record boundaries; if the bytes
+    there are neither a valid record nor the clean end of the log, the walk starts at the
+    beginning of that commitlog file instead.
     """
     cl = store.commitlog
+    cp = store.checkpoint
     newest_unit = max((cq.max_physic_offset for cq in store.consume_queues()), default=-1)
-    target = min(store.checkpoint.dispatched_phy_offset, newest_unit)
+    target = min(cp.dispatched_phy_offset, cp.master_flushed_offset, newest_unit)
     if store.config.message_index_enable:
         target = min(target, store.index.indexed_up_to)
-    target = max(cl.min_offset, min(target, cl.queue.files[-1].file_from_offset))
+    target = max(cl.min_offset, target)
+    if cl.queue.find(target) is None:
+        return cl.queue.file_start(min(target, cl.queue.files[-1].file_from_offset))
+    first = next(scan_records(cl, target, check_crc=store.config.check_crc_on_recover))
+    if isinstance(first, ScannedRecord) or cl.is_clean_end(target):
+        return target
     return cl.queue.file_start(target)
 
 

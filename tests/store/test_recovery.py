@@ -328,6 +328,7 @@ def test_record_in_an_older_file_is_not_rescanned(live: Live, tmp_path: Path) ->
     sees it (tools can report it; the store keeps serving the other records).
     """
     store, work = live
+    store.flush_commitlog()  # what the services do: flushed and dispatched state checkpointed
     store.flush_logics()
     victim = work.stored[10]
     cfg = crash_copy(store, tmp_path / "copy")
@@ -467,6 +468,7 @@ def test_idle_queue_losing_files_with_recent_checkpoint(
     try:
         work.put(store, 400, topics=("OrderTopic",))
         work.put(store, 1500, topics=("PayTopic",))  # OrderTopic goes idle for several files
+        store.flush_commitlog()
         store.flush_logics()
         cfg = crash_copy(store, tmp_path / "copy")
     finally:
@@ -642,3 +644,29 @@ def test_rolling_small_files_with_a_torn_tail(tmp_path: Path, clock: ManualClock
     with MessageStore(cfg, clock_ms=clock) as s:
         assert check_store(s) == []
         verify_contents(s, work.stored)
+
+
+def test_recovery_walks_only_past_the_checkpoint(tmp_path: Path, clock: ManualClock) -> None:
+    """A clean reopen walks nothing; a crash walks from what the checkpoint vouches for on."""
+    store = MessageStore(small_store_config(tmp_path / "live"), clock_ms=clock).open()
+    work = Workload(clock)
+    try:
+        work.put(store, 600)
+        store.flush_commitlog()
+        store.flush_logics()
+        checkpointed = store.reput_offset
+        assert checkpointed > 4 * store.config.mapped_file_size_commit_log // 2
+        work.put(store, 50)  # after the checkpoint: must be verified again after a crash
+        cfg = crash_copy(store, tmp_path / "copy")
+        end = store.reput_offset
+    finally:
+        store.close()
+    with MessageStore(store.config, clock_ms=clock) as clean:
+        start, stop = clean.recovered_range
+        newest = work.stored[-1].phys  # re-walked: its keys may straddle two index files
+        assert (start, stop) == (newest, end)
+    crashed = reopen_and_verify(cfg, clock, work, None)
+    try:
+        assert crashed.recovered_range == (checkpointed, end)
+    finally:
+        crashed.close()
