@@ -210,13 +210,22 @@ class IndexFile:
             self._write_header()
 
     def _time_diffs(self, ts: npt.NDArray[np.int64], first_idx: int) -> npt.NDArray[np.int64]:
-        begin = np.full(len(ts), self.begin_timestamp, dtype=np.int64)
+        """Seconds since the file's begin timestamp, clamped to [0, INT_MAX] (0 without one).
+
+        RocketMQ sets the begin timestamp after a file's first put, so in a batch that starts a
+        file the later entries count from the first entry's time.
+        """
+        begin = self.begin_timestamp
         if first_idx <= 1:
-            # RocketMQ sets begin after the first put of a file: later entries use it.
-            begin[1:] = ts[0]
-        diffs = (ts - begin) // 1000
-        diffs[begin <= 0] = 0
-        return np.clip(diffs, 0, INT_MAX)
+            first = int(ts[0])
+            diffs = (ts - first) // 1000 if first > 0 else np.zeros(len(ts), dtype=np.int64)
+            diffs[0] = (first - begin) // 1000 if begin > 0 else 0
+        elif begin > 0:
+            diffs = (ts - begin) // 1000
+        else:
+            return np.zeros(len(ts), dtype=np.int64)
+        np.maximum(diffs, 0, out=diffs)
+        return np.minimum(diffs, INT_MAX, out=diffs)
 
     def repair_tail(self) -> int:
         """Re-link entries of a batch whose slot updates a crash cut short; return how many."""
