@@ -28,6 +28,7 @@ from common.record import decode_properties
 from store.commitlog import ScannedRecord, scan_records
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueGapError
 from store.dispatch_request import DispatchRequest
+from store.recovery_scan import verify_until
 from store.tags import tags_code
 
 if TYPE_CHECKING:
@@ -122,10 +123,22 @@ def _dispatch_start(store: MessageStore) -> int:
     return cl.queue.file_start(target)
 
 
+def _covered_until(store: MessageStore) -> int:
+    """Commitlog offset below which every consume queue and the index hold every record."""
+    floor = store.index.indexed_up_to if store.config.message_index_enable else 1 << 62
+    for cq in store.consume_queues():
+        floor = min(floor, cq.max_physic_offset)
+    return floor
+
+
 def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
     """Walk from ``start``, dispatching what is missing; return the end of the valid log."""
     check_crc = store.config.check_crc_on_recover
     index_floor = store.index.indexed_up_to if store.config.message_index_enable else 1 << 62
+    covered = _covered_until(store) if not allow_gap else -1
+    if covered > start:
+        # nothing below ``covered`` needs dispatch: verify that stretch in bulk
+        start = verify_until(store.commitlog, start, covered, check_crc=check_crc)
     batch: list[DispatchRequest] = []
     seen: set[tuple[str, int]] = set()
     end = start
