@@ -76,9 +76,16 @@ _POW31 = _Pow31()
 
 def java_string_hashes(strings: Sequence[str]) -> npt.NDArray[np.int32]:
     """Return ``[s.hashCode() for s in strings]`` as an int32 array, computed in one numpy pass."""
+    return _hashes_and_lengths(strings)[0].view(np.int32)
+
+
+def _hashes_and_lengths(
+    strings: Sequence[str],
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
+    """Unsigned 32-bit hash codes and UTF-16 lengths of ``strings``."""
     n = len(strings)
     if n == 0:
-        return np.zeros(0, dtype=np.int32)
+        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
     joined = "".join(strings)
     if joined.isascii():
         units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint32)
@@ -92,18 +99,48 @@ def java_string_hashes(strings: Sequence[str]) -> npt.NDArray[np.int32]:
     total = int(ends[-1])
     out = np.zeros(n, dtype=np.uint32)
     if total == 0:
-        return out.view(np.int32)
+        return out, lengths
     exponent = np.repeat(ends - 1, lengths) - np.arange(total, dtype=np.int64)
-    terms = units * _POW31.upto(int(lengths.max()))[exponent]
+    terms = units * _POW31.upto(int(lengths.max()) + 1)[exponent]
     nonempty = lengths > 0
     starts = (ends - lengths)[nonempty]
     out[nonempty] = np.add.reduceat(terms, starts, dtype=np.uint32)
-    return out.view(np.int32)
+    return out, lengths
 
 
 def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
     """Batch form of :func:`index_key_hash`, as int64 (always in ``[0, 2**31)``)."""
-    h = java_string_hashes(keys).astype(np.int64)
+    return _abs_hash(java_string_hashes(keys).astype(np.int64))
+
+
+def _abs_hash(h: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     h = np.abs(h)
     h[h == 2**31] = 0
     return h
+
+
+def prefix_hash(prefix: str) -> int:
+    """Unsigned hash code of ``prefix``, for :func:`index_key_hashes_prefixed`."""
+    return java_string_hash(prefix) & _MASK32
+
+
+def index_key_hashes_prefixed(
+    prefix_hashes: Sequence[int], suffixes: Sequence[str]
+) -> npt.NDArray[np.int64]:
+    """``index_key_hashes([p + s ...])`` from each prefix's :func:`prefix_hash`, in numpy.
+
+    ``hash(p + s) = hash(p) * 31**len(s) + hash(s)`` modulo 2**32, so a topic's ``topic#``
+    prefix is hashed once and no ``topic#key`` string is built.
+    """
+    suffix_hash, lengths = _hashes_and_lengths(suffixes)
+    scale = _POW31.upto(int(lengths.max()) + 1 if len(lengths) else 1)[lengths]
+    combined = np.array(prefix_hashes, dtype=np.uint64) * scale + suffix_hash
+    return _abs_hash(combined.astype(np.uint32).view(np.int32).astype(np.int64))
+
+
+def index_key_hash_prefixed(prefix: int, suffix: str) -> int:
+    """Scalar :func:`index_key_hashes_prefixed` for one key."""
+    units = len(suffix) if suffix.isascii() else len(suffix.encode("utf-16-be")) // 2
+    h = (prefix * pow(31, units, 1 << 32) + (java_string_hash(suffix) & _MASK32)) & _MASK32
+    h = h - (1 << 32) if h & 0x80000000 else h
+    return 0 if h == _INT_MIN else abs(h)

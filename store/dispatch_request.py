@@ -20,14 +20,14 @@ class DispatchRequest(NamedTuple):
     sys_flag: int
     properties: dict[str, str]
 
-    def index_keys(self) -> list[str]:
-        """The index keys: ``topic#UNIQ_KEY`` and ``topic#k`` for each of KEYS."""
+    def key_suffixes(self) -> list[str]:
+        """What follows ``topic#`` in each index key: the UNIQ_KEY, then each of KEYS."""
         props = self.properties
-        keys = []
+        out = []
         uniq = props.get(MessageConst.UNIQ_KEY)
         if uniq:
-            keys.append(f"{self.topic}#{uniq}")
+            out.append(uniq)
         raw = props.get(MessageConst.KEYS)
         if raw:
-            keys.extend(f"{self.topic}#{k}" for k in raw.split(MessageConst.KEY_SEPARATOR) if k)
-        return keys
+            out.extend(k for k in raw.split(MessageConst.KEY_SEPARATOR) if k)
+        return out

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from common.hashing import index_key_hash, index_key_hashes
+from common.hashing import (
+    index_key_hash,
+    index_key_hash_prefixed,
+    index_key_hashes_prefixed,
+    prefix_hash,
+)
 from common.message import MessageConst, MessageSysFlag
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
@@ -36,6 +41,7 @@ class IndexService:
         self.files: list[IndexFile] = []
         self.unflushed_full: list[IndexFile] = []
         self.last_full_end_timestamp = 0
+        self._prefix_hashes: dict[str, int] = {}  # topic -> unsigned hash of "topic#"
 
     def load(self, *, last_exit_ok: bool) -> None:
         """Map existing index files; after a crash, re-link the last file's cut-short batch."""
@@ -66,45 +72,64 @@ class IndexService:
 
     # -- building --------------------------------------------------------------------------
     def build_index(self, requests: Sequence[DispatchRequest]) -> None:
-        """Index every key of ``requests`` (commitlog order) not already indexed."""
+        """Index every key of ``requests`` (commitlog order) not already indexed.
+
+        A key is ``topic#suffix``; its hash is combined from the topic's cached prefix hash
+        and the suffix's, so no key string is built.
+        """
         floor = self.indexed_up_to
-        keys: list[str] = []
+        prefixes: list[int] = []
+        suffixes: list[str] = []
         phys: list[int] = []
         stamps: list[int] = []
         rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         mask = MessageSysFlag.TRANSACTION_MASK
-        uniq_key, keys_key, sep = (
-            MessageConst.UNIQ_KEY,
-            MessageConst.KEYS,
-            MessageConst.KEY_SEPARATOR,
-        )
+        uniq_key, keys_key = MessageConst.UNIQ_KEY, MessageConst.KEYS
+        sep = MessageConst.KEY_SEPARATOR
+        topic_prefix = self._prefix_hashes
         for r in requests:
             phys_offset = r[2]
             if phys_offset <= floor or r[7] & mask == rollback:
                 if phys_offset == floor:
-                    self._complete_newest(r, keys, phys, stamps)
+                    self._complete_newest(r, prefixes, suffixes, phys, stamps)
                 continue
             props = r[8]
             uniq = props.get(uniq_key)
+            raw = props.get(keys_key)
+            if not (uniq or raw):
+                continue
+            prefix = topic_prefix.get(r[0])
+            if prefix is None:
+                prefix = self._prefix_hash(r[0])
             if uniq:
-                keys.append(f"{r[0]}#{uniq}")
+                prefixes.append(prefix)
+                suffixes.append(uniq)
                 phys.append(phys_offset)
                 stamps.append(r[5])
-            raw = props.get(keys_key)
             if raw:
                 for k in raw.split(sep) if sep in raw else (raw,):
                     if k:
-                        keys.append(f"{r[0]}#{k}")
+                        prefixes.append(prefix)
+                        suffixes.append(k)
                         phys.append(phys_offset)
                         stamps.append(r[5])
-        if len(keys) <= SMALL_BATCH:
-            self._put_keys([index_key_hash(k) for k in keys], phys, stamps)
+        if len(suffixes) <= SMALL_BATCH:
+            hashes = [
+                index_key_hash_prefixed(p, s) for p, s in zip(prefixes, suffixes, strict=True)
+            ]
+            self._put_keys(hashes, phys, stamps)
         else:
-            self._put_batch(keys, phys, stamps)
+            self._put_batch(index_key_hashes_prefixed(prefixes, suffixes), phys, stamps)
         if requests and requests[-1].phys_offset > self.indexed_up_to:
             # keyless records count as indexed too, so recovery need not rescan them
             last = requests[-1]
             self._writable_file().mark_covered(last.phys_offset, last.store_timestamp)
+
+    def _prefix_hash(self, topic: str) -> int:
+        if len(self._prefix_hashes) >= 100_000:
+            self._prefix_hashes.clear()
+        h = self._prefix_hashes[topic] = prefix_hash(f"{topic}#")
+        return h
 
     def _put_keys(self, hashes: list[int], phys: list[int], stamps: list[int]) -> None:
         done = 0
@@ -112,17 +137,21 @@ class IndexService:
             f = self._writable_file()
             done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
 
-    def _put_batch(self, keys: list[str], phys: list[int], stamps: list[int]) -> None:
-        hashes = index_key_hashes(keys)
+    def _put_batch(self, hashes: np.ndarray, phys: list[int], stamps: list[int]) -> None:
         phy_arr = np.array(phys, dtype=np.int64)
         ts_arr = np.array(stamps, dtype=np.int64)
         done = 0
-        while done < len(keys):
+        while done < len(hashes):
             f = self._writable_file()
             done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
 
     def _complete_newest(
-        self, r: DispatchRequest, keys: list[str], phys: list[int], stamps: list[int]
+        self,
+        r: DispatchRequest,
+        prefixes: list[int],
+        suffixes: list[str],
+        phys: list[int],
+        stamps: list[int],
     ) -> None:
         """Offer the keys the newest indexed record may lack.
 
@@ -131,17 +160,18 @@ class IndexService:
         """
         if r.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
             return
-        record_keys = r.index_keys()
-        depth = len(record_keys) + 1
-        for k in record_keys:
-            if not self._has_entry(k, r.phys_offset, depth):
-                keys.append(k)
+        record_suffixes = r.key_suffixes()
+        prefix = self._prefix_hash(r.topic)
+        depth = len(record_suffixes) + 1
+        for suffix in record_suffixes:
+            if not self._has_entry(index_key_hash_prefixed(prefix, suffix), r.phys_offset, depth):
+                prefixes.append(prefix)
+                suffixes.append(suffix)
                 phys.append(r.phys_offset)
                 stamps.append(r.store_timestamp)
 
-    def _has_entry(self, key: str, phys: int, depth: int) -> bool:
-        """True when one of the two newest files maps ``key`` to ``phys`` (the newest record)."""
-        key_hash = index_key_hash(key)
+    def _has_entry(self, key_hash: int, phys: int, depth: int) -> bool:
+        """True when one of the two newest files maps ``key_hash`` to ``phys``."""
         return any(
             phys in f.select_phy_offsets(key_hash, depth, 0, 2**63 - 1) for f in self.files[-2:]
         )

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.hashing import index_key_hash, index_key_hashes, java_string_hash, java_string_hashes
+from common.hashing import (
+    index_key_hash,
+    index_key_hash_prefixed,
+    index_key_hashes,
+    index_key_hashes_prefixed,
+    java_string_hash,
+    java_string_hashes,
+    prefix_hash,
+)
 
 INT_MIN = -(2**31)
 
@@ -89,3 +97,17 @@ def test_index_key_hash_is_abs_in_range(strings: list[str]) -> None:
         assert 0 <= h < 2**31
         raw = java_string_hash(s)
         assert h == (0 if raw == INT_MIN else abs(raw))
+
+
+@given(
+    prefix=st.text(max_size=20),
+    suffixes=st.lists(st.text(max_size=40), min_size=1, max_size=30),
+)
+def test_prefixed_index_hashes_equal_hashing_the_whole_key(
+    prefix: str, suffixes: list[str]
+) -> None:
+    """hash(p + s) combined from hash(p) and hash(s) equals hashing the joined key."""
+    direct = [index_key_hash(prefix + s) for s in suffixes]
+    ph = prefix_hash(prefix)
+    assert [index_key_hash_prefixed(ph, s) for s in suffixes] == direct
+    assert index_key_hashes_prefixed([ph] * len(suffixes), suffixes).tolist() == direct
