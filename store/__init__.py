@@ -9,7 +9,6 @@ from store.config import FlushDiskType, StoreConfig
 from store.errors import (
     CorruptFileError,
     MappedFileCreateError,
-    StoreClosedError,
     StoreError,
     StoreLockedError,
 )
@@ -28,7 +27,6 @@ __all__ = [
     "PutResult",
     "PutStatus",
     "QueryResult",
-    "StoreClosedError",
     "StoreConfig",
     "StoreError",
     "StoreLockedError",

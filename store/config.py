@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -89,8 +89,3 @@ class StoreConfig:
     def config_dir(self) -> Path:
         """``<root>/config``: the broker's JSON state."""
         return self.store_path_root_dir / "config"
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        """Every setting's name."""
-        return [f.name for f in fields(cls)]

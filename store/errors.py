@@ -38,7 +38,3 @@ class CorruptFileError(StoreError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
-
-
-class StoreClosedError(StoreError):
-    """The store was used after close()."""
