@@ -27,7 +27,7 @@ def java_string_hash(s: str) -> int:
         data = s.encode("utf-16-be")
         units = [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
     # sum(c_i * 31**(n-1-i)) mod 2**32, with the products and the sum done in C
-    h = sum(map(mul, units, _powers_desc(len(units)))) & _MASK32
+    h: int = sum(map(mul, units, _powers_desc(len(units)))) & _MASK32
     return h - (1 << 32) if h & 0x80000000 else h
 
 

@@ -30,6 +30,12 @@ class StoreCheckpoint:
             self.mm = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
+        self.physic_msg_timestamp: int
+        self.logics_msg_timestamp: int
+        self.index_msg_timestamp: int
+        self.master_flushed_offset: int
+        self.confirm_phy_offset: int
+        self.dispatched_phy_offset: int
         (
             self.physic_msg_timestamp,
             self.logics_msg_timestamp,

@@ -32,6 +32,7 @@ from common.record import (
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
 from store.errors import MappedFileCreateError
+from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 from store.status import PutResult, PutStatus
 from store.tags import TAGS_CODE_CACHE, tags_code
@@ -147,7 +148,7 @@ class CommitLog:
                 return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
             return self._write(mf, encoded, batch_size)
 
-    def _file_for(self, batch_size: int):  # type: ignore[no-untyped-def]
+    def _file_for(self, batch_size: int) -> MappedFile:
         mf = self.queue.writable_file()
         if mf.wrote_position + batch_size + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
             nxt = self.queue.create_file(mf.file_from_offset + mf.file_size)
@@ -157,7 +158,7 @@ class CommitLog:
             mf = nxt
         return mf
 
-    def _write(self, mf, encoded: list[_Encoded], batch_size: int) -> PutResult:  # type: ignore[no-untyped-def]
+    def _write(self, mf: MappedFile, encoded: list[_Encoded], batch_size: int) -> PutResult:
         now = self.clock_ms()
         phys = mf.file_from_offset + mf.wrote_position
         table = self.topic_queue_table
@@ -240,7 +241,7 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + 64 > mf.wrote_position:
             return 0
-        return struct.unpack_from(">q", mf.mm, pos + 56)[0]
+        return int(struct.unpack_from(">q", mf.mm, pos + 56)[0])
 
     # -- recovery --------------------------------------------------------------------------
     def set_end(self, offset: int) -> None:
@@ -306,7 +307,7 @@ def scan_records(
     yield offset
 
 
-def _scan_one(mf, pos: int, offset: int, check_crc: bool) -> ScannedRecord | int | None:  # type: ignore[no-untyped-def]
+def _scan_one(mf: MappedFile, pos: int, offset: int, check_crc: bool) -> ScannedRecord | int | None:
     mm = mf.mm
     limit = mf.file_size
     if pos + 8 > limit:

@@ -8,11 +8,13 @@ filler for a queue that starts past zero.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Sequence
 from pathlib import Path
 
 from store.dispatch_request import DispatchRequest
+from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 
 CQ_STORE_UNIT_SIZE = 20
@@ -81,13 +83,13 @@ class ConsumeQueue:
         self._recover_min_logic_offset()
 
     @staticmethod
-    def _valid_prefix(mm: object, file_size: int) -> int:
+    def _valid_prefix(mm: mmap.mmap, file_size: int) -> int:
         """Bytes of valid units at the start of a file (binary search: units come in order)."""
         lo, hi = 0, file_size // CQ_STORE_UNIT_SIZE
         # invariant: units < lo are valid, units >= hi are invalid
         while lo < hi:
             mid = (lo + hi) // 2
-            off, size, _ = UNIT.unpack_from(mm, mid * CQ_STORE_UNIT_SIZE)  # type: ignore[call-overload]
+            off, size, _ = UNIT.unpack_from(mm, mid * CQ_STORE_UNIT_SIZE)
             if off >= 0 and size > 0:
                 lo = mid + 1
             else:
@@ -165,7 +167,10 @@ class ConsumeQueue:
     def unit_at(self, logical: int) -> tuple[int, int, int] | None:
         """The unit at ``logical``, or None."""
         raw = self.read_units(logical, 1)
-        return UNIT.unpack(raw) if raw else None  # type: ignore[return-value]
+        if not raw:
+            return None
+        off, size, code = UNIT.unpack(raw)
+        return off, size, code
 
     def roll_next_file(self, logical: int) -> int:
         """First logical offset of the file after the one holding ``logical``."""
@@ -192,7 +197,7 @@ class ConsumeQueue:
         self._recompute_max_physic()
 
     @staticmethod
-    def _units_below(mf, phys_offset: int) -> int:  # type: ignore[no-untyped-def]
+    def _units_below(mf: MappedFile, phys_offset: int) -> int:
         lo, hi = 0, mf.wrote_position // CQ_STORE_UNIT_SIZE
         while lo < hi:
             mid = (lo + hi) // 2
@@ -214,11 +219,11 @@ class ConsumeQueue:
     def delete_expired(self, commitlog_min_offset: int) -> int:
         """Delete leading files whose every unit points below ``commitlog_min_offset``."""
 
-        def expired(mf) -> bool:  # type: ignore[no-untyped-def]
+        def expired(mf: MappedFile) -> bool:
             if mf.wrote_position < CQ_STORE_UNIT_SIZE:
                 return False
             off, size, _ = UNIT.unpack_from(mf.mm, mf.wrote_position - CQ_STORE_UNIT_SIZE)
-            return size != 0x7FFFFFFF and off + size <= commitlog_min_offset
+            return bool(size != 0x7FFFFFFF and off + size <= commitlog_min_offset)
 
         deleted = self.queue.delete_first_files(expired, 1 << 30)
         self.correct_min_offset(commitlog_min_offset)

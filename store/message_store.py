@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord, decode_record
@@ -357,7 +358,7 @@ class MessageStore:
     def _record_reader(self) -> Callable[[int, int], bytes | None]:
         """A reader of (offset, size) that remembers the last file it used."""
         queue = self.commitlog.queue
-        cache: list = [None, 0, 0]  # file, start, end
+        cache: list[Any] = [None, 0, 0]  # file, start, end
 
         def read(phys: int, size: int) -> bytes | None:
             mf, start, end = cache
@@ -371,7 +372,8 @@ class MessageStore:
             pos = phys - start
             if phys + size > end:
                 return None
-            return mf.mm[pos : pos + size]
+            data: bytes = mf.mm[pos : pos + size]
+            return data
 
         return read
 

@@ -115,7 +115,8 @@ def _gather(
 ) -> npt.NDArray[np.int64]:
     # clipped: a short entry (a blank marker near the file's end) fails the magic check anyway
     idx = np.minimum(offs[:, None] + np.arange(at, at + width), len(buf) - 1)
-    return buf[idx].copy().view(dtype).ravel().astype(np.int64)
+    out: npt.NDArray[np.int64] = buf[idx].copy().view(dtype).ravel().astype(np.int64)
+    return out
 
 
 def _crc_prefix(
@@ -138,4 +139,4 @@ def _crc_prefix(
 
 def _is_blank_marker(mf: MappedFile, pos: int) -> bool:
     size, magic = struct.unpack_from(">ii", mf.mm, pos)
-    return magic == BLANK_MAGIC_CODE and size == mf.file_size - pos
+    return bool(magic == BLANK_MAGIC_CODE and size == mf.file_size - pos)

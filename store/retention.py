@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from store.mapped_file import MappedFile
     from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def clean_once(store: MessageStore, *, manual: bool = False) -> int:
         return 0
     reserved_ms = cfg.file_reserved_time * 3600 * 1000
 
-    def expired(mf) -> bool:  # type: ignore[no-untyped-def]
+    def expired(mf: MappedFile) -> bool:
         return forcibly or mf.last_modified() * 1000 + reserved_ms <= now
 
     with store.commitlog.lock:

@@ -43,7 +43,7 @@ R = TypeVar("R")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-class ByteSize(click.ParamType):
+class ByteSize(click.ParamType[int, Any]):
     """A size in bytes: ``1073741824``, ``512M``, ``1G`` (binary units, optional ``iB``/``B``)."""
 
     name = "size"

@@ -221,7 +221,7 @@ def put_table(runs: Sequence[PutRunResult], summary: Summary) -> Table:
     """
     t = Table(title=f"{put_label(runs[0])} ({runs[0].messages:,} msgs)")
     t.caption = _target_text(summary)
-    cols = ("run", "msgs/s", "MB/s", "p50 µs", "p99 µs", "p999 µs")
+    cols: tuple[str, ...] = ("run", "msgs/s", "MB/s", "p50 µs", "p99 µs", "p999 µs")
     cols += ("put µs/msg", "dispatch µs/msg", "sched µs/msg", "msgs/dispatch", "idle ckpt µs")
     for col in cols:
         t.add_column(col, justify="right")
