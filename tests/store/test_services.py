@@ -207,3 +207,70 @@ async def test_cancellation_stops_loops_and_close_is_clean(
         assert reopened.get_max_offset_in_queue(TOPIC, 0) == 20
     finally:
         reopened.close()
+
+
+def _quiet_config(small_config: Callable[..., StoreConfig]) -> StoreConfig:
+    """No flush or retention pass within a test: only the reput loop runs (no worker threads)."""
+    hour = 3_600_000
+    return small_config(
+        flush_interval_commit_log=hour,
+        flush_interval_consume_queue=hour,
+        clean_resource_interval=hour,
+    )
+
+
+async def _arrival_delays(
+    store: MessageStore, services: StoreServices, count: int, spacing_s: float
+) -> tuple[list[float], int]:
+    """Put ``count`` messages ``spacing_s`` apart into one queue.
+
+    Returns each message's put-to-dispatch delay and the number of dispatch rounds.
+    """
+    put_at: dict[int, float] = {}
+    delays: list[float] = []
+    rounds = 0
+
+    def on_arrival(topic: str, queue_id: int, next_offset: int) -> None:
+        nonlocal rounds
+        rounds += 1
+        now = trio.current_time()
+        delays.extend(now - put_at[o] for o in sorted(put_at) if o < next_offset)
+        for o in [o for o in put_at if o < next_offset]:
+            del put_at[o]
+
+    store.arrival_listener = on_arrival
+    for _ in range(count):
+        result = await services.put_message(make_msg(TOPIC, b"x", 0))
+        put_at[result.queue_offsets[0]] = trio.current_time()
+        await trio.sleep(spacing_s)
+    await wait_until(lambda: not put_at)
+    return delays, rounds
+
+
+async def test_light_load_is_dispatched_at_once(
+    small_config: Callable[..., StoreConfig], autojump_clock: trio.testing.MockClock
+) -> None:
+    store = open_store(_quiet_config(small_config))
+    services = StoreServices(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(services.run)
+        delays, _ = await _arrival_delays(store, services, 50, 0.0002)  # 5,000 msgs/s
+        nursery.cancel_scope.cancel()
+    store.close()
+    assert services.put_rate < services.dispatch_coalesce_rate
+    assert delays == [0.0] * 50  # no virtual time passed between put and dispatch
+
+
+async def test_a_fast_stream_is_dispatched_in_batches(
+    small_config: Callable[..., StoreConfig], autojump_clock: trio.testing.MockClock
+) -> None:
+    store = open_store(_quiet_config(small_config))
+    services = StoreServices(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(services.run)
+        delays, rounds = await _arrival_delays(store, services, 400, 0.00001)  # 100k msgs/s
+        nursery.cancel_scope.cancel()
+    store.close()
+    assert services.put_rate > services.dispatch_coalesce_rate
+    assert rounds < 400 / 10  # batched: far fewer dispatch rounds than messages
+    assert max(delays) <= services.dispatch_coalesce_s + 1e-9
