@@ -1,0 +1,1 @@
+"""Tests for the pure remoting core (remoting/codes.py, command.py, frame.py, errors.py)."""
