@@ -1,0 +1,224 @@
+"""RouteInfoManager: the name server's routing tables (RocketMQ's ``RouteInfoManager``).
+
+Rules:
+
+- Pure and synchronous: no I/O, no clock, no locks. Whatever depends on time takes ``now_ms``;
+  one trio task drives every call, so no method needs to be atomic against another.
+- Tables, as in RocketMQ:
+
+  - ``topic_queue_table``: topic -> broker name -> :class:`QueueData`
+  - ``broker_addr_table``: broker name -> :class:`BrokerData` (broker id -> address)
+  - ``cluster_addr_table``: cluster name -> set of broker names
+  - ``broker_live_table``: broker address -> :class:`BrokerLiveInfo` (last heartbeat)
+  - ``filter_server_table``: broker address -> filter server addresses
+
+- Only a master (broker id 0) writes queue data; a slave registers its address and liveness.
+- A broker name disappears when its last address does; then its queue data goes from every
+  topic, topics left without queue data go, and the name leaves its cluster. Unregister and
+  expiry share this path.
+- A broker is expired when ``last_update_ms + broker_channel_expired_time_ms < now_ms``
+  (strictly older than the window, as RocketMQ's ``scanNotActiveBroker``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from common.route import (
+    MASTER_ID,
+    BrokerData,
+    ClusterInfo,
+    QueueData,
+    TopicConfig,
+    TopicRouteData,
+)
+
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
+"""RocketMQ's ``RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLiveInfo:
+    """When a broker address was last heard from, and its HA address."""
+
+    last_update_ms: int
+    ha_server_addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterResult:
+    """Reply to a registration (RocketMQ's ``RegisterBrokerResult``).
+
+    For a slave whose master is registered: the master's address and HA address; else None.
+    """
+
+    master_addr: str | None = None
+    ha_server_addr: str | None = None
+
+
+class RouteInfoManager:
+    """In-memory routing registry; see the module docstring for the rules."""
+
+    def __init__(
+        self, broker_channel_expired_time_ms: int = DEFAULT_BROKER_CHANNEL_EXPIRED_TIME_MS
+    ) -> None:
+        self.broker_channel_expired_time_ms = broker_channel_expired_time_ms
+        self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self.broker_addr_table: dict[str, BrokerData] = {}
+        self.cluster_addr_table: dict[str, set[str]] = {}
+        self.broker_live_table: dict[str, BrokerLiveInfo] = {}
+        self.filter_server_table: dict[str, list[str]] = {}
+
+    # ------------------------------------------------------------------ registration
+
+    def register_broker(
+        self,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        topic_configs: Mapping[str, TopicConfig],
+        now_ms: int,
+        filter_server_list: list[str] | None = None,
+    ) -> RegisterResult:
+        """Record a broker's heartbeat and (from a master) its topics' queue data."""
+        self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
+
+        old = self.broker_addr_table.get(broker_name)
+        addrs = dict(old.broker_addrs) if old is not None else {}
+        # One address holds one id: a slave promoted to master drops its old <id, addr> entry.
+        for other_id, addr in list(addrs.items()):
+            if addr == broker_addr and other_id != broker_id:
+                del addrs[other_id]
+        addrs[broker_id] = broker_addr
+        self.broker_addr_table[broker_name] = BrokerData(cluster, broker_name, addrs)
+
+        if broker_id == MASTER_ID:
+            for topic, config in topic_configs.items():
+                self._update_queue_data(topic, broker_name, config)
+
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, ha_server_addr)
+        if filter_server_list is not None:
+            if filter_server_list:
+                self.filter_server_table[broker_addr] = list(filter_server_list)
+            else:
+                self.filter_server_table.pop(broker_addr, None)
+
+        if broker_id != MASTER_ID:
+            master_addr = addrs.get(MASTER_ID)
+            if master_addr is not None:
+                master_live = self.broker_live_table.get(master_addr)
+                if master_live is not None:
+                    return RegisterResult(master_addr, master_live.ha_server_addr)
+        return RegisterResult()
+
+    def _update_queue_data(self, topic: str, broker_name: str, config: TopicConfig) -> None:
+        self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(
+            broker_name=broker_name,
+            read_queue_nums=config.read_queue_nums,
+            write_queue_nums=config.write_queue_nums,
+            perm=config.perm,
+            topic_sys_flag=config.topic_sys_flag,
+        )
+
+    def unregister_broker(
+        self, cluster: str, broker_addr: str, broker_name: str, broker_id: int
+    ) -> None:
+        """Forget one broker address; the broker name goes with its last address."""
+        self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+        data = self.broker_addr_table.get(broker_name)
+        if data is None:
+            return
+        addrs = {k: v for k, v in data.broker_addrs.items() if k != broker_id}
+        if addrs:
+            self.broker_addr_table[broker_name] = BrokerData(data.cluster, broker_name, addrs)
+            return
+        del self.broker_addr_table[broker_name]
+        self._remove_broker_name(cluster, broker_name)
+
+    def _remove_broker_name(self, cluster: str, broker_name: str) -> None:
+        names = self.cluster_addr_table.get(cluster)
+        if names is not None:
+            names.discard(broker_name)
+            if not names:
+                del self.cluster_addr_table[cluster]
+        for topic in list(self.topic_queue_table):
+            queue_datas = self.topic_queue_table[topic]
+            queue_datas.pop(broker_name, None)
+            if not queue_datas:
+                del self.topic_queue_table[topic]
+
+    # ------------------------------------------------------------------ expiry
+
+    def is_expired(self, broker_addr: str, now_ms: int) -> bool:
+        """True when ``broker_addr`` is registered and not heard from within the window."""
+        live = self.broker_live_table.get(broker_addr)
+        return live is not None and (
+            live.last_update_ms + self.broker_channel_expired_time_ms < now_ms
+        )
+
+    def expire_brokers(self, now_ms: int) -> list[str]:
+        """Unregister every broker address past the window; returns them, sorted."""
+        expired = sorted(a for a in self.broker_live_table if self.is_expired(a, now_ms))
+        for addr in expired:
+            self.on_channel_destroy(addr)
+        return expired
+
+    def on_channel_destroy(self, broker_addr: str) -> None:
+        """Unregister ``broker_addr`` knowing only the address (lost connection or expiry)."""
+        for data in list(self.broker_addr_table.values()):
+            for broker_id, addr in data.broker_addrs.items():
+                if addr == broker_addr:
+                    self.unregister_broker(data.cluster, addr, data.broker_name, broker_id)
+                    break
+        self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+
+    # ------------------------------------------------------------------ queries
+
+    def pick_topic_route(self, topic: str) -> TopicRouteData | None:
+        """The route for ``topic``, or None when it has no queue data or no live broker."""
+        queue_map = self.topic_queue_table.get(topic)
+        if not queue_map:
+            return None
+        queue_datas = [queue_map[name] for name in sorted(queue_map)]
+        broker_datas: list[BrokerData] = []
+        filter_servers: dict[str, list[str]] = {}
+        for qd in queue_datas:
+            data = self.broker_addr_table.get(qd.broker_name)
+            if data is None:
+                continue
+            broker_datas.append(BrokerData(data.cluster, data.broker_name, dict(data.broker_addrs)))
+            for addr in data.broker_addrs.values():
+                if addr in self.filter_server_table:
+                    filter_servers[addr] = list(self.filter_server_table[addr])
+        if not broker_datas:
+            return None
+        return TopicRouteData(queue_datas, broker_datas, filter_servers)
+
+    def get_all_cluster_info(self) -> ClusterInfo:
+        """Copies of the broker address and cluster tables."""
+        return ClusterInfo(
+            broker_addr_table=dict(self.broker_addr_table),
+            cluster_addr_table={k: set(v) for k, v in self.cluster_addr_table.items()},
+        )
+
+    def get_all_topic_list(self) -> list[str]:
+        """Every topic with queue data, sorted."""
+        return sorted(self.topic_queue_table)
+
+    def get_topics_by_cluster(self, cluster: str) -> list[str]:
+        """Topics with queue data on at least one broker of ``cluster``, sorted."""
+        names = self.cluster_addr_table.get(cluster, set())
+        return sorted(
+            topic
+            for topic, queue_map in self.topic_queue_table.items()
+            if any(name in names for name in queue_map)
+        )
+
+    def delete_topic(self, topic: str) -> bool:
+        """Drop ``topic`` from the route tables; True when it was there."""
+        return self.topic_queue_table.pop(topic, None) is not None

@@ -1,0 +1,149 @@
+"""The remoting client: one lazily opened connection per ``"host:port"`` (``NettyRemotingClient``).
+
+Use it as ``async with RemotingClient() as client:``; it owns a nursery holding one reader task
+(:meth:`Channel.run <remoting.channel.Channel.run>`) per open connection::
+
+    RemotingClient
+    └─ nursery
+       └─ Channel.run per address    reader; requests from the server run in child tasks
+
+Rules:
+
+- The first call to an address connects (under ``connect_timeout_s``); concurrent first calls
+  share one connection. Connection refused or timed out raises :class:`RemotingConnectError`.
+- :meth:`RemotingClient.invoke` gives the request a fresh opaque, waits for the response with
+  the same opaque under ``timeout_s`` (default ``default_timeout_s``; it covers the send and
+  the wait, not the connect) and raises :class:`RemotingTimeoutError` when it runs out.
+- A connection that fails or closes fails all its pending calls with
+  :class:`RemotingSendRequestError` and is forgotten, so the next call to that address
+  reconnects.
+- Requests the server sends on our connection (``CHECK_TRANSACTION_STATE``,
+  ``NOTIFY_CONSUMER_IDS_CHANGED``) go to the ``handlers`` table, as on the server; unknown
+  codes are answered ``REQUEST_CODE_NOT_SUPPORTED``.
+- Leaving the ``async with`` block cancels every reader and closes every connection. Reader
+  tasks never raise, so a broken connection never cancels the caller's block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+
+import trio
+
+from remoting.channel import Channel, Handler
+from remoting.command import RemotingCommand
+from remoting.connection import Connection
+from remoting.errors import RemotingConnectError, RemotingError
+
+log = logging.getLogger(__name__)
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """Split ``"host:port"`` (``"[v6]:port"`` too); raise RemotingConnectError if malformed."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RemotingConnectError(addr)
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    """Calls servers by address; see the module rules."""
+
+    def __init__(
+        self,
+        *,
+        handlers: Mapping[int, Handler] | None = None,
+        default_timeout_s: float = 3.0,
+        connect_timeout_s: float = 3.0,
+    ) -> None:
+        self.handlers: Mapping[int, Handler] = handlers or {}
+        self.default_timeout_s = default_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._channels: dict[str, Channel] = {}
+        self._connect_locks: dict[str, trio.Lock] = {}
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> RemotingClient:
+        if self._nursery_cm is not None or self._closed:
+            raise RuntimeError("a RemotingClient can be entered only once")
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Readers never raise, so the nursery exits cleanly; the block's own exception (if any)
+        # propagates unchanged instead of being wrapped in an ExceptionGroup.
+        assert self._nursery is not None
+        assert self._nursery_cm is not None
+        self._closed = True
+        self._nursery.cancel_scope.cancel()
+        await self._nursery_cm.__aexit__(None, None, None)
+
+    def connected(self, addr: str) -> bool:
+        """True if a live connection to ``addr`` is open."""
+        channel = self._channels.get(addr)
+        return channel is not None and not channel.closed
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, *, timeout_s: float | None = None
+    ) -> RemotingCommand:
+        """Send ``cmd`` to ``addr`` as a request and return the response."""
+        channel = await self._channel(addr)
+        timeout = self.default_timeout_s if timeout_s is None else timeout_s
+        return await channel.invoke(cmd, timeout_s=timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` to ``addr`` as a oneway request (no response)."""
+        channel = await self._channel(addr)
+        with trio.fail_after(self.default_timeout_s):
+            await channel.invoke_oneway(cmd)
+
+    async def close_connection(self, addr: str) -> None:
+        """Close the connection to ``addr`` if one is open (its pending calls fail)."""
+        channel = self._channels.pop(addr, None)
+        if channel is not None:
+            await channel.connection.aclose()
+
+    async def _channel(self, addr: str) -> Channel:
+        """Return the live channel to ``addr``, connecting if there is none."""
+        channel = self._channels.get(addr)
+        if channel is not None and not channel.closed:
+            return channel
+        if self._nursery is None or self._closed:
+            raise RemotingError("RemotingClient is not running; use 'async with'")
+        lock = self._connect_locks.setdefault(addr, trio.Lock())
+        async with lock:
+            channel = self._channels.get(addr)
+            if channel is not None and not channel.closed:
+                return channel
+            host, port = split_addr(addr)
+            try:
+                with trio.fail_after(self.connect_timeout_s):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as exc:
+                raise RemotingConnectError(addr) from exc
+            channel = Channel(Connection(stream, addr), self.handlers)
+            self._channels[addr] = channel
+            self._nursery.start_soon(self._run_channel, addr, channel)
+            log.debug("connected to %s", addr)
+            return channel
+
+    async def _run_channel(self, addr: str, channel: Channel) -> None:
+        """Reader task of one connection; forgets the connection when it ends."""
+        try:
+            await channel.run()
+        except Exception:
+            log.exception("connection to %s failed", addr)
+        finally:
+            if self._channels.get(addr) is channel:
+                del self._channels[addr]

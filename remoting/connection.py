@@ -1,0 +1,106 @@
+"""The I/O shell around the sans-IO codec: one trio byte stream carrying frames.
+
+Rules:
+
+- This is the only module that calls ``receive_some``/``send_all`` for remoting frames. It loops
+  ``next_command()`` -> ``None`` -> ``receive_some()`` -> ``receive_data()`` (h11's
+  ``TrioHTTPWrapper``).
+- :meth:`Connection.send` encodes first (so a :class:`LocalProtocolError` leaves the stream
+  untouched) and then writes the whole frame while holding a ``trio.Lock``, so concurrent senders
+  never interleave bytes (trio-websocket's ``_send``).
+- A send that fails or is cancelled part-way may have written half a frame; the stream is then
+  closed, because the peer can no longer find frame boundaries. A failed send raises
+  :class:`RemotingSendRequestError`.
+- :meth:`Connection.receive` returns ``None`` on a clean EOF and raises
+  :class:`RemoteProtocolError` for bytes the peer got wrong (the connection must then be closed),
+  :class:`trio.BrokenResourceError` when the transport broke and
+  :class:`trio.ClosedResourceError` once we closed it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import trio
+
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingSendRequestError
+from remoting.frame import MAX_FRAME_SIZE, FrameDecoder, encode_frame
+
+log = logging.getLogger(__name__)
+
+RECEIVE_SIZE: Final = 64 * 1024
+CLOSE_TIMEOUT_S: Final = 1.0
+
+
+def peer_address(stream: trio.abc.Stream) -> str:
+    """Return ``"host:port"`` of the peer of a socket stream, or ``"?"`` if it is unknown."""
+    if isinstance(stream, trio.SocketStream):
+        try:
+            peer = stream.socket.getpeername()
+        except OSError:
+            return "?"
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            return f"{peer[0]}:{peer[1]}"
+        return str(peer)
+    return "?"
+
+
+class Connection:
+    """Frames over a :class:`trio.abc.Stream`: ``send`` a command, ``receive`` the next one."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        remote_addr: str | None = None,
+        *,
+        max_frame_size: int = MAX_FRAME_SIZE,
+    ) -> None:
+        self.stream = stream
+        self.remote_addr = remote_addr if remote_addr is not None else peer_address(stream)
+        self.max_frame_size = max_frame_size
+        self._decoder = FrameDecoder(max_frame_size)
+        self._send_lock = trio.Lock()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` ran (or a broken send closed the stream)."""
+        return self._closed
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        """Write ``cmd`` as one frame; raise RemotingSendRequestError if the stream fails."""
+        frame = encode_frame(cmd, max_frame_size=self.max_frame_size)
+        async with self._send_lock:
+            if self._closed:
+                raise RemotingSendRequestError(self.remote_addr)
+            try:
+                await self.stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                await self.aclose()
+                raise RemotingSendRequestError(self.remote_addr) from exc
+            except BaseException:
+                # Cancelled (or worse) part-way: half a frame may be on the wire.
+                await self.aclose()
+                raise
+
+    async def receive(self) -> RemotingCommand | None:
+        """Return the next command from the peer, or None on a clean EOF."""
+        decoder = self._decoder
+        while True:
+            cmd = decoder.next_command()
+            if cmd is not None:
+                return cmd
+            if decoder.at_eof:
+                return None
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            decoder.receive_data(bytes(data))
+
+    async def aclose(self) -> None:
+        """Close the stream (idempotent, shielded and bounded so it works while cancelled)."""
+        if self._closed:
+            return
+        self._closed = True
+        with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            await self.stream.aclose()

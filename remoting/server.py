@@ -1,0 +1,81 @@
+"""The remoting server: a TCP listener dispatching requests to a ``{code: handler}`` table.
+
+``RemotingServer.run`` is a task tree (RocketMQ's ``NettyRemotingServer``)::
+
+    run                         open_tcp_listeners(port, host); task_status.started(bound port)
+    └─ serve_listeners          one task per accepted connection
+       └─ Channel.run           reader; per-connection nursery
+          └─ _handle            one task per request, so requests run concurrently
+
+Rules:
+
+- A handler is ``async def handler(request, ctx) -> RemotingCommand | None`` where ``ctx`` is
+  the :class:`~remoting.channel.Channel` of the connection: ``ctx.remote_addr`` names the
+  client, and ``ctx.invoke`` / ``ctx.invoke_oneway`` / ``ctx.send`` reach it later on the same
+  connection. Response, oneway, unknown-code and handler-error behaviour are
+  :mod:`remoting.channel`'s.
+- A protocol error, a broken transport or ``idle_timeout_s`` without traffic closes that one
+  connection; the server keeps serving the others. No connection task ever crashes the server.
+- Cancelling :meth:`RemotingServer.run` stops accepting, cancels every request and closes every
+  connection (each close is shielded and bounded).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+import trio
+
+from remoting.channel import Channel, ConnectionContext, Handler
+from remoting.connection import Connection
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ConnectionContext", "Handler", "RemotingServer"]
+
+
+class RemotingServer:
+    """Serves the ``handlers`` table on ``host:port`` (port 0 picks a free one)."""
+
+    def __init__(
+        self,
+        handlers: Mapping[int, Handler],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        idle_timeout_s: float = 120.0,
+    ) -> None:
+        self.handlers = handlers
+        self.host = host
+        self.port = port
+        self.idle_timeout_s = idle_timeout_s if idle_timeout_s > 0 else math.inf
+        self._channels: set[Channel] = set()
+
+    @property
+    def channels(self) -> frozenset[Channel]:
+        """The connections open right now (for broadcasting to clients)."""
+        return frozenset(self._channels)
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until cancelled; ``task_status.started`` gets the bound port."""
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        sockname = listeners[0].socket.getsockname()
+        self.port = int(sockname[1])
+        log.info("remoting server listening on %s:%d", self.host, self.port)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+            task_status.started(self.port)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        """Run one connection's channel; log and swallow anything it raises."""
+        channel = Channel(Connection(stream), self.handlers, idle_timeout_s=self.idle_timeout_s)
+        self._channels.add(channel)
+        log.debug("accepted connection from %s", channel.remote_addr)
+        try:
+            await channel.run()
+        except Exception:
+            log.exception("connection %s failed", channel.remote_addr)
+        finally:
+            self._channels.discard(channel)

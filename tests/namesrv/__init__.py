@@ -1,0 +1,1 @@
+"""Tests for namesrv: route tables and config, pure (no trio, no sockets)."""

@@ -1,0 +1,104 @@
+"""Tests for namesrv/config.py: .properties parsing and NamesrvConfig conversion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from namesrv.config import NamesrvConfig, load_properties, parse_properties
+
+
+def test_defaults_match_rocketmq() -> None:
+    config = NamesrvConfig()
+    assert config.listen_port == 9876
+    assert config.scan_not_active_broker_interval_ms == 5000
+    assert config.broker_channel_expired_time_ms == 120_000
+
+
+def test_parse_separators_comments_and_blanks() -> None:
+    text = (
+        "# comment\n"
+        "! another comment\n"
+        "\n"
+        "   \n"
+        "a=1\n"
+        "b : 2\n"
+        "  c   =   three words  \n"
+        "d 4\n"
+        "e\n"
+        "f=\n"
+        "g=x=y:z\n"
+        "a=override\n"
+    )
+    assert parse_properties(text) == {
+        "a": "override",
+        "b": "2",
+        "c": "three words",
+        "d": "4",
+        "e": "",
+        "f": "",
+        "g": "x=y:z",
+    }
+
+
+def test_parse_continuation_and_escapes() -> None:
+    text = (
+        "list=a,\\\n    b,\\\n    c\n"
+        "key\\=with\\:sep=v\ntab=x\\ty\nuni=\\u00e9\nslash=c:\\\\dir\\\\\n"
+    )
+    assert parse_properties(text) == {
+        "list": "a,b,c",
+        "key=with:sep": "v",
+        "tab": "x\ty",
+        "uni": "é",
+        "slash": "c:\\dir\\",
+    }
+
+
+def test_parse_continuation_at_end_of_file() -> None:
+    assert parse_properties("k=v\\") == {"k": "v"}
+
+
+def test_parse_bad_unicode_escape() -> None:
+    with pytest.raises(ValueError, match="uXXXX"):
+        parse_properties("k=\\uZZ")
+
+
+def test_load_properties_and_from_properties(tmp_path: Path) -> None:
+    path = tmp_path / "namesrv.properties"
+    path.write_text(
+        "listenPort=9877\nscanNotActiveBrokerInterval: 1000\norderMessageEnable = TRUE\n"
+        "rocketmqHome=/opt/rocketmq\n",
+        encoding="utf-8",
+    )
+    config = NamesrvConfig.from_properties(load_properties(path))
+    assert config.listen_port == 9877
+    assert config.scan_not_active_broker_interval_ms == 1000
+    assert config.order_message_enable is True
+    assert config.rocketmq_home == "/opt/rocketmq"
+    assert config.broker_channel_expired_time_ms == 120_000
+
+
+def test_to_properties_round_trip() -> None:
+    config = NamesrvConfig(listen_port=1234, cluster_test=True, kv_config_path="/kv.json")
+    text = config.to_properties()
+    assert "listenPort=1234\n" in text
+    assert "clusterTest=true\n" in text
+    assert NamesrvConfig.from_properties(parse_properties(text)) == config
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"listenPrt": "1"}, "unknown namesrv property 'listenPrt'"),
+        ({"listenPort": "abc"}, "property 'listenPort': expected an integer, got 'abc'"),
+        ({"clusterTest": "yes"}, "property 'clusterTest': expected true or false, got 'yes'"),
+        ({"listenPort": "70000"}, "listenPort must be in [0, 65535]"),
+        ({"scanNotActiveBrokerInterval": "0"}, "scanNotActiveBrokerInterval must be > 0"),
+    ],
+)
+def test_from_properties_errors(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match="propert") as info:
+        NamesrvConfig.from_properties(props)
+    assert message in str(info.value)

@@ -1,0 +1,187 @@
+"""Tests for namesrv/route_info.py with explicit ``now_ms`` values: no clocks, no sleeps."""
+
+from __future__ import annotations
+
+from common.route import BrokerData, QueueData, TopicConfig
+from namesrv.route_info import RegisterResult, RouteInfoManager
+
+CLUSTER = "DefaultCluster"
+A_MASTER, A_SLAVE, B_MASTER = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
+
+
+def topics(*configs: TopicConfig) -> dict[str, TopicConfig]:
+    return {c.topic_name: c for c in configs}
+
+
+def register(
+    rim: RouteInfoManager,
+    addr: str,
+    name: str,
+    broker_id: int = 0,
+    configs: dict[str, TopicConfig] | None = None,
+    now_ms: int = 0,
+    cluster: str = CLUSTER,
+) -> RegisterResult:
+    return rim.register_broker(
+        cluster, addr, name, broker_id, addr.replace("10911", "10912"), configs or {}, now_ms
+    )
+
+
+def test_two_masters_same_topic() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 8, 8)))
+    register(rim, B_MASTER, "broker-b", configs=topics(TopicConfig("T", 4, 4, perm=4)))
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert route.queue_datas == [QueueData("broker-a", 8, 8, 6), QueueData("broker-b", 4, 4, 4)]
+    assert route.broker_datas == [
+        BrokerData(CLUSTER, "broker-a", {0: A_MASTER}),
+        BrokerData(CLUSTER, "broker-b", {0: B_MASTER}),
+    ]
+    assert route.filter_server_table == {}
+
+
+def test_unknown_topic_has_no_route() -> None:
+    assert RouteInfoManager().pick_topic_route("nope") is None
+
+
+def test_slave_adds_address_not_queue_data() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 8, 8)))
+    result = register(rim, A_SLAVE, "broker-a", 1, topics(TopicConfig("T", 2, 2), TopicConfig("S")))
+    assert result == RegisterResult(A_MASTER, "10.0.0.1:10912")
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert route.queue_datas == [QueueData("broker-a", 8, 8, 6)]
+    assert route.broker_datas == [BrokerData(CLUSTER, "broker-a", {0: A_MASTER, 1: A_SLAVE})]
+    assert rim.pick_topic_route("S") is None
+    assert set(rim.broker_live_table) == {A_MASTER, A_SLAVE}
+
+
+def test_master_and_first_slave_results() -> None:
+    rim = RouteInfoManager()
+    assert register(rim, A_SLAVE, "broker-a", 1) == RegisterResult()
+    assert register(rim, A_MASTER, "broker-a", 0) == RegisterResult()
+
+
+def test_reregistration_updates_queue_counts_and_liveness() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 8, 8)), now_ms=0)
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 16, 12)), now_ms=30_000)
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert route.queue_datas == [QueueData("broker-a", 16, 12, 6)]
+    assert rim.broker_live_table[A_MASTER].last_update_ms == 30_000
+
+
+def test_promoted_slave_keeps_one_id_per_address() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_SLAVE, "broker-a", 1)
+    register(rim, A_SLAVE, "broker-a", 0)
+    assert rim.broker_addr_table["broker-a"].broker_addrs == {0: A_SLAVE}
+
+
+def test_unregister_master_and_slave_removes_broker_and_topic() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T")))
+    register(rim, A_SLAVE, "broker-a", 1)
+    rim.unregister_broker(CLUSTER, A_MASTER, "broker-a", 0)
+    assert rim.broker_addr_table["broker-a"].broker_addrs == {1: A_SLAVE}
+    assert rim.get_all_topic_list() == ["T"]
+    rim.unregister_broker(CLUSTER, A_SLAVE, "broker-a", 1)
+    assert rim.broker_addr_table == {}
+    assert rim.cluster_addr_table == {}
+    assert rim.topic_queue_table == {}
+    assert rim.broker_live_table == {}
+    assert rim.pick_topic_route("T") is None
+
+
+def test_unregister_keeps_topic_served_by_other_broker() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T"), TopicConfig("OnlyA")))
+    register(rim, B_MASTER, "broker-b", configs=topics(TopicConfig("T")))
+    rim.unregister_broker(CLUSTER, A_MASTER, "broker-a", 0)
+    assert rim.get_all_topic_list() == ["T"]
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert [qd.broker_name for qd in route.queue_datas] == ["broker-b"]
+    assert rim.cluster_addr_table == {CLUSTER: {"broker-b"}}
+
+
+def test_unregister_unknown_is_harmless() -> None:
+    rim = RouteInfoManager()
+    rim.unregister_broker(CLUSTER, A_MASTER, "broker-a", 0)
+    assert rim.broker_addr_table == {}
+
+
+def test_expiry_boundary() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T")), now_ms=1_000)
+    assert rim.expire_brokers(1_000 + 120_000) == []
+    assert rim.pick_topic_route("T") is not None
+    assert rim.expire_brokers(1_000 + 120_001) == [A_MASTER]
+    assert rim.pick_topic_route("T") is None
+    assert rim.broker_addr_table == {}
+    assert rim.cluster_addr_table == {}
+    assert rim.broker_live_table == {}
+
+
+def test_expiry_drops_only_stale_addresses() -> None:
+    rim = RouteInfoManager(broker_channel_expired_time_ms=10_000)
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T")), now_ms=0)
+    register(rim, A_SLAVE, "broker-a", 1, now_ms=0)
+    register(rim, B_MASTER, "broker-b", configs=topics(TopicConfig("T")), now_ms=0)
+    register(rim, A_SLAVE, "broker-a", 1, now_ms=5_000)
+    register(rim, B_MASTER, "broker-b", configs=topics(TopicConfig("T")), now_ms=5_000)
+    assert rim.expire_brokers(10_001) == [A_MASTER]
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    # broker-a keeps its slave (and so its queue data, as RocketMQ does).
+    assert [qd.broker_name for qd in route.queue_datas] == ["broker-a", "broker-b"]
+    assert rim.broker_addr_table["broker-a"].broker_addrs == {1: A_SLAVE}
+    assert rim.expire_brokers(15_001) == [A_SLAVE, B_MASTER]
+    assert rim.topic_queue_table == {}
+
+
+def test_delete_topic() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T"), TopicConfig("U")))
+    assert rim.delete_topic("T") is True
+    assert rim.delete_topic("T") is False
+    assert rim.get_all_topic_list() == ["U"]
+    assert rim.pick_topic_route("T") is None
+
+
+def test_cluster_info_and_topics_by_cluster() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T"), TopicConfig("X")))
+    register(rim, A_SLAVE, "broker-a", 1)
+    register(
+        rim, B_MASTER, "broker-b", configs=topics(TopicConfig("T"), TopicConfig("Y")), cluster="C2"
+    )
+    info = rim.get_all_cluster_info()
+    assert info.cluster_addr_table == {CLUSTER: {"broker-a"}, "C2": {"broker-b"}}
+    assert info.broker_addr_table == {
+        "broker-a": BrokerData(CLUSTER, "broker-a", {0: A_MASTER, 1: A_SLAVE}),
+        "broker-b": BrokerData("C2", "broker-b", {0: B_MASTER}),
+    }
+    info.cluster_addr_table[CLUSTER].add("mutated")
+    assert rim.cluster_addr_table[CLUSTER] == {"broker-a"}
+    assert rim.get_all_topic_list() == ["T", "X", "Y"]
+    assert rim.get_topics_by_cluster(CLUSTER) == ["T", "X"]
+    assert rim.get_topics_by_cluster("C2") == ["T", "Y"]
+    assert rim.get_topics_by_cluster("none") == []
+
+
+def test_filter_servers_in_route() -> None:
+    rim = RouteInfoManager()
+    rim.register_broker(
+        CLUSTER, A_MASTER, "broker-a", 0, "", topics(TopicConfig("T")), 0, ["f:1", "f:2"]
+    )
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert route.filter_server_table == {A_MASTER: ["f:1", "f:2"]}
+    rim.register_broker(CLUSTER, A_MASTER, "broker-a", 0, "", {}, 1, [])
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert route.filter_server_table == {}

@@ -1,0 +1,342 @@
+"""RemotingServer + RemotingClient over real loopback sockets (127.0.0.1, port 0).
+
+Every test is bounded by ``trio.fail_after(LIMIT)``; the only short durations are the ones being
+tested (an invoke timeout, an idle timeout) and handler sleeps that reorder responses.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import msgpack
+import pytest
+import trio
+
+from remoting.channel import Channel
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingConnectError, RemotingSendRequestError, RemotingTimeoutError
+from remoting.server import Handler, RemotingServer
+
+LIMIT = 10
+ECHO = RequestCode.SEND_MESSAGE
+SLOW_ECHO = RequestCode.PULL_MESSAGE
+FAIL = RequestCode.QUERY_MESSAGE
+HANG = RequestCode.HEART_BEAT
+NOTE = RequestCode.UNREGISTER_CLIENT
+
+
+async def echo(req: RemotingCommand, ctx: Channel) -> RemotingCommand:
+    return RemotingCommand.response_to(
+        req, ResponseCode.SUCCESS, body=req.body, ext_fields=req.ext_fields
+    )
+
+
+async def slow_echo(req: RemotingCommand, ctx: Channel) -> RemotingCommand:
+    delay = req.ext_fields["delay"]
+    assert isinstance(delay, float)
+    await trio.sleep(delay)
+    return await echo(req, ctx)
+
+
+async def fail(req: RemotingCommand, ctx: Channel) -> RemotingCommand:
+    raise ValueError("boom")
+
+
+async def hang(req: RemotingCommand, ctx: Channel) -> RemotingCommand:
+    await trio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+def req(code: int, body: bytes = b"", **ext: str | float) -> RemotingCommand:
+    return RemotingCommand.request(code, ext, body, opaque=0)
+
+
+@asynccontextmanager
+async def serving(
+    handlers: dict[int, Handler], *, port: int = 0, idle_timeout_s: float = 120.0
+) -> AsyncIterator[str]:
+    """Run a server for the block; yield its ``"127.0.0.1:port"``."""
+    async with trio.open_nursery() as nursery:
+        server = RemotingServer(handlers, port=port, idle_timeout_s=idle_timeout_s)
+        bound = await nursery.start(server.run)
+        yield f"127.0.0.1:{bound}"
+        nursery.cancel_scope.cancel()
+
+
+BASIC: dict[int, Handler] = {ECHO: echo, SLOW_ECHO: slow_echo, FAIL: fail, HANG: hang}
+
+
+async def test_round_trip() -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr, RemotingClient() as client:
+            resp = await client.invoke(addr, req(ECHO, b"hello", k="v"))
+            assert resp.is_response
+            assert resp.code == ResponseCode.SUCCESS
+            assert resp.body == b"hello"
+            assert resp.ext_fields == {"k": "v"}
+
+
+async def test_concurrent_invokes_matched_by_opaque() -> None:
+    results: dict[int, RemotingCommand] = {}
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr, RemotingClient() as client:
+
+            async def call(i: int) -> None:
+                # later calls answer sooner, so responses come back out of order
+                cmd = req(SLOW_ECHO, str(i).encode(), delay=(50 - i) * 0.002)
+                results[i] = await client.invoke(addr, cmd)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(50):
+                    nursery.start_soon(call, i)
+    assert sorted(results) == list(range(50))
+    for i, resp in results.items():
+        assert resp.body == str(i).encode()
+    assert len({resp.opaque for resp in results.values()}) == 50
+
+
+async def test_oneway_delivered() -> None:
+    got = trio.Event()
+    seen: list[RemotingCommand] = []
+
+    async def note(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        seen.append(request)
+        got.set()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)  # must not be sent
+
+    with trio.fail_after(LIMIT):
+        async with serving({NOTE: note, ECHO: echo}) as addr, RemotingClient() as client:
+            await client.invoke_oneway(addr, req(NOTE, b"x"))
+            await got.wait()
+            # the connection still answers, and no stray response confused it
+            assert (await client.invoke(addr, req(ECHO, b"after"))).body == b"after"
+    assert seen[0].is_oneway
+    assert seen[0].body == b"x"
+
+
+async def test_unknown_code_not_supported() -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr, RemotingClient() as client:
+            resp = await client.invoke(addr, req(9999))
+            assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            assert "9999" in resp.remark
+
+
+async def test_handler_exception_is_system_error_and_connection_survives() -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr, RemotingClient() as client:
+            resp = await client.invoke(addr, req(FAIL))
+            assert resp.code == ResponseCode.SYSTEM_ERROR
+            assert "boom" in resp.remark
+            assert (await client.invoke(addr, req(ECHO, b"ok"))).body == b"ok"
+
+
+async def test_timeout() -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr, RemotingClient() as client:
+            with pytest.raises(RemotingTimeoutError) as info:
+                await client.invoke(addr, req(HANG), timeout_s=0.2)
+            assert info.value.addr == addr
+            assert info.value.timeout == 0.2
+            assert (await client.invoke(addr, req(ECHO, b"ok"))).body == b"ok"
+
+
+async def test_connection_refused() -> None:
+    sock = trio.socket.socket()
+    await sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # bound, never listened, now closed: nobody accepts on this port
+    addr = f"127.0.0.1:{port}"
+    with trio.fail_after(LIMIT):
+        async with RemotingClient() as client:
+            with pytest.raises(RemotingConnectError) as info:
+                await client.invoke(addr, req(ECHO))
+            assert info.value.addr == addr
+
+
+async def test_server_restart_fails_pending_and_next_call_reconnects() -> None:
+    with trio.fail_after(LIMIT):
+        async with RemotingClient() as client, trio.open_nursery() as outer:
+            server = RemotingServer(BASIC)
+            scope = trio.CancelScope()
+
+            async def run_server(task_status: trio.TaskStatus[int]) -> None:
+                with scope:
+                    await server.run(task_status=task_status)
+
+            port = await outer.start(run_server)
+            addr = f"127.0.0.1:{port}"
+            assert (await client.invoke(addr, req(ECHO, b"1"))).body == b"1"
+
+            failed = trio.Event()
+
+            async def pending_call() -> None:
+                with pytest.raises(RemotingSendRequestError):
+                    await client.invoke(addr, req(HANG), timeout_s=LIMIT)
+                failed.set()
+
+            outer.start_soon(pending_call)
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()  # server goes away with the call in flight
+            await failed.wait()
+            assert not client.connected(addr)
+
+            await outer.start(RemotingServer(BASIC, port=port).run)
+            assert (await client.invoke(addr, req(ECHO, b"2"))).body == b"2"
+            outer.cancel_scope.cancel()
+
+
+async def test_client_closing_connection_fails_pending() -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr, RemotingClient() as client:
+            assert (await client.invoke(addr, req(ECHO))).code == ResponseCode.SUCCESS
+
+            async def close_soon() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                await client.close_connection(addr)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(close_soon)
+                with pytest.raises(RemotingSendRequestError):
+                    await client.invoke(addr, req(HANG), timeout_s=LIMIT)
+            assert (await client.invoke(addr, req(ECHO, b"again"))).body == b"again"
+
+
+async def _closed_by_peer(stream: trio.SocketStream) -> bool:
+    """Read until the peer closes; True if it did (EOF or reset) without sending anything."""
+    try:
+        data = await stream.receive_some(1024)
+    except trio.BrokenResourceError:
+        return True
+    return data == b""
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(lambda: struct.pack(">I", 16 * 1024 * 1024 + 1), id="oversize-length"),
+        pytest.param(lambda: b"\xff\xff\xff\xff" + b"x" * 100, id="max-length"),
+        pytest.param(lambda: _frame(b"\xc1\xc1\xc1"), id="undecodable-msgpack"),
+        pytest.param(lambda: _frame(msgpack.packb([1, 2, 3])), id="not-a-map"),
+        pytest.param(lambda: _frame(msgpack.packb({"code": "x", "opaque": 1})), id="bad-field"),
+    ],
+)
+async def test_protocol_error_closes_only_that_connection(garbage: Callable[[], bytes]) -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr, RemotingClient() as client:
+            assert (await client.invoke(addr, req(ECHO, b"before"))).body == b"before"
+            host, port = addr.split(":")
+            raw = await trio.open_tcp_stream(host, int(port))
+            async with raw:
+                await raw.send_all(garbage())
+                assert await _closed_by_peer(raw)
+            assert (await client.invoke(addr, req(ECHO, b"after"))).body == b"after"
+
+
+async def test_idle_connection_closed() -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC, idle_timeout_s=0.2) as addr:
+            host, port = addr.split(":")
+            raw = await trio.open_tcp_stream(host, int(port))
+            async with raw:
+                assert await _closed_by_peer(raw)
+
+
+async def test_idle_timeout_spares_connection_with_request_in_flight() -> None:
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC, idle_timeout_s=0.1) as addr, RemotingClient() as client:
+            resp = await client.invoke(addr, req(SLOW_ECHO, b"slow", delay=0.5))
+            assert resp.body == b"slow"
+
+
+async def test_server_to_client_request() -> None:
+    contexts: list[Channel] = []
+    registered = trio.Event()
+
+    async def register(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        contexts.append(ctx)
+        registered.set()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def check_state(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        return RemotingCommand.response_to(
+            request, ResponseCode.TRANSACTION_SHOULD_COMMIT, body=b"tx:" + request.body
+        )
+
+    client_handlers: dict[int, Handler] = {RequestCode.CHECK_TRANSACTION_STATE: check_state}
+    with trio.fail_after(LIMIT):
+        async with (
+            serving({RequestCode.HEART_BEAT: register}) as addr,
+            RemotingClient(handlers=client_handlers) as client,
+        ):
+            await client.invoke(addr, req(RequestCode.HEART_BEAT))
+            await registered.wait()
+            ctx = contexts[0]
+            assert ctx.remote_addr.startswith("127.0.0.1:")
+            resp = await ctx.invoke(
+                req(RequestCode.CHECK_TRANSACTION_STATE, b"42"), timeout_s=LIMIT
+            )
+            assert resp.code == ResponseCode.TRANSACTION_SHOULD_COMMIT
+            assert resp.body == b"tx:42"
+            unknown = await ctx.invoke(
+                req(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED), timeout_s=LIMIT
+            )
+            assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+class _OnDrop(logging.Handler):
+    """Sets an event when the channel logs that it dropped a response nobody waits for."""
+
+    def __init__(self, event: trio.Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "no call waits for it" in record.getMessage():
+            self.event.set()
+
+
+async def test_late_response_with_unknown_opaque_is_dropped() -> None:
+    release, dropped = trio.Event(), trio.Event()
+
+    async def late(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        await release.wait()  # answer only once the caller has given up
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=b"late")
+
+    async def echo(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=request.body)
+
+    channel_log = logging.getLogger("remoting.channel")
+    handler = _OnDrop(dropped)
+    channel_log.addHandler(handler)
+    try:
+        with trio.fail_after(LIMIT):
+            async with serving({SLOW_ECHO: late, ECHO: echo}) as addr, RemotingClient() as c:
+                with pytest.raises(RemotingTimeoutError):
+                    await c.invoke(addr, req(SLOW_ECHO), timeout_s=0.05)
+                release.set()
+                await dropped.wait()  # the late response reached the client and was dropped
+                assert (await c.invoke(addr, req(ECHO, b"ok"))).body == b"ok"
+    finally:
+        channel_log.removeHandler(handler)
+
+
+async def test_client_block_exception_propagates_unwrapped() -> None:
+    async def use_client(addr: str) -> None:
+        async with RemotingClient() as client:
+            await client.invoke(addr, req(ECHO))
+            raise KeyError("mine")
+
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr:
+            with pytest.raises(KeyError):
+                await use_client(addr)
