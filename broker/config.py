@@ -1,0 +1,264 @@
+"""BrokerConfig: the broker's knobs, with RocketMQ's property names and defaults.
+
+Rules:
+
+- Broker fields are snake_case; each carries its RocketMQ camelCase key in ``metadata["key"]``
+  (``brokerName``, ``listenPort``, ...) and its value type in ``metadata["type"]``.
+- Store settings use :class:`store.config.StoreConfig`'s field names; their keys are derived
+  from those names (``mapped_file_size_commit_log`` -> ``mappedFileSizeCommitLog``), with the few
+  irregular RocketMQ spellings in ``_STORE_KEY_EXCEPTIONS``. Settings given explicitly are kept in
+  ``store_settings``; :meth:`BrokerConfig.store_config` builds the ``StoreConfig``.
+- ``.properties`` files are read with :func:`namesrv.config.load_properties`.
+- Unknown keys and bad values raise :class:`ValueError` naming the key. Optional values
+  (``namesrvAddr``, ``metricsPort``) are written as an empty string when unset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.route import PermName
+from namesrv.config import load_properties
+from store.config import StoreConfig
+
+_NO_STORE_KEY = frozenset({"store_host"})
+"""StoreConfig fields not settable by key (``store_host`` is ``brokerIP1:listenPort``)."""
+
+_STORE_KEY_EXCEPTIONS = {"check_crc_on_recover": "checkCRCOnRecover"}
+
+
+def _meta(key: str, kind: type) -> dict[str, Any]:
+    return {"key": key, "type": kind}
+
+
+def _primary_ipv4() -> str:
+    """The address of the default route's interface (no packet is sent); 127.0.0.1 on failure."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("10.255.255.255", 1))
+            addr = sock.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+    return addr if isinstance(addr, str) and addr != "0.0.0.0" else "127.0.0.1"
+
+
+def _camel(name: str) -> str:
+    if name in _STORE_KEY_EXCEPTIONS:
+        return _STORE_KEY_EXCEPTIONS[name]
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+_STORE_DEFAULTS = StoreConfig()
+STORE_KEYS: dict[str, str] = {
+    _camel(f.name): f.name for f in dataclasses.fields(StoreConfig) if f.name not in _NO_STORE_KEY
+}
+"""RocketMQ key -> StoreConfig field name, for every store setting."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Broker settings (RocketMQ's ``BrokerConfig`` + ``NettyServerConfig`` port + store keys)."""
+
+    broker_cluster_name: str = field(
+        default="DefaultCluster", metadata=_meta("brokerClusterName", str)
+    )
+    broker_name: str = field(default="broker-a", metadata=_meta("brokerName", str))
+    broker_id: int = field(default=0, metadata=_meta("brokerId", int))
+    listen_port: int = field(default=10911, metadata=_meta("listenPort", int))
+    namesrv_addr: str | None = field(default=None, metadata=_meta("namesrvAddr", str))
+    broker_ip1: str = field(default_factory=_primary_ipv4, metadata=_meta("brokerIP1", str))
+    broker_permission: int = field(
+        default=PermName.PERM_READ | PermName.PERM_WRITE, metadata=_meta("brokerPermission", int)
+    )
+    auto_create_topic_enable: bool = field(
+        default=True, metadata=_meta("autoCreateTopicEnable", bool)
+    )
+    default_topic_queue_nums: int = field(default=8, metadata=_meta("defaultTopicQueueNums", int))
+    auto_create_subscription_group: bool = field(
+        default=True, metadata=_meta("autoCreateSubscriptionGroup", bool)
+    )
+    flush_consumer_offset_interval_ms: int = field(
+        default=5000, metadata=_meta("flushConsumerOffsetInterval", int)
+    )
+    register_name_server_period_ms: int = field(
+        default=30_000, metadata=_meta("registerNameServerPeriod", int)
+    )
+    channel_expired_timeout_ms: int = field(
+        default=120_000, metadata=_meta("channelExpiredTimeout", int)
+    )
+    long_polling_enable: bool = field(default=True, metadata=_meta("longPollingEnable", bool))
+    metrics_port: int | None = field(default=None, metadata=_meta("metricsPort", int))
+    store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
+    """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
+
+    def __post_init__(self) -> None:
+        for key, port in (("listenPort", self.listen_port), ("metricsPort", self.metrics_port)):
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"{key} must be in [0, 65535], got {port}")
+        if self.broker_id < 0:
+            raise ValueError(f"brokerId must be >= 0, got {self.broker_id}")
+        if not 0 <= self.broker_permission < 8:
+            raise ValueError(f"brokerPermission must be in [0, 8), got {self.broker_permission}")
+        if self.default_topic_queue_nums <= 0:
+            raise ValueError("defaultTopicQueueNums must be > 0")
+        for key, value in (
+            ("flushConsumerOffsetInterval", self.flush_consumer_offset_interval_ms),
+            ("registerNameServerPeriod", self.register_name_server_period_ms),
+            ("channelExpiredTimeout", self.channel_expired_timeout_ms),
+        ):
+            if value <= 0:
+                raise ValueError(f"{key} must be > 0 ms, got {value}")
+        if not self.broker_name or not self.broker_cluster_name:
+            raise ValueError("brokerName and brokerClusterName must not be empty")
+        self._parse_namesrv_addrs()
+        known = set(STORE_KEYS.values())
+        for name, _ in self.store_settings:
+            if name not in known:
+                raise ValueError(f"unknown store setting {name!r}")
+        try:
+            self.store_config()
+        except ValueError as exc:
+            raise ValueError(f"bad store settings: {_rename_store_fields(str(exc))}") from None
+
+    # ------------------------------------------------------------------ derived values
+
+    def _parse_namesrv_addrs(self) -> list[str]:
+        if not self.namesrv_addr:
+            return []
+        out = []
+        for part in self.namesrv_addr.split(";"):
+            addr = part.strip()
+            if not addr:
+                continue
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ValueError(f"namesrvAddr: expected host:port, got {addr!r}")
+            out.append(addr)
+        return out
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """The ``host:port`` name server addresses of ``namesrvAddr`` (``;``-separated)."""
+        return self._parse_namesrv_addrs()
+
+    @property
+    def broker_addr(self) -> str:
+        """``brokerIP1:listenPort``, the address registered with the name server."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    def store_config(self) -> StoreConfig:
+        """A fresh :class:`StoreConfig` with the store settings; ``store_host`` = broker addr."""
+        return StoreConfig(
+            **dict(self.store_settings), store_host=(self.broker_ip1, self.listen_port)
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @classmethod
+    def property_keys(cls) -> dict[str, str]:
+        """Broker RocketMQ key -> field name, in declaration order (store keys excluded)."""
+        return {f.metadata["key"]: f.name for f in dataclasses.fields(cls) if "key" in f.metadata}
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        """Build a config from RocketMQ-named string properties; absent keys keep defaults."""
+        kinds = {f.name: f.metadata["type"] for f in dataclasses.fields(cls) if f.metadata}
+        keys = cls.property_keys()
+        kwargs: dict[str, Any] = {}
+        store: dict[str, Any] = {}
+        for key, raw in props.items():
+            if key in keys:
+                name = keys[key]
+                optional = name in ("namesrv_addr", "metrics_port")
+                if optional and not raw.strip():
+                    kwargs[name] = None
+                else:
+                    kwargs[name] = _convert(key, raw, kinds[name])
+            elif key in STORE_KEYS:
+                name = STORE_KEYS[key]
+                store[name] = _convert(key, raw, type(getattr(_STORE_DEFAULTS, name)))
+            else:
+                raise ValueError(f"unknown broker property {key!r}")
+        kwargs["store_settings"] = tuple(store.items())
+        try:
+            return cls(**kwargs)
+        except ValueError as exc:
+            raise ValueError(f"bad broker properties: {exc}") from None
+
+    @classmethod
+    def load(
+        cls,
+        config_file: Path | None,
+        namesrv_arg: str | None,
+        env: Mapping[str, str],
+        overrides: Mapping[str, str],
+    ) -> BrokerConfig:
+        """Merge, lowest first: ``config_file``, ``NAMESRV_ADDR`` in ``env``, ``-n``, overrides."""
+        props: dict[str, str] = dict(load_properties(config_file)) if config_file else {}
+        if env.get("NAMESRV_ADDR"):
+            props["namesrvAddr"] = env["NAMESRV_ADDR"]
+        if namesrv_arg:
+            props["namesrvAddr"] = namesrv_arg
+        props.update(overrides)
+        return cls.from_properties(props)
+
+    def to_properties(self) -> str:
+        """``key=value`` lines (as ``mqbroker -p`` prints): broker keys then every store key."""
+        lines = []
+        for f in dataclasses.fields(self):
+            if "key" in f.metadata:
+                lines.append(f"{f.metadata['key']}={_text(getattr(self, f.name))}")
+        store = self.store_config()
+        for key, name in STORE_KEYS.items():
+            lines.append(f"{key}={_text(getattr(store, name))}")
+        return "\n".join(lines) + "\n"
+
+
+def _rename_store_fields(message: str) -> str:
+    """``message`` with StoreConfig field names replaced by their RocketMQ keys."""
+    for key, name in sorted(STORE_KEYS.items(), key=lambda kv: -len(kv[1])):
+        message = re.sub(rf"\b{name}\b", key, message)
+    return message
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return str(value)
+
+
+def _convert(key: str, raw: str, kind: type) -> Any:
+    """``raw`` as ``kind`` (bool, int, str, Path or an Enum); ValueError names ``key``."""
+    text = raw.strip()
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"property {key!r}: expected true or false, got {raw!r}")
+        return text.lower() == "true"
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"property {key!r}: expected an integer, got {raw!r}") from None
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        try:
+            return kind(text)
+        except ValueError:
+            allowed = ", ".join(str(m.value) for m in kind)
+            raise ValueError(f"property {key!r}: expected one of {allowed}, got {raw!r}") from None
+    if issubclass(kind, Path):
+        if not text:
+            raise ValueError(f"property {key!r}: expected a path, got an empty string")
+        return Path(text)
+    return text

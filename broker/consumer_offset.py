@@ -1,0 +1,151 @@
+"""ConsumerOffsetManager: committed consume offsets (RocketMQ's ``ConsumerOffsetManager``).
+
+Rules:
+
+- Offsets are keyed ``"topic@group"`` -> ``{queue_id: offset}``; ``@`` never occurs in a valid
+  topic or group name, so the key splits unambiguously at its last ``@``.
+- :meth:`ConsumerOffsetManager.persist` writes ``<config_dir>/consumerOffset.json`` atomically
+  (via :mod:`broker.json_store`, previous file kept as ``.bak``) in RocketMQ's shape
+  ``{"offsetTable": {"topic@group": {"0": 12, ...}}}``; :meth:`load` falls back to the ``.bak``.
+- :attr:`dirty` is set by every change and cleared by persist, so the periodic flush
+  (``flushConsumerOffsetInterval``) can skip unchanged state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from broker.json_store import load_json, write_json_atomic
+
+TOPIC_GROUP_SEPARATOR = "@"
+OFFSETS_FILE = "consumerOffset.json"
+
+
+def _key(topic: str, group: str) -> str:
+    return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+
+def _split(key: str) -> tuple[str, str]:
+    topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+    return topic, group
+
+
+class ConsumerOffsetManager:
+    """``topic@group`` -> ``{queue_id: offset}``, persisted to ``consumerOffset.json``."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self.config_dir = Path(config_dir)
+        self._table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+        self.load()
+
+    @property
+    def path(self) -> Path:
+        """``<config_dir>/consumerOffset.json``."""
+        return self.config_dir / OFFSETS_FILE
+
+    # ------------------------------------------------------------------ offsets
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as the group's next offset to consume in ``topic``/``queue_id``."""
+        if queue_id < 0:
+            raise ValueError(f"queue_id must be >= 0, got {queue_id}")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        if TOPIC_GROUP_SEPARATOR in topic or TOPIC_GROUP_SEPARATOR in group:
+            raise ValueError("topic and group must not contain '@'")
+        queues = self._table.setdefault(_key(topic, group), {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self.dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when there is none."""
+        return self._table.get(_key(topic, group), {}).get(queue_id, -1)
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """A copy of ``{queue_id: offset}`` for the group on the topic (empty when none)."""
+        return dict(self._table.get(_key(topic, group), {}))
+
+    def which_topics_by_group(self, group: str) -> set[str]:
+        """Topics the group has committed offsets for."""
+        return {t for t, g in map(_split, self._table) if g == group}
+
+    def which_groups_by_topic(self, topic: str) -> set[str]:
+        """Groups that have committed offsets for the topic."""
+        return {g for t, g in map(_split, self._table) if t == topic}
+
+    def remove_group(self, group: str, topic: str | None = None) -> int:
+        """Drop the group's offsets (on ``topic`` only, if given); the number of keys removed."""
+        doomed = [
+            key
+            for key in self._table
+            if _split(key)[1] == group and (topic is None or _split(key)[0] == topic)
+        ]
+        for key in doomed:
+            del self._table[key]
+        if doomed:
+            self.dirty = True
+        return len(doomed)
+
+    def clone_offset(self, src_group: str, dst_group: str, topic: str) -> bool:
+        """Copy ``src_group``'s offsets on ``topic`` to ``dst_group``; False if it had none."""
+        src = self._table.get(_key(topic, src_group))
+        if src is None:
+            return False
+        self._table[_key(topic, dst_group)] = dict(src)
+        self.dirty = True
+        return True
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_wire(self) -> dict[str, Any]:
+        """RocketMQ's ``consumerOffset.json`` document (queue ids as string keys)."""
+        return {
+            "offsetTable": {
+                key: {str(q): off for q, off in sorted(queues.items())}
+                for key, queues in sorted(self._table.items())
+            }
+        }
+
+    def persist(self) -> None:
+        """Write ``consumerOffset.json`` atomically and clear :attr:`dirty`."""
+        write_json_atomic(self.path, self.to_wire())
+        self.dirty = False
+
+    def persist_if_dirty(self) -> bool:
+        """:meth:`persist` when something changed since the last persist; True if it wrote."""
+        if not self.dirty:
+            return False
+        self.persist()
+        return True
+
+    def load(self) -> bool:
+        """Replace the table with ``consumerOffset.json`` (or its ``.bak``); False if neither.
+
+        ValueError when the document parses but has the wrong shape.
+        """
+        doc = load_json(self.path)
+        if doc is None:
+            return False
+        table = doc.get("offsetTable") if isinstance(doc, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError(f"{self.path}: expected a map with an 'offsetTable' map")
+        loaded: dict[str, dict[int, int]] = {}
+        for key, queues in table.items():
+            if TOPIC_GROUP_SEPARATOR not in key or not isinstance(queues, dict):
+                raise ValueError(f"{self.path}: bad offsetTable entry {key!r}")
+            entry: dict[int, int] = {}
+            for qid, offset in queues.items():
+                if (
+                    not str(qid).isdigit()
+                    or not isinstance(offset, int)
+                    or isinstance(offset, bool)
+                ):
+                    raise ValueError(f"{self.path}: bad offset {qid!r}: {offset!r} in {key!r}")
+                entry[int(qid)] = offset
+            loaded[key] = entry
+        self._table = loaded
+        self.dirty = False
+        return True

@@ -1,0 +1,241 @@
+"""TopicConfigManager: the broker's topic table (RocketMQ's ``TopicConfigManager``).
+
+Rules:
+
+- The table maps a topic name to an immutable :class:`common.route.TopicConfig`.
+- Every change bumps :attr:`TopicConfigManager.data_version` (sent with namesrv registration)
+  and persists ``<config_dir>/topics.json`` at once via :mod:`broker.json_store`, in RocketMQ's
+  shape ``{"topicConfigTable": {name: TopicConfig.to_wire()}, "dataVersion": {...}}``.
+- System topics (``TBW102`` when auto-creation is on, ``SELF_TEST_TOPIC``, ``OFFSET_MOVED_EVENT``,
+  ``SCHEDULE_TOPIC_XXXX``, the transaction topics) exist from the start; the file loaded at start
+  overrides them.
+- Topic names follow RocketMQ's ``TopicValidator``: ``^[%|a-zA-Z0-9_-]+$``, at most 127 chars.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from broker.json_store import load_json, write_json_atomic
+from common.route import PermName, TopicConfig
+
+log = logging.getLogger(__name__)
+
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+BENCHMARK_TOPIC = "BenchmarkTest"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+TOPIC_MAX_LENGTH = 127
+SCHEDULE_DELAY_LEVELS = 18
+
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        TRACE_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+TOPICS_FILE = "topics.json"
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``: where a group's failed messages are re-delivered from."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``: where a group's messages go after the last retry."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def validate_topic_name(topic: str) -> str | None:
+    """Why ``topic`` is not a valid topic name, or None when it is."""
+    if not topic or not topic.strip():
+        return "the topic name is blank"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"the topic name is longer than {TOPIC_MAX_LENGTH} characters"
+    if not _TOPIC_PATTERN.match(topic):
+        return f"the topic name {topic!r} contains characters outside ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def is_system_topic(topic: str) -> bool:
+    """True for RocketMQ's system topics (the fixed set and the ``rmq_sys_`` prefix)."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def is_not_allowed_send_topic(topic: str) -> bool:
+    """True for the system topics that clients may not send to."""
+    return topic in NOT_ALLOWED_SEND_TOPICS
+
+
+class TopicConfigManager:
+    """Topic name -> :class:`TopicConfig`, persisted to ``<config_dir>/topics.json``."""
+
+    def __init__(self, config_dir: Path, default_queue_nums: int, auto_create_enable: bool) -> None:
+        if default_queue_nums <= 0:
+            raise ValueError("default_queue_nums must be > 0")
+        self.config_dir = Path(config_dir)
+        self.default_queue_nums = default_queue_nums
+        self.auto_create_enable = auto_create_enable
+        self.data_version = 0
+        self.data_version_timestamp_ms = int(time.time() * 1000)
+        self._table: dict[str, TopicConfig] = {}
+        self._create_system_topics()
+        self.load()
+
+    @property
+    def path(self) -> Path:
+        """``<config_dir>/topics.json``."""
+        return self.config_dir / TOPICS_FILE
+
+    def _create_system_topics(self) -> None:
+        rw = PermName.PERM_READ | PermName.PERM_WRITE
+        system = [
+            TopicConfig(SELF_TEST_TOPIC, 1, 1, rw),
+            TopicConfig(BENCHMARK_TOPIC, 1024, 1024, rw),
+            TopicConfig(OFFSET_MOVED_EVENT, 1, 1, rw),
+            TopicConfig(SCHEDULE_TOPIC, SCHEDULE_DELAY_LEVELS, SCHEDULE_DELAY_LEVELS, rw),
+            TopicConfig(TRANS_HALF_TOPIC, 1, 1, rw),
+            TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1, rw),
+            TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, rw),
+        ]
+        if self.auto_create_enable:
+            n = self.default_queue_nums
+            system.append(
+                TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, n, n, rw | PermName.PERM_INHERIT)
+            )
+        for config in system:
+            self._table[config.topic_name] = config
+
+    # ------------------------------------------------------------------ queries
+
+    def select(self, topic: str) -> TopicConfig | None:
+        """The topic's config, or None."""
+        return self._table.get(topic)
+
+    def topics(self) -> dict[str, TopicConfig]:
+        """A copy of the whole table."""
+        return dict(self._table)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    # ------------------------------------------------------------------ changes
+
+    def create_or_update(self, config: TopicConfig) -> None:
+        """Add or replace ``config``; ValueError if its name is invalid."""
+        reason = validate_topic_name(config.topic_name)
+        if reason is not None:
+            raise ValueError(reason)
+        if self._table.get(config.topic_name) == config:
+            return
+        self._table[config.topic_name] = config
+        self._changed()
+
+    def delete(self, topic: str) -> TopicConfig | None:
+        """Remove ``topic``; the removed config, or None when it was absent."""
+        removed = self._table.pop(topic, None)
+        if removed is not None:
+            self._changed()
+        return removed
+
+    def create_on_send(self, topic: str) -> TopicConfig | None:
+        """The topic's config, auto-creating it with the default queue count if enabled.
+
+        None when the topic is absent and auto-creation is off, or the name is invalid or one
+        clients may not send to.
+        """
+        existing = self._table.get(topic)
+        if existing is not None:
+            return existing
+        if not self.auto_create_enable:
+            return None
+        if validate_topic_name(topic) is not None or is_not_allowed_send_topic(topic):
+            return None
+        n = self.default_queue_nums
+        config = TopicConfig(topic, n, n, PermName.PERM_READ | PermName.PERM_WRITE)
+        self._table[topic] = config
+        self._changed()
+        log.info("auto-created topic %s with %d queues", topic, n)
+        return config
+
+    def _changed(self) -> None:
+        self.data_version += 1
+        self.data_version_timestamp_ms = int(time.time() * 1000)
+        self.persist()
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_wire(self) -> dict[str, Any]:
+        """RocketMQ's ``topics.json`` document."""
+        return {
+            "topicConfigTable": {name: c.to_wire() for name, c in sorted(self._table.items())},
+            "dataVersion": {
+                "timestamp": self.data_version_timestamp_ms,
+                "counter": self.data_version,
+            },
+        }
+
+    def persist(self) -> None:
+        """Write ``topics.json`` atomically (previous file kept as ``topics.json.bak``)."""
+        write_json_atomic(self.path, self.to_wire())
+
+    def load(self) -> bool:
+        """Merge ``topics.json`` (or its ``.bak``) into the table; False when neither exists.
+
+        ValueError when the file parses but is not a valid topics document.
+        """
+        doc = load_json(self.path)
+        if doc is None:
+            return False
+        if not isinstance(doc, dict) or not isinstance(doc.get("topicConfigTable", {}), dict):
+            raise ValueError(f"{self.path}: expected a map with a 'topicConfigTable' map")
+        for name, wire in doc.get("topicConfigTable", {}).items():
+            config = TopicConfig.from_wire(wire)
+            if config.topic_name != name:
+                raise ValueError(f"{self.path}: entry {name!r} holds topic {config.topic_name!r}")
+            self._table[name] = config
+        version = doc.get("dataVersion", {})
+        if isinstance(version, dict):
+            counter = version.get("counter", 0)
+            stamp = version.get("timestamp", self.data_version_timestamp_ms)
+            if isinstance(counter, int) and not isinstance(counter, bool):
+                self.data_version = counter
+            if isinstance(stamp, int) and not isinstance(stamp, bool):
+                self.data_version_timestamp_ms = stamp
+        return True

@@ -1,0 +1,212 @@
+"""Client message types: what a producer sends, what it gets back, what a consumer receives.
+
+Names follow RocketMQ's ``Message``, ``MessageQueue``, ``SendStatus``, ``SendResult`` and
+``MessageExt``. Tags, keys and the delay level live in the properties under RocketMQ's keys
+(``TAGS``, ``KEYS`` joined by spaces, ``DELAY``), so they reach the commitlog unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from client.compression import decompress_if_needed
+from common.message import MessageConst
+from common.message_id import create_offset_msg_id
+from common.record import MessageRecord, unpack_host
+
+
+def _split_keys(raw: str | None) -> list[str]:
+    if not raw:
+        return []
+    return [k for k in raw.split(MessageConst.KEY_SEPARATOR) if k]
+
+
+class Message:
+    """A message to send (RocketMQ's ``Message``); ``properties`` holds tags, keys and delay."""
+
+    __slots__ = ("body", "flag", "properties", "topic", "transaction_id")
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: str | list[str] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        delay_level: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.flag = flag
+        self.transaction_id: str | None = None
+        self.properties: dict[str, str] = dict(properties) if properties else {}
+        if tags is not None:
+            self.properties[MessageConst.TAGS] = tags
+        if keys is not None:
+            joined = keys if isinstance(keys, str) else MessageConst.KEY_SEPARATOR.join(keys)
+            if joined:
+                self.properties[MessageConst.KEYS] = joined
+        if delay_level > 0:
+            self.properties[MessageConst.DELAY] = str(delay_level)
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property, or None."""
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces."""
+        return _split_keys(self.properties.get(MessageConst.KEYS))
+
+    @property
+    def delay_level(self) -> int:
+        """The DELAY property as an int (0 when absent or not a number)."""
+        try:
+            return int(self.properties.get(MessageConst.DELAY, "0"))
+        except ValueError:
+            return 0
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The client-side unique id, set by the producer before sending."""
+        return self.properties.get(MessageConst.UNIQ_KEY)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self.topic, self.body, self.flag, self.properties, self.transaction_id) == (
+            other.topic,
+            other.body,
+            other.flag,
+            other.properties,
+            other.transaction_id,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(topic={self.topic!r}, flag={self.flag}, properties={self.properties!r}, "
+            f"body=<{len(self.body)} bytes>)"
+        )
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker; sorts by (topic, broker_name, queue_id) as Java does."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return (
+            f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, "
+            f"queueId={self.queue_id}]"
+        )
+
+
+class SendStatus(enum.Enum):
+    """Outcome of a successful send request (RocketMQ's ``SendStatus``)."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """What a send returns: ``msg_id`` is the UNIQ_KEY, ``offset_msg_id`` the broker's id."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A consumed message (RocketMQ's ``MessageExt``); build it with :func:`from_record`.
+
+    ``msg_id`` is the UNIQ_KEY when the producer set one, else ``offset_msg_id``. Timestamps are
+    ms since the epoch; hosts are ``"ip:port"``.
+    """
+
+    topic: str
+    body: bytes
+    properties: dict[str, str]
+    queue: MessageQueue
+    queue_offset: int
+    msg_id: str
+    offset_msg_id: str
+    commitlog_offset: int
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int = 0
+    flag: int = 0
+    sys_flag: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property, or None."""
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces."""
+        return _split_keys(self.properties.get(MessageConst.KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The client-side unique id, or None."""
+        return self.properties.get(MessageConst.UNIQ_KEY)
+
+
+def _host_str(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def from_record(
+    record: MessageRecord,
+    broker_name: str,
+    store_host_port: tuple[str, int] | None = None,
+    *,
+    decompress: bool = True,
+) -> ReceivedMessage:
+    """Turn a decoded commitlog record pulled from ``broker_name`` into a :class:`ReceivedMessage`.
+
+    ``store_host_port`` overrides the record's store host when computing ``offset_msg_id`` (use
+    the address the client reached the broker at if the broker stores a placeholder). A
+    compressed body is decompressed unless ``decompress`` is false.
+    """
+    store_host, store_port = unpack_host(record.store_host)
+    born_host, born_port = unpack_host(record.born_host)
+    id_host, id_port = store_host_port if store_host_port is not None else (store_host, store_port)
+    offset_msg_id = create_offset_msg_id(id_host, id_port, record.physical_offset)
+    body = decompress_if_needed(record.body, record.sys_flag) if decompress else record.body
+    props = dict(record.properties)
+    return ReceivedMessage(
+        topic=record.topic,
+        body=body,
+        properties=props,
+        queue=MessageQueue(record.topic, broker_name, record.queue_id),
+        queue_offset=record.queue_offset,
+        msg_id=props.get(MessageConst.UNIQ_KEY) or offset_msg_id,
+        offset_msg_id=offset_msg_id,
+        commitlog_offset=record.physical_offset,
+        born_timestamp=record.born_timestamp,
+        store_timestamp=record.store_timestamp,
+        born_host=_host_str(born_host, born_port),
+        store_host=_host_str(store_host, store_port),
+        reconsume_times=record.reconsume_times,
+        flag=record.flag,
+        sys_flag=record.sys_flag,
+    )

@@ -1,0 +1,180 @@
+"""Message ids: the broker's offset id and the client's ``UNIQ_KEY`` (RocketMQ's layouts).
+
+- **offsetMsgId** (``MessageDecoder#createMessageId``): store host address (4 or 16 bytes) +
+  port (int) + commitlog physical offset (long), as uppercase hex: 32 chars for IPv4, 56 for
+  IPv6. ``645100FA00002A9F000000489A3AA09E`` is 100.81.0.250:10911 at offset 311825178782.
+- **UNIQ_KEY** (``MessageClientIDSetter``): ``hex(ip + short pid + int classLoaderHash)`` +
+  ``hex(int ms since the start of the current month)`` + ``hex(short counter)``: 32 chars for
+  IPv4, 56 for IPv6. The month start is local time, as ``Calendar.getInstance()`` is in Java.
+
+Everything here is a pure function of its arguments except :class:`UniqKeyGenerator`, whose
+pid, address, hash and clock are injectable for tests.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+_OFFSET_TAIL: Final = struct.Struct(">iq")  # port, physical offset
+_UNIQ_FIX: Final = struct.Struct(">Hi")  # short pid, int classLoaderHash
+_UNIQ_TAIL: Final = struct.Struct(">IH")  # ms since month start, counter
+_HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
+
+
+def _from_hex(msg_id: str, what: str, lengths: tuple[int, ...]) -> bytes:
+    if not isinstance(msg_id, str):
+        raise ValueError(f"{what} must be a str, got {type(msg_id).__name__}")
+    if len(msg_id) not in lengths:
+        want = " or ".join(str(n) for n in lengths)
+        raise ValueError(f"{what} must be {want} hex chars, got {len(msg_id)}: {msg_id!r}")
+    if not _HEX_DIGITS.issuperset(msg_id):
+        raise ValueError(f"{what} is not hexadecimal: {msg_id!r}")
+    return bytes.fromhex(msg_id)
+
+
+# --------------------------------------------------------------------------- offset id
+
+
+def create_offset_msg_id(host: str, port: int, phys_offset: int) -> str:
+    """Return the broker's offset message id for a record stored at ``host:port`` / offset."""
+    if not 0 <= port <= 0xFFFF:
+        raise ValueError(f"port out of range: {port}")
+    if not 0 <= phys_offset < 2**63:
+        raise ValueError(f"physical offset out of range: {phys_offset}")
+    try:
+        addr = ipaddress.ip_address(host).packed
+    except ValueError as e:
+        raise ValueError(f"not an IP address: {host!r}") from e
+    return (addr + _OFFSET_TAIL.pack(port, phys_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """Decode :func:`create_offset_msg_id`: ``(host, port, phys_offset)``; ValueError if bad."""
+    raw = _from_hex(msg_id, "offset message id", (32, 56))
+    addr_len = len(raw) - _OFFSET_TAIL.size
+    port, offset = _OFFSET_TAIL.unpack_from(raw, addr_len)
+    if not 0 <= port <= 0xFFFF:
+        raise ValueError(f"offset message id has an invalid port {port}: {msg_id!r}")
+    if offset < 0:
+        raise ValueError(f"offset message id has a negative offset {offset}: {msg_id!r}")
+    return str(ipaddress.ip_address(raw[:addr_len])), port, offset
+
+
+# --------------------------------------------------------------------------- UNIQ_KEY
+
+
+def month_start_ms(now_ms: int) -> int:
+    """Local-time start of the month containing ``now_ms`` (ms since the epoch)."""
+    dt = datetime.fromtimestamp(now_ms / 1000).replace(
+        day=1, hour=0, minute=0, second=0, microsecond=0
+    )
+    return int(dt.timestamp() * 1000)
+
+
+def next_month_start_ms(now_ms: int) -> int:
+    """Local-time start of the month after the one containing ``now_ms``."""
+    dt = datetime.fromtimestamp(now_ms / 1000)
+    year, month = (dt.year + 1, 1) if dt.month == 12 else (dt.year, dt.month + 1)
+    return int(datetime(year, month, 1).timestamp() * 1000)
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _fake_ip(now_ms: int) -> bytes:
+    """RocketMQ's ``createFakeIP``: the low 4 bytes of the current time in ms."""
+    return struct.pack(">q", now_ms)[4:]
+
+
+@dataclass(frozen=True, slots=True)
+class UniqKeyFields:
+    """The parts of a decoded ``UNIQ_KEY``."""
+
+    ip: str
+    pid: int
+    class_loader_hash: int
+    ms_since_month_start: int
+    counter: int
+
+
+class UniqKeyGenerator:
+    """Produces ``UNIQ_KEY`` strings in RocketMQ's layout; thread-safe.
+
+    ``ip`` defaults to RocketMQ's fake IP (no network lookup), ``pid`` to ``os.getpid()``
+    (truncated to a short), ``class_loader_hash`` to a random int, ``clock_ms`` to wall time.
+    """
+
+    def __init__(
+        self,
+        *,
+        ip: str | None = None,
+        pid: int | None = None,
+        class_loader_hash: int | None = None,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        self._clock = clock_ms
+        now = clock_ms()
+        ip_bytes = ipaddress.ip_address(ip).packed if ip is not None else _fake_ip(now)
+        pid_short = (os.getpid() if pid is None else pid) & 0xFFFF
+        if class_loader_hash is None:
+            class_loader_hash = random.getrandbits(32)
+        hash_int = ((class_loader_hash + 2**31) & 0xFFFFFFFF) - 2**31
+        self._prefix = (ip_bytes + _UNIQ_FIX.pack(pid_short, hash_int)).hex().upper()
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._set_start(now)
+
+    def _set_start(self, now_ms: int) -> None:
+        self._start = month_start_ms(now_ms)
+        self._next_start = next_month_start_ms(now_ms)
+
+    @property
+    def prefix(self) -> str:
+        """The fixed part: hex of ip + pid + classLoaderHash."""
+        return self._prefix
+
+    def next(self) -> str:
+        """Return a new ``UNIQ_KEY``."""
+        with self._lock:
+            now = self._clock()
+            if now >= self._next_start or now < self._start:
+                self._set_start(now)
+            counter = self._counter
+            self._counter = (counter + 1) & 0xFFFF
+            span = (now - self._start) & 0xFFFFFFFF
+        return self._prefix + _UNIQ_TAIL.pack(span, counter).hex().upper()
+
+    __call__ = next
+
+
+def decode_uniq_key(key: str) -> UniqKeyFields:
+    """Split a ``UNIQ_KEY`` into its fields; ValueError if it is not 32 or 56 hex chars."""
+    raw = _from_hex(key, "UNIQ_KEY", (32, 56))
+    ip_len = len(raw) - _UNIQ_FIX.size - _UNIQ_TAIL.size
+    pid, hash_int = _UNIQ_FIX.unpack_from(raw, ip_len)
+    span, counter = _UNIQ_TAIL.unpack_from(raw, ip_len + _UNIQ_FIX.size)
+    return UniqKeyFields(str(ipaddress.ip_address(raw[:ip_len])), pid, hash_int, span, counter)
+
+
+def uniq_key_timestamp(key: str, now_ms: int | None = None) -> int:
+    """Approximate creation time (ms) of a ``UNIQ_KEY`` (``getNearlyTimeFromID``).
+
+    The key stores ms since a month start; that is this month's start unless the result would
+    not be in the past, in which case it is the previous month's.
+    """
+    span = decode_uniq_key(key).ms_since_month_start
+    now = _wall_clock_ms() if now_ms is None else now_ms
+    start = month_start_ms(now)
+    if start + span >= now:
+        start = month_start_ms(start - 1)
+    return start + span

@@ -1,0 +1,171 @@
+"""Tests for broker/config.py: defaults, precedence, key mapping and store settings."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from broker.config import STORE_KEYS, BrokerConfig
+from namesrv.config import parse_properties
+from store.config import FlushDiskType, StoreConfig
+
+
+def test_defaults_match_rocketmq() -> None:
+    config = BrokerConfig()
+    assert config.broker_cluster_name == "DefaultCluster"
+    assert config.broker_name == "broker-a"
+    assert config.broker_id == 0
+    assert config.listen_port == 10911
+    assert config.namesrv_addr is None
+    assert config.namesrv_addrs == []
+    assert config.broker_permission == 6
+    assert config.auto_create_topic_enable is True
+    assert config.default_topic_queue_nums == 8
+    assert config.auto_create_subscription_group is True
+    assert config.flush_consumer_offset_interval_ms == 5000
+    assert config.register_name_server_period_ms == 30_000
+    assert config.channel_expired_timeout_ms == 120_000
+    assert config.long_polling_enable is True
+    assert config.metrics_port is None
+    assert ipaddress.ip_address(config.broker_ip1).version == 4
+    assert config.store_config().store_host == (config.broker_ip1, 10911)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "broker.conf"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_namesrv_precedence(tmp_path: Path) -> None:
+    conf = _write(tmp_path, "namesrvAddr=file:1\nbrokerName=broker-b\n")
+    env = {"NAMESRV_ADDR": "env:2"}
+    assert BrokerConfig.load(conf, None, {}, {}).namesrv_addr == "file:1"
+    assert BrokerConfig.load(conf, None, env, {}).namesrv_addr == "env:2"
+    assert BrokerConfig.load(conf, "arg:3", env, {}).namesrv_addr == "arg:3"
+    over = BrokerConfig.load(conf, "arg:3", env, {"namesrvAddr": "over:4"})
+    assert over.namesrv_addr == "over:4"
+    assert over.broker_name == "broker-b"
+    assert BrokerConfig.load(None, None, {"NAMESRV_ADDR": ""}, {}).namesrv_addr is None
+
+
+def test_overrides_beat_file_for_any_key(tmp_path: Path) -> None:
+    conf = _write(tmp_path, "listenPort=20911\nflushDiskType=SYNC_FLUSH\n")
+    config = BrokerConfig.load(conf, None, {}, {"listenPort": "30911"})
+    assert config.listen_port == 30911
+    assert config.store_config().flush_disk_type is FlushDiskType.SYNC_FLUSH
+
+
+def test_namesrv_addrs_split() -> None:
+    config = BrokerConfig.load(None, "10.0.0.1:9876; 10.0.0.2:9876;", {}, {})
+    assert config.namesrv_addrs == ["10.0.0.1:9876", "10.0.0.2:9876"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("listenPort", "abc"),
+        ("listenPort", "70000"),
+        ("autoCreateTopicEnable", "yes"),
+        ("brokerPermission", "9"),
+        ("defaultTopicQueueNums", "0"),
+        ("flushDiskType", "SOMETIMES"),
+        ("mappedFileSizeCommitLog", "12"),
+        ("mappedFileSizeConsumeQueue", "21"),
+        ("namesrvAddr", "no-port"),
+        ("metricsPort", "x"),
+    ],
+)
+def test_bad_value_names_the_key(key: str, value: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        BrokerConfig.load(None, None, {}, {key: value})
+
+
+def test_unknown_key_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="brokerNme"):
+        BrokerConfig.load(None, None, {}, {"brokerNme": "x"})
+    conf = _write(tmp_path, "store_host=1.2.3.4\n")
+    with pytest.raises(ValueError, match="store_host"):
+        BrokerConfig.load(conf, None, {}, {})
+
+
+def test_store_config_mapping(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    conf = _write(
+        tmp_path,
+        f"storePathRootDir={root}\n"
+        "flushDiskType=SYNC_FLUSH\n"
+        "mappedFileSizeCommitLog=65536\n"
+        "mappedFileSizeConsumeQueue=1000\n"
+        "deleteWhen=03;04\n"
+        "fileReservedTime=48\n"
+        "diskMaxUsedSpaceRatio=80\n"
+        "maxMessageSize=1024\n"
+        "syncFlushTimeout=100\n"
+        "flushIntervalCommitLog=50\n"
+        "checkCRCOnRecover=false\n",
+    )
+    store = BrokerConfig.load(conf, None, {}, {"brokerIP1": "10.1.2.3"}).store_config()
+    assert isinstance(store, StoreConfig)
+    assert store.store_path_root_dir == root
+    assert store.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    assert store.mapped_file_size_commit_log == 65536
+    assert store.mapped_file_size_consume_queue == 1000
+    assert store.delete_when == "03;04"
+    assert store.file_reserved_time == 48
+    assert store.disk_max_used_space_ratio == 80
+    assert store.max_message_size == 1024
+    assert store.sync_flush_timeout == 100
+    assert store.flush_interval_commit_log == 50
+    assert store.check_crc_on_recover is False
+    assert store.store_host == ("10.1.2.3", 10911)
+
+
+def test_store_keys_cover_store_config() -> None:
+    assert set(STORE_KEYS.values()) == {
+        "store_path_root_dir",
+        "mapped_file_size_commit_log",
+        "mapped_file_size_consume_queue",
+        "max_hash_slot_num",
+        "max_index_num",
+        "max_msgs_num_batch",
+        "default_query_max_num",
+        "message_index_enable",
+        "flush_disk_type",
+        "flush_interval_commit_log",
+        "flush_interval_consume_queue",
+        "sync_flush_timeout",
+        "file_reserved_time",
+        "delete_when",
+        "disk_max_used_space_ratio",
+        "disk_space_warning_level_ratio",
+        "disk_space_clean_forcibly_ratio",
+        "clean_resource_interval",
+        "delete_file_batch_max",
+        "max_message_size",
+        "max_topic_length",
+        "check_crc_on_recover",
+        "max_transfer_count_on_message_in_memory",
+        "max_transfer_bytes_on_message_in_memory",
+    }
+    assert "checkCRCOnRecover" in STORE_KEYS
+
+
+def test_to_properties_round_trip(tmp_path: Path) -> None:
+    config = BrokerConfig.load(
+        None,
+        "127.0.0.1:9876",
+        {},
+        {"flushDiskType": "SYNC_FLUSH", "brokerIP1": "10.0.0.9", "metricsPort": "5557"},
+    )
+    text = config.to_properties()
+    props = parse_properties(text)
+    assert props["flushDiskType"] == "SYNC_FLUSH"
+    assert props["namesrvAddr"] == "127.0.0.1:9876"
+    assert props["autoCreateTopicEnable"] == "true"
+    again = BrokerConfig.from_properties(props)
+    assert again.store_config() == config.store_config()
+    assert again.to_properties() == text
+    assert again.metrics_port == 5557

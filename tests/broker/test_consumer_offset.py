@@ -1,0 +1,100 @@
+"""Tests for broker/consumer_offset.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.json_store import backup_path, temp_path
+
+
+def test_commit_and_query(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    assert not manager.dirty
+    assert manager.query_offset("g1", "T", 0) == -1
+    manager.commit_offset("g1", "T", 0, 12)
+    manager.commit_offset("g1", "T", 3, 7)
+    assert manager.dirty
+    assert manager.query_offset("g1", "T", 0) == 12
+    assert manager.query_offset("g1", "T", 1) == -1
+    assert manager.query_offset("g2", "T", 0) == -1
+    assert manager.query_offsets("g1", "T") == {0: 12, 3: 7}
+    assert manager.query_offsets("g1", "other") == {}
+    with pytest.raises(ValueError, match="queue_id"):
+        manager.commit_offset("g1", "T", -1, 0)
+    with pytest.raises(ValueError, match="offset"):
+        manager.commit_offset("g1", "T", 0, -5)
+
+
+def test_which_topics_and_groups(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    manager.commit_offset("g1", "T1", 0, 1)
+    manager.commit_offset("g1", "%RETRY%g1", 0, 1)
+    manager.commit_offset("g2", "T1", 0, 1)
+    assert manager.which_topics_by_group("g1") == {"T1", "%RETRY%g1"}
+    assert manager.which_groups_by_topic("T1") == {"g1", "g2"}
+    assert manager.which_groups_by_topic("nope") == set()
+
+
+def test_clone_and_remove(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    manager.commit_offset("g1", "T1", 0, 5)
+    manager.commit_offset("g1", "T2", 1, 6)
+    assert manager.clone_offset("g1", "g9", "T1")
+    assert not manager.clone_offset("missing", "g9", "T1")
+    assert manager.query_offsets("g9", "T1") == {0: 5}
+    manager.commit_offset("g1", "T1", 0, 50)  # clone is a copy
+    assert manager.query_offset("g9", "T1", 0) == 5
+    assert manager.remove_group("g1", topic="T2") == 1
+    assert manager.which_topics_by_group("g1") == {"T1"}
+    assert manager.remove_group("g1") == 1
+    assert manager.which_topics_by_group("g1") == set()
+    assert manager.query_offset("g9", "T1", 0) == 5
+
+
+def test_json_shape_and_round_trip(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    manager.commit_offset("g1", "T1", 0, 12)
+    manager.commit_offset("g1", "T1", 1, 3)
+    manager.commit_offset("g2", "%RETRY%g2", 0, 0)
+    manager.persist()
+    assert not manager.dirty
+    doc = json.loads((tmp_path / "consumerOffset.json").read_text())
+    assert doc == {"offsetTable": {"%RETRY%g2@g2": {"0": 0}, "T1@g1": {"0": 12, "1": 3}}}
+    again = ConsumerOffsetManager(tmp_path)
+    assert again.query_offsets("g1", "T1") == {0: 12, 1: 3}
+    assert again.which_groups_by_topic("%RETRY%g2") == {"g2"}
+    assert not again.dirty
+
+
+def test_dirty_flag_skips_unchanged(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    assert not manager.persist_if_dirty()
+    assert not manager.path.exists()
+    manager.commit_offset("g", "T", 0, 1)
+    assert manager.persist_if_dirty()
+    assert not manager.persist_if_dirty()
+    manager.commit_offset("g", "T", 0, 1)  # same value: not a change
+    assert not manager.dirty
+
+
+def test_corrupt_main_falls_back_to_bak(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    manager.commit_offset("g", "T", 0, 1)
+    manager.persist()
+    manager.commit_offset("g", "T", 0, 2)
+    manager.persist()
+    assert json.loads(backup_path(manager.path).read_text()) == {"offsetTable": {"T@g": {"0": 1}}}
+    temp_path(manager.path).write_text("garbage from a crashed writer")
+    assert ConsumerOffsetManager(tmp_path).query_offset("g", "T", 0) == 2
+    manager.path.write_text('{"offsetTable": {"T@g": {"0": ')
+    assert ConsumerOffsetManager(tmp_path).query_offset("g", "T", 0) == 1
+
+
+def test_bad_shape_rejected(tmp_path: Path) -> None:
+    (tmp_path / "consumerOffset.json").write_text('{"offsetTable": {"T@g": {"x": 1}}}')
+    with pytest.raises(ValueError, match="bad offset"):
+        ConsumerOffsetManager(tmp_path)

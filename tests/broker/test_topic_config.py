@@ -1,0 +1,184 @@
+"""Tests for broker/topic_config.py and broker/json_store.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from broker.json_store import backup_path, load_json, temp_path, write_json_atomic
+from broker.topic_config import (
+    TopicConfigManager,
+    dlq_topic,
+    is_not_allowed_send_topic,
+    is_system_topic,
+    retry_topic,
+    validate_topic_name,
+)
+from common.route import TopicConfig
+
+
+def _manager(tmp_path: Path, auto: bool = True) -> TopicConfigManager:
+    return TopicConfigManager(tmp_path / "config", default_queue_nums=8, auto_create_enable=auto)
+
+
+@pytest.mark.parametrize(
+    "name", ["TopicTest", "a", "%RETRY%group", "%DLQ%g-1", "with_under-dash", "x|y", "A" * 127]
+)
+def test_valid_topic_names(name: str) -> None:
+    assert validate_topic_name(name) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("", "blank"),
+        ("   ", "blank"),
+        ("A" * 128, "127"),
+        ("has space", "characters"),
+        ("topic@group", "characters"),
+        ("dot.topic", "characters"),
+        ("中文", "characters"),
+    ],
+)
+def test_invalid_topic_names(name: str, reason: str) -> None:
+    result = validate_topic_name(name)
+    assert result is not None
+    assert reason in result
+
+
+def test_system_topic_predicates() -> None:
+    for topic in (
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    ):
+        assert is_system_topic(topic)
+        assert is_not_allowed_send_topic(topic)
+    assert is_system_topic("TBW102")
+    assert not is_not_allowed_send_topic("TBW102")
+    assert is_system_topic("rmq_sys_anything")
+    assert not is_system_topic("TopicTest")
+    assert not is_not_allowed_send_topic("TopicTest")
+    assert retry_topic("g1") == "%RETRY%g1"
+    assert dlq_topic("g1") == "%DLQ%g1"
+
+
+def test_system_topics_present(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    tbw = manager.select("TBW102")
+    assert tbw is not None
+    assert (tbw.read_queue_nums, tbw.write_queue_nums, tbw.perm) == (8, 8, 7)
+    for topic in ("SELF_TEST_TOPIC", "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT"):
+        assert topic in manager
+    schedule = manager.select("SCHEDULE_TOPIC_XXXX")
+    assert schedule is not None
+    assert schedule.read_queue_nums == 18
+    assert manager.data_version == 0
+    assert not manager.path.exists()
+    assert "TBW102" not in _manager(tmp_path / "off", auto=False)
+
+
+def test_auto_create_on(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    created = manager.create_on_send("NewTopic")
+    assert created == TopicConfig("NewTopic", 8, 8, 6)
+    assert manager.select("NewTopic") == created
+    assert manager.data_version == 1
+    assert manager.create_on_send("NewTopic") is created
+    assert manager.data_version == 1
+    assert manager.create_on_send("bad name") is None
+    assert manager.create_on_send("RMQ_SYS_TRANS_HALF_TOPIC") is not None  # exists already
+    manager.delete("RMQ_SYS_TRANS_HALF_TOPIC")
+    assert manager.create_on_send("RMQ_SYS_TRANS_HALF_TOPIC") is None
+
+
+def test_auto_create_off(tmp_path: Path) -> None:
+    manager = _manager(tmp_path, auto=False)
+    assert manager.create_on_send("NewTopic") is None
+    assert manager.select("NewTopic") is None
+    manager.create_or_update(TopicConfig("NewTopic", 4, 4))
+    assert manager.create_on_send("NewTopic") == TopicConfig("NewTopic", 4, 4)
+
+
+def test_create_update_delete_bump_version(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    manager.create_or_update(TopicConfig("T1", 4, 4))
+    assert manager.data_version == 1
+    manager.create_or_update(TopicConfig("T1", 4, 4))  # no change
+    assert manager.data_version == 1
+    manager.create_or_update(TopicConfig("T1", 2, 2, perm=4))
+    assert manager.data_version == 2
+    assert manager.delete("T1") == TopicConfig("T1", 2, 2, perm=4)
+    assert manager.delete("T1") is None
+    assert manager.data_version == 3
+    with pytest.raises(ValueError, match="characters"):
+        manager.create_or_update(TopicConfig("bad topic"))
+
+
+def test_persistence_round_trip(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    manager.create_or_update(TopicConfig("T1", 4, 2, perm=2, order=True))
+    manager.create_on_send("T2")
+    doc = json.loads(manager.path.read_text())
+    assert doc["topicConfigTable"]["T1"] == {
+        "topicName": "T1",
+        "readQueueNums": 4,
+        "writeQueueNums": 2,
+        "perm": 2,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": True,
+    }
+    assert doc["dataVersion"]["counter"] == 2
+    again = _manager(tmp_path)
+    assert again.topics() == manager.topics()
+    assert again.data_version == 2
+    assert backup_path(manager.path).exists()
+
+
+def test_crashed_writer_leaves_valid_file(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    manager.create_or_update(TopicConfig("T1", 4, 4))
+    temp_path(manager.path).write_bytes(b'{"topicConfigTable": {"T1": {"topicN')
+    again = _manager(tmp_path)
+    assert again.select("T1") == TopicConfig("T1", 4, 4)
+
+
+def test_corrupt_main_file_falls_back_to_bak(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = _manager(tmp_path)
+    manager.create_or_update(TopicConfig("T1", 4, 4))
+    manager.create_or_update(TopicConfig("T2", 4, 4))  # bak now holds T1 only
+    manager.path.write_bytes(b"\x00\x00garbage")
+    with caplog.at_level(logging.WARNING):
+        again = _manager(tmp_path)
+    assert "T1" in again
+    assert "T2" not in again
+    assert again.data_version == 1
+    assert any("topics.json" in r.getMessage() for r in caplog.records)
+    # The next write keeps the good .bak instead of copying the corrupt file over it.
+    again.create_or_update(TopicConfig("T3", 1, 1))
+    assert json.loads(backup_path(again.path).read_text())["dataVersion"]["counter"] == 1
+
+
+def test_json_store_missing_and_both_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    assert load_json(path) is None
+    write_json_atomic(path, {"a": 1})
+    assert not backup_path(path).exists()
+    write_json_atomic(path, {"a": 2})
+    assert json.loads(backup_path(path).read_text()) == {"a": 1}
+    path.unlink()
+    assert load_json(path) == {"a": 1}
+    path.write_text("")
+    backup_path(path).write_text("{nope")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_json(path)
+    assert not temp_path(path).exists()

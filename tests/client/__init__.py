@@ -1,0 +1,1 @@
+"""Tests for the pure client modules (client/)."""

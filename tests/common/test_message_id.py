@@ -1,0 +1,113 @@
+"""Tests for message ids (common/message_id.py): offsetMsgId and UNIQ_KEY layouts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from common.message_id import (
+    UniqKeyGenerator,
+    create_offset_msg_id,
+    decode_offset_msg_id,
+    decode_uniq_key,
+    month_start_ms,
+    uniq_key_timestamp,
+)
+
+VECTOR = "645100FA00002A9F000000489A3AA09E"
+
+
+def _ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
+    return int(datetime(year, month, day, hour, minute, second).timestamp() * 1000)
+
+
+def test_offset_msg_id_matches_rocketmq_vector() -> None:
+    assert create_offset_msg_id("100.81.0.250", 10911, 311825178782) == VECTOR
+    assert decode_offset_msg_id(VECTOR) == ("100.81.0.250", 10911, 311825178782)
+    assert decode_offset_msg_id(VECTOR.lower()) == ("100.81.0.250", 10911, 311825178782)
+
+
+def test_offset_msg_id_ipv6_round_trip() -> None:
+    msg_id = create_offset_msg_id("2001:db8::1", 10911, 42)
+    assert len(msg_id) == 56
+    assert msg_id == msg_id.upper()
+    assert decode_offset_msg_id(msg_id) == ("2001:db8::1", 10911, 42)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "645100FA", VECTOR + "00", "Z" * 32, "645100FA00002A9F800000489A3AA09E", 123],
+)
+def test_decode_offset_msg_id_rejects_bad_input(bad: object) -> None:
+    with pytest.raises(ValueError, match="offset message id"):
+        decode_offset_msg_id(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "offset"),
+    [("not-an-ip", 1, 0), ("1.2.3.4", -1, 0), ("1.2.3.4", 70000, 0), ("1.2.3.4", 1, -5)],
+)
+def test_create_offset_msg_id_rejects_bad_input(host: str, port: int, offset: int) -> None:
+    with pytest.raises(ValueError, match=r"range|IP address"):
+        create_offset_msg_id(host, port, offset)
+
+
+def test_uniq_key_layout_fields_decode() -> None:
+    now = _ms(2024, 5, 17, 12, 0, 0)
+    gen = UniqKeyGenerator(ip="10.0.0.7", pid=0x12345, class_loader_hash=-2, clock_ms=lambda: now)
+    key = gen.next()
+    assert len(key) == 32
+    assert key == key.upper()
+    assert key.startswith("0A000007" + "2345" + "FFFFFFFE")
+    fields = decode_uniq_key(key)
+    assert fields.ip == "10.0.0.7"
+    assert fields.pid == 0x2345
+    assert fields.class_loader_hash == -2
+    assert fields.ms_since_month_start == now - _ms(2024, 5, 1)
+    assert fields.counter == 0
+    assert decode_uniq_key(gen.next()).counter == 1
+    assert uniq_key_timestamp(key, now_ms=now + 1) == now
+
+
+def test_uniq_key_unique_over_100k_calls() -> None:
+    gen = UniqKeyGenerator()
+    keys = [gen.next() for _ in range(100_000)]
+    assert len(set(keys)) == len(keys)
+    assert all(len(k) == 32 and k == k.upper() for k in keys[:1000])
+    int(keys[-1], 16)
+
+
+def test_uniq_key_counter_wraps_at_2_16() -> None:
+    gen = UniqKeyGenerator(ip="1.2.3.4", pid=1, class_loader_hash=1, clock_ms=lambda: 10**12)
+    counters = [decode_uniq_key(gen.next()).counter for _ in range(2**16 + 2)]
+    assert counters[-3:] == [0xFFFF, 0, 1]
+
+
+def test_uniq_key_month_start_recomputed_on_month_change() -> None:
+    now = [_ms(2024, 1, 31, 23, 59, 59)]
+    gen = UniqKeyGenerator(ip="1.2.3.4", pid=1, class_loader_hash=1, clock_ms=lambda: now[0])
+    first = decode_uniq_key(gen.next()).ms_since_month_start
+    assert first == now[0] - _ms(2024, 1, 1)
+    now[0] = _ms(2024, 2, 1, 0, 0, 5)
+    assert decode_uniq_key(gen.next()).ms_since_month_start == 5000
+    assert month_start_ms(now[0]) == _ms(2024, 2, 1)
+
+
+def test_uniq_key_timestamp_from_previous_month() -> None:
+    made = _ms(2024, 1, 31, 10, 0, 0)
+    gen = UniqKeyGenerator(ip="1.2.3.4", pid=1, class_loader_hash=1, clock_ms=lambda: made)
+    key = gen.next()
+    assert uniq_key_timestamp(key, now_ms=_ms(2024, 2, 2)) == made
+
+
+def test_uniq_key_ipv6_is_56_hex() -> None:
+    gen = UniqKeyGenerator(ip="::1", pid=1, class_loader_hash=1, clock_ms=lambda: 10**12)
+    key = gen.next()
+    assert len(key) == 56
+    assert decode_uniq_key(key).ip == "::1"
+
+
+def test_decode_uniq_key_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="UNIQ_KEY"):
+        decode_uniq_key("XYZ")
