@@ -294,7 +294,7 @@ class MessageStore:
         if offset == hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, 0 if lo == 0 else hi, lo, hi)
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
         return self._read_queue(
             cq,
             offset,

@@ -265,7 +265,7 @@ def test_get_statuses_and_next_offsets(store: MessageStore) -> None:
     assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 5)
     assert g.records == []
     g = store.get_messages(TOPIC, 0, 9, 32)
-    assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+    assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 5)  # max offset
     assert store.get_messages(TOPIC, 1, 0, 32).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
 
 

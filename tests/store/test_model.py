@@ -187,7 +187,7 @@ class StoreModel(RuleBasedStateMachine):
             assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, offset)
             return
         if offset > hi:
-            assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+            assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, hi)
             return
         # RocketMQ's loop: never past the consume-queue file's end, batch-full checked first
         limit = max(1, min(max_msgs, MAX_TRANSFER))

@@ -1,0 +1,219 @@
+"""PULL_MESSAGE and the offset / query requests (RocketMQ's ``PullMessageProcessor``,
+``ConsumerManageProcessor``, ``AdminBrokerProcessor`` offset requests, ``QueryMessageProcessor``).
+
+::
+
+    PULL_MESSAGE                11  consumerGroup topic queueId queueOffset maxMsgNums
+                                    [subscription "*" | "A || B"] [commitOffset -1]
+                                    [suspendTimeoutMillis] -> body = raw records end to end;
+                                    nextBeginOffset minOffset maxOffset suggestWhichBrokerId=0
+    QUERY_CONSUMER_OFFSET       14  consumerGroup topic queueId -> offset | QUERY_NOT_FOUND
+    UPDATE_CONSUMER_OFFSET      15  consumerGroup topic queueId commitOffset
+    GET_MAX_OFFSET              30  topic queueId -> offset
+    GET_MIN_OFFSET              31  topic queueId -> offset
+    SEARCH_OFFSET_BY_TIMESTAMP  29  topic queueId timestamp -> offset
+    VIEW_MESSAGE_BY_ID          33  offset -> raw record | SYSTEM_ERROR
+    QUERY_MESSAGE               12  topic key maxNum beginTimestamp endTimestamp
+                                    [_UNIQUE_KEY_QUERY] -> raw records | QUERY_NOT_FOUND
+
+Pull codes and ``nextBeginOffset`` come from :mod:`broker.status_codes` only. Tag filtering
+(facts §4): ``"*"`` or empty matches everything; otherwise the ``||``-separated tags' Java hash
+codes filter the consume queue units (the client re-checks the exact tag). Long polling is not
+implemented: :func:`hold_pull` is the hook and answers immediately.
+"""
+
+from __future__ import annotations
+
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.processors import error, guarded, header_int, header_str, opt_bool, opt_int, opt_str
+from broker.status_codes import pull_response_code
+from common.hashing import java_string_hash
+from common.record import RecordError
+from remoting.channel import Channel, Handler
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+from store import GetResult, MessageStore
+
+SUB_ALL = "*"
+
+
+def subscription_tag_codes(subscription: str) -> frozenset[int] | None:
+    """Tag hash codes of a TAG subscription; None for ``"*"`` / empty (match everything)."""
+    text = subscription.strip()
+    if not text or text == SUB_ALL:
+        return None
+    tags = [t.strip() for t in text.split("||")]
+    return frozenset(java_string_hash(t) for t in tags if t)
+
+
+async def hold_pull(
+    request: RemotingCommand, channel: Channel, result: GetResult, suspend_timeout_ms: int
+) -> RemotingCommand | None:
+    """TODO(long polling): park a PULL_NOT_FOUND request (``PullRequestHoldService``).
+
+    Returning None means "not held": the processor answers immediately. A real implementation
+    waits for ``store.arrival_listener`` (topic@queueId) or ``suspend_timeout_ms`` and re-runs
+    the pull.
+    """
+    return None
+
+
+class PullProcessor:
+    """Reads from the store and manages committed offsets."""
+
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsetManager) -> None:
+        self.store = store
+        self.offsets = offsets
+
+    async def pull(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+        """PULL_MESSAGE."""
+        group = header_str(request, "consumerGroup")
+        topic = header_str(request, "topic")
+        queue_id = header_int(request, "queueId")
+        offset = header_int(request, "queueOffset")
+        max_msgs = header_int(request, "maxMsgNums")
+        subscription = opt_str(request, "subscription", SUB_ALL)
+        commit_offset = opt_int(request, "commitOffset", -1)
+        suspend_ms = opt_int(request, "suspendTimeoutMillis", 0)
+        if queue_id < 0 or offset < 0 or max_msgs <= 0:
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"illegal pull: queueId={queue_id} queueOffset={offset} maxMsgNums={max_msgs}",
+            )
+        result = self.store.get_messages(
+            topic, queue_id, offset, max_msgs, tag_codes=subscription_tag_codes(subscription)
+        )
+        code = pull_response_code(result.status, offset)
+        if commit_offset >= 0:
+            self.offsets.commit_offset(group, topic, queue_id, commit_offset)
+        if code == ResponseCode.PULL_NOT_FOUND:
+            held = await hold_pull(request, channel, result, suspend_ms)
+            if held is not None:
+                return held
+        fields: dict[str, ExtValue] = {
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+            "suggestWhichBrokerId": "0",
+        }
+        return RemotingCommand.response_to(
+            request,
+            code,
+            remark=result.status.value,
+            ext_fields=fields,
+            body=b"".join(result.records),
+        )
+
+    async def query_consumer_offset(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """QUERY_CONSUMER_OFFSET: the committed offset; 0 if none and the queue starts at 0."""
+        group = header_str(request, "consumerGroup")
+        topic = header_str(request, "topic")
+        queue_id = header_int(request, "queueId")
+        offset = self.offsets.query_offset(group, topic, queue_id)
+        if offset < 0:
+            set_zero = opt_bool(request, "setZeroIfNotFound", True)
+            if not set_zero or self.store.get_min_offset_in_queue(topic, queue_id) > 0:
+                return error(request, ResponseCode.QUERY_NOT_FOUND, "Not found")
+            offset = 0
+        return _offset_response(request, offset)
+
+    async def update_consumer_offset(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """UPDATE_CONSUMER_OFFSET."""
+        group = header_str(request, "consumerGroup")
+        topic = header_str(request, "topic")
+        queue_id = header_int(request, "queueId")
+        offset = header_int(request, "commitOffset")
+        try:
+            self.offsets.commit_offset(group, topic, queue_id, offset)
+        except ValueError as exc:
+            return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def get_max_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_MAX_OFFSET."""
+        topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
+        return _offset_response(request, self.store.get_max_offset_in_queue(topic, queue_id))
+
+    async def get_min_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_MIN_OFFSET."""
+        topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
+        return _offset_response(request, self.store.get_min_offset_in_queue(topic, queue_id))
+
+    async def search_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """SEARCH_OFFSET_BY_TIMESTAMP: first offset stored at or after ``timestamp``."""
+        topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
+        timestamp = header_int(request, "timestamp")
+        offset = self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        return _offset_response(request, offset)
+
+    async def view_message_by_id(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """VIEW_MESSAGE_BY_ID: the raw record at commitlog ``offset``."""
+        offset = header_int(request, "offset")
+        try:
+            raw = self.store.lookup_message_by_offset(offset) if offset >= 0 else None
+        except (RecordError, ValueError):
+            raw = None
+        if raw is None:
+            return error(
+                request, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+            )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=raw)
+
+    async def query_message(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """QUERY_MESSAGE: records of ``topic`` with ``key`` in the time range."""
+        topic = header_str(request, "topic")
+        key = header_str(request, "key")
+        max_num = header_int(request, "maxNum")
+        begin = header_int(request, "beginTimestamp")
+        end = header_int(request, "endTimestamp")
+        if opt_bool(request, "_UNIQUE_KEY_QUERY"):
+            max_num = self.store.config.default_query_max_num
+        max_num = max(1, min(max_num, self.store.config.max_msgs_num_batch))
+        result = self.store.query_messages(topic, key, max_num, begin, end)
+        fields: dict[str, ExtValue] = {
+            "indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
+            "indexLastUpdatePhyoffset": str(result.index_last_update_phy_offset),
+        }
+        if not result.records:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                remark="can not find message, maybe time range not correct",
+                ext_fields=fields,
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields=fields, body=b"".join(result.records)
+        )
+
+    def handlers(self) -> dict[int, Handler]:
+        """The ``{request code: handler}`` table."""
+        return {
+            int(RequestCode.PULL_MESSAGE): guarded(self.pull),
+            int(RequestCode.QUERY_CONSUMER_OFFSET): guarded(self.query_consumer_offset),
+            int(RequestCode.UPDATE_CONSUMER_OFFSET): guarded(self.update_consumer_offset),
+            int(RequestCode.GET_MAX_OFFSET): guarded(self.get_max_offset),
+            int(RequestCode.GET_MIN_OFFSET): guarded(self.get_min_offset),
+            int(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP): guarded(self.search_offset),
+            int(RequestCode.VIEW_MESSAGE_BY_ID): guarded(self.view_message_by_id),
+            int(RequestCode.QUERY_MESSAGE): guarded(self.query_message),
+        }
+
+
+def _offset_response(request: RemotingCommand, offset: int) -> RemotingCommand:
+    return RemotingCommand.response_to(
+        request, ResponseCode.SUCCESS, ext_fields={"offset": str(offset)}
+    )
+
+
+def make_pull_handlers(
+    store: MessageStore, offsets_mgr: ConsumerOffsetManager
+) -> dict[int, Handler]:
+    """The pull/offset/query handler table over the real store and offset manager."""
+    return PullProcessor(store, offsets_mgr).handlers()

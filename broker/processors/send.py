@@ -1,0 +1,293 @@
+"""SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (RocketMQ's ``SendMessageProcessor``).
+
+Request header (``ext_fields``; V2 uses the single letters ``a``..``n`` and is renamed first):
+producerGroup, topic, queueId (-1 or missing: round robin over the writable queues), sysFlag,
+bornTimestamp, flag, properties (``k\\x01v\\x02``), reconsumeTimes, batch.
+
+Bodies:
+
+- SEND_MESSAGE / SEND_MESSAGE_V2: the message body.
+- SEND_BATCH_MESSAGE: **minimq's own encoding**, not RocketMQ's §7 batch frames: a msgpack list of
+  maps ``{"body": bytes, "properties": {str: str}, "flag": int}`` (``properties``/``flag``
+  optional). Every message goes to the header's topic and queue; header properties/flag are the
+  defaults each entry overrides.
+
+Checks, in order, all before the store is touched: topic name (MESSAGE_ILLEGAL), system topics
+clients may not send to (NO_PERMISSION, as RocketMQ), topic exists or is auto-created
+(TOPIC_NOT_EXIST), write permission (NO_PERMISSION), queue id range (SYSTEM_ERROR, as RocketMQ's
+``msgCheck``), properties parse and size (MESSAGE_ILLEGAL), body size <= maxMessageSize
+(MESSAGE_ILLEGAL). The put outcome is mapped by :func:`broker.status_codes.put_response_code`.
+
+Response header: msgId (offsetMsgId of the store host and physical offset; comma-separated for a
+batch), queueId, queueOffset (of the first message).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from broker.config import BrokerConfig
+from broker.processors import (
+    error,
+    guarded,
+    header_str,
+    opt_bool,
+    opt_int,
+    opt_str,
+)
+from broker.status_codes import put_response_code
+from broker.topic_config import TopicConfigManager, is_not_allowed_send_topic, validate_topic_name
+from common.message_id import create_offset_msg_id
+from common.record import (
+    MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    MessageRecord,
+    encode_properties,
+    pack_host,
+)
+from common.route import PermName, TopicConfig
+from remoting.channel import Channel, Handler
+from remoting.client import split_addr
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+from remoting.errors import RemotingError
+from store import MessageStore
+from store.services import StoreServices
+
+V2_FIELD_NAMES: Mapping[str, str] = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+"""SendMessageRequestHeaderV2's single-letter fields -> SendMessageRequestHeader names."""
+
+
+class IllegalMessageError(ValueError):
+    """The message itself is malformed (answered MESSAGE_ILLEGAL)."""
+
+
+def parse_properties(raw: str) -> dict[str, str]:
+    """Strictly parse RocketMQ's ``k\\x01v\\x02`` string; IllegalMessageError when malformed.
+
+    Unlike :func:`common.record.decode_properties` nothing is skipped: every non-empty segment
+    must be ``name\\x01value`` with a non-empty name and no second separator.
+    """
+    out: dict[str, str] = {}
+    for item in raw.split(PROPERTY_SEPARATOR):
+        if not item:
+            continue
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if not sep or not name or NAME_VALUE_SEPARATOR in value:
+            raise IllegalMessageError(f"malformed properties segment {item!r}")
+        out[name] = value
+    return out
+
+
+def _check_properties(props: Mapping[str, Any]) -> dict[str, str]:
+    """Properties as a str map of legal size; IllegalMessageError otherwise."""
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
+        raise IllegalMessageError("properties must map str to str")
+    for k, v in props.items():
+        if not k or any(s in k or s in v for s in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)):
+            raise IllegalMessageError(f"illegal property {k!r}")
+    out = dict(props)
+    if len(encode_properties(out)) > MAX_PROPERTIES_LENGTH:
+        raise IllegalMessageError(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes")
+    return out
+
+
+def decode_batch_body(body: bytes) -> list[tuple[bytes, dict[str, str] | None, int | None]]:
+    """Entries ``(body, properties or None, flag or None)`` of a SEND_BATCH_MESSAGE body."""
+    try:
+        wire = msgpack.unpackb(body, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise IllegalMessageError(f"batch body is not valid msgpack: {exc}") from None
+    if not isinstance(wire, list) or not wire:
+        raise IllegalMessageError("batch body must be a non-empty list")
+    out: list[tuple[bytes, dict[str, str] | None, int | None]] = []
+    for i, entry in enumerate(wire):
+        if not isinstance(entry, dict) or not isinstance(entry.get("body"), bytes):
+            raise IllegalMessageError(f"batch entry {i} must be a map with a bytes 'body'")
+        props = entry.get("properties")
+        if props is not None and not isinstance(props, dict):
+            raise IllegalMessageError(f"batch entry {i}: 'properties' must be a map")
+        flag = entry.get("flag")
+        if flag is not None and (not isinstance(flag, int) or isinstance(flag, bool)):
+            raise IllegalMessageError(f"batch entry {i}: 'flag' must be an int")
+        out.append((entry["body"], None if props is None else _check_properties(props), flag))
+    return out
+
+
+def encode_batch_body(entries: list[Mapping[str, Any]]) -> bytes:
+    """Build a SEND_BATCH_MESSAGE body from ``{"body", "properties", "flag"}`` maps."""
+    data: bytes = msgpack.packb(list(entries), use_bin_type=True)
+    return data
+
+
+def born_host_of(channel: Channel) -> bytes:
+    """The peer's address packed as a born host (IPv4 only in the store; else 0.0.0.0)."""
+    try:
+        host, port = split_addr(channel.remote_addr)
+        if ipaddress.ip_address(host).version == 4:
+            return pack_host(host, port)
+    except (RemotingError, ValueError):
+        pass
+    return pack_host("0.0.0.0", 0)
+
+
+class SendProcessor:
+    """Validates and stores sent messages."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        services: StoreServices,
+        topic_config: TopicConfigManager,
+        broker_config: BrokerConfig,
+    ) -> None:
+        self.store = store
+        self.services = services
+        self.topic_config = topic_config
+        self.broker_config = broker_config
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    def _pick_queue(self, config: TopicConfig) -> int:
+        counter = self._round_robin.setdefault(config.topic_name, itertools.count())
+        return next(counter) % config.write_queue_nums
+
+    async def send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """Handle SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
+        if request.code == RequestCode.SEND_MESSAGE_V2:
+            renamed = {V2_FIELD_NAMES.get(k, k): v for k, v in request.ext_fields.items()}
+            request = dataclasses.replace(request, ext_fields=renamed)
+        topic = header_str(request, "topic")
+        queue_id = opt_int(request, "queueId", -1)
+        sys_flag = opt_int(request, "sysFlag", 0)
+        born_ts = opt_int(request, "bornTimestamp", 0)
+        flag = opt_int(request, "flag", 0)
+        raw_props = opt_str(request, "properties", "")
+        reconsume = opt_int(request, "reconsumeTimes", 0)
+        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(request, "batch")
+
+        reason = validate_topic_name(topic)
+        if reason is not None:
+            return error(request, ResponseCode.MESSAGE_ILLEGAL, reason)
+        if is_not_allowed_send_topic(topic):
+            return error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"Sending message to topic[{topic}] is forbidden.",
+            )
+        config = self.topic_config.create_on_send(topic)
+        if config is None:
+            return error(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!",
+            )
+        if not config.perm & PermName.PERM_WRITE:
+            return error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{topic}] sending message is forbidden",
+            )
+        if queue_id < 0:
+            queue_id = self._pick_queue(config)
+        if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic {topic} has "
+                f"{config.write_queue_nums} write queues",
+            )
+        try:
+            props = _check_properties(parse_properties(raw_props))
+            if batch:
+                entries = decode_batch_body(request.body)
+            else:
+                entries = [(request.body, None, None)]
+        except IllegalMessageError as exc:
+            return error(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        max_size = self.store.config.max_message_size
+        for body, _, _ in entries:
+            if len(body) > max_size:
+                return error(
+                    request,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"the message body size {len(body)} is over the limit {max_size}",
+                )
+
+        born_host = born_host_of(channel)
+        msgs = [
+            MessageRecord(
+                topic,
+                body,
+                queue_id=queue_id,
+                flag=flag if e_flag is None else e_flag,
+                properties=dict(props) if e_props is None else e_props,
+                sys_flag=sys_flag,
+                born_timestamp=born_ts,
+                born_host=born_host,
+                reconsume_times=reconsume,
+            )
+            for body, e_props, e_flag in entries
+        ]
+        result = await self.services.put_messages(msgs)
+        code, remark = put_response_code(result.status)
+        if not result.phys_offsets:  # not stored: no id to give
+            return error(request, code, result.remark or remark)
+        host, port = self.store.config.store_host
+        fields: dict[str, ExtValue] = {
+            "msgId": ",".join(create_offset_msg_id(host, port, p) for p in result.phys_offsets),
+            "queueId": str(queue_id),
+            "queueOffset": str(result.queue_offsets[0]),
+        }
+        return RemotingCommand.response_to(
+            request, code, remark=result.remark or remark, ext_fields=fields
+        )
+
+    def handlers(self) -> dict[int, Handler]:
+        """The ``{request code: handler}`` table."""
+        h = guarded(self.send)
+        return {
+            int(RequestCode.SEND_MESSAGE): h,
+            int(RequestCode.SEND_MESSAGE_V2): h,
+            int(RequestCode.SEND_BATCH_MESSAGE): h,
+        }
+
+
+def make_send_handlers(
+    store: MessageStore,
+    services: StoreServices,
+    topic_config: TopicConfigManager,
+    broker_config: BrokerConfig,
+) -> dict[int, Handler]:
+    """The send handler table over the real store and topic manager."""
+    return SendProcessor(store, services, topic_config, broker_config).handlers()
+
+
+__all__ = [
+    "SendProcessor",
+    "decode_batch_body",
+    "encode_batch_body",
+    "make_send_handlers",
+    "parse_properties",
+]
