@@ -27,6 +27,7 @@ import sys
 import click
 import trio
 
+from common.errors import first_leaf
 from namesrv.config import NamesrvConfig, load_properties
 from namesrv.server import NameServer
 
@@ -62,13 +63,6 @@ async def _serve(config: NamesrvConfig) -> None:
                 nursery.cancel_scope.cancel()
                 break
     log.info("name server stopped")
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    """The first non-group exception inside (nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _fail(message: str) -> None:
@@ -137,7 +131,7 @@ def main(
     try:
         trio.run(_serve, config)
     except* OSError as group:
-        _fail(f"cannot start: {_first_leaf(group)}")
+        _fail(f"cannot start: {first_leaf(group)}")
 
 
 if __name__ == "__main__":

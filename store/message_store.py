@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common.message import MessageConst, MessageSysFlag
-from common.record import MessageRecord, decode_record
+from common.record import MessageRecord, decode_record, pack_host
 from store import recovery, retention
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
@@ -182,6 +182,15 @@ class MessageStore:
     def consume_queues(self) -> list[ConsumeQueue]:
         """Every consume queue (a snapshot, safe to iterate from another thread)."""
         return list(self.cq_table.values())
+
+    def set_store_host(self, host: str, port: int) -> None:
+        """The address written into new records' STOREHOSTADDRESS (and their offset ids).
+
+        A broker asked for port 0 learns its port only once listening; it calls this before
+        serving its first request.
+        """
+        self.config.store_host = (host, port)
+        self.commitlog.store_host = pack_host(host, port)
 
     # -- puts ------------------------------------------------------------------------------
     def put_message(self, msg: MessageRecord) -> PutResult:

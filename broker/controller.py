@@ -1,0 +1,205 @@
+"""BrokerController: one broker's task tree (RocketMQ's ``BrokerController``), design §2.4.
+
+::
+
+    run                          open the store in a worker thread, load the managers
+    └─ store nursery
+       ├─ StoreServices.run      in its own shielded scope: outer cancellation does not reach
+       │                         it; it is cancelled explicitly once the net scope has closed
+       └─ net nursery            (the body of the store nursery)
+          ├─ RemotingServer.run  send + pull handlers on host:listenPort
+          ├─ register_loop       REGISTER_BROKER to every name server every
+          │                      registerNameServerPeriod ms (first round before started())
+          └─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
+
+Rules:
+
+- ``task_status.started(port)`` comes once the server is listening and one registration round
+  (to every name server, concurrently) has been attempted.
+- A failed registration is logged and retried next period; it never stops the broker.
+- Shutdown is cancellation. Order: the net nursery stops (accepting, requests, loops), then
+  UNREGISTER_BROKER goes to every name server (shielded, at most ``UNREGISTER_TIMEOUT_S``), then
+  the store services are cancelled (they drain under their own bounded shield), then offsets are
+  persisted and ``store.close()`` runs in a worker thread, shielded so that a second
+  cancellation cannot interrupt it (``to_thread.run_sync`` never abandons its thread).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.processors.pull import make_pull_handlers
+from broker.processors.send import make_send_handlers
+from broker.topic_config import TopicConfigManager
+from namesrv.processor import encode_register_body
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+from remoting.errors import RemotingError
+from remoting.server import RemotingServer
+from store.message_store import MessageStore
+from store.services import StoreServices
+
+log = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT_S = 3.0
+"""Upper bound of one REGISTER_BROKER call (connect + response)."""
+UNREGISTER_TIMEOUT_S = 3.0
+"""Upper bound of the whole UNREGISTER_BROKER round at shutdown."""
+
+
+class BrokerController:
+    """Runs one broker; see the module docstring."""
+
+    def __init__(self, config: BrokerConfig, *, host: str = "0.0.0.0") -> None:
+        self.config = config
+        self.host = host
+        self.port: int | None = None
+        """The bound port once :meth:`run` has started."""
+        self.store: MessageStore | None = None
+        self.topics: TopicConfigManager | None = None
+        self.offsets: ConsumerOffsetManager | None = None
+
+    @property
+    def broker_addr(self) -> str:
+        """``brokerIP1:<bound port>`` (the configured port before :meth:`run` binds)."""
+        port = self.config.listen_port if self.port is None else self.port
+        return f"{self.config.broker_ip1}:{port}"
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; ``task_status.started`` gets the bound port."""
+        store = MessageStore(self.config.store_config())
+        await trio.to_thread.run_sync(store.open)
+        self.store = store
+        try:
+            config_dir = store.config.config_dir
+            self.topics = TopicConfigManager(
+                config_dir,
+                self.config.default_topic_queue_nums,
+                self.config.auto_create_topic_enable,
+            )
+            self.offsets = ConsumerOffsetManager(config_dir)
+            services = StoreServices(store)
+            async with trio.open_nursery() as store_nursery:
+                store_scope: trio.CancelScope = await store_nursery.start(_run_shielded, services)
+                try:
+                    await self._serve(services, task_status)
+                finally:
+                    store_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._close_sync)
+            log.info("broker %s stopped", self.config.broker_name)
+
+    def _close_sync(self) -> None:
+        """Persist offsets (if loaded) and close the store; runs in a worker thread."""
+        try:
+            if self.offsets is not None:
+                self.offsets.persist_if_dirty()
+        finally:
+            assert self.store is not None
+            self.store.close()
+
+    async def _serve(self, services: StoreServices, task_status: trio.TaskStatus[int]) -> None:
+        """The net nursery; unregisters from the name servers when it ends."""
+        assert self.store is not None
+        assert self.topics is not None
+        assert self.offsets is not None
+        handlers = {
+            **make_send_handlers(self.store, services, self.topics, self.config),
+            **make_pull_handlers(self.store, self.offsets),
+        }
+        server = RemotingServer(handlers, host=self.host, port=self.config.listen_port)
+        async with RemotingClient(default_timeout_s=REGISTER_TIMEOUT_S) as client:
+            try:
+                async with trio.open_nursery() as net:
+                    self.port = await net.start(server.run)
+                    # no await before this: no request is handled with the wrong address
+                    self.store.set_store_host(self.config.broker_ip1, self.port)
+                    await self.register_all(client)
+                    net.start_soon(self.register_loop, client)
+                    net.start_soon(self.persist_loop)
+                    log.info("broker %s serving on %s", self.config.broker_name, self.broker_addr)
+                    task_status.started(self.port)
+            finally:
+                if self.port is not None:
+                    await self.unregister_all()
+
+    # ------------------------------------------------------------------ name servers
+
+    def _header(self) -> dict[str, ExtValue]:
+        return {
+            "brokerName": self.config.broker_name,
+            "brokerAddr": self.broker_addr,
+            "clusterName": self.config.broker_cluster_name,
+            "brokerId": str(self.config.broker_id),
+        }
+
+    async def register_all(self, client: RemotingClient) -> None:
+        """One REGISTER_BROKER round to every name server, concurrently; failures are logged."""
+        assert self.topics is not None
+        body = encode_register_body(self.topics.topics())
+        header = {**self._header(), "haServerAddr": ""}
+        async with trio.open_nursery() as nursery:
+            for addr in self.config.namesrv_addrs:
+                cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body, opaque=0)
+                nursery.start_soon(_call_logged, client, addr, cmd, "register")
+
+    async def unregister_all(self) -> None:
+        """One UNREGISTER_BROKER round to every name server: shielded, bounded, concurrent.
+
+        It uses a fresh client opened inside the shield: the serving client's reader tasks
+        are already cancelled when this runs, so they could not receive the responses.
+        """
+        with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True):
+            async with RemotingClient(default_timeout_s=UNREGISTER_TIMEOUT_S) as client:
+                await self._unregister_round(client)
+
+    async def _unregister_round(self, client: RemotingClient) -> None:
+        async with trio.open_nursery() as nursery:
+            for addr in self.config.namesrv_addrs:
+                cmd = RemotingCommand.request(
+                    RequestCode.UNREGISTER_BROKER, self._header(), opaque=0
+                )
+                nursery.start_soon(_call_logged, client, addr, cmd, "unregister")
+
+    async def register_loop(self, client: RemotingClient) -> None:
+        """Re-register every ``registerNameServerPeriod`` ms; never returns."""
+        while True:
+            await trio.sleep(self.config.register_name_server_period_ms / 1000)
+            await self.register_all(client)
+
+    async def persist_loop(self) -> None:
+        """Persist changed consumer offsets every ``flushConsumerOffsetInterval`` ms."""
+        assert self.offsets is not None
+        while True:
+            await trio.sleep(self.config.flush_consumer_offset_interval_ms / 1000)
+            try:
+                self.offsets.persist_if_dirty()
+            except OSError:
+                log.exception("persisting consumer offsets failed; retrying next period")
+
+
+async def _run_shielded(
+    services: StoreServices, *, task_status: trio.TaskStatus[trio.CancelScope]
+) -> None:
+    """Run ``services`` in a shielded scope; ``started`` hands that scope to the caller."""
+    with trio.CancelScope(shield=True) as scope:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            task_status.started(scope)
+
+
+async def _call_logged(client: RemotingClient, addr: str, cmd: RemotingCommand, what: str) -> None:
+    """Invoke ``cmd`` on ``addr``; log (never raise) a failure or a non-SUCCESS answer."""
+    try:
+        resp = await client.invoke(addr, cmd)
+    except (RemotingError, OSError) as exc:
+        log.warning("%s with name server %s failed: %s", what, addr, exc)
+        return
+    if resp.code != ResponseCode.SUCCESS:
+        log.warning("%s with name server %s: code %s %s", what, addr, resp.code, resp.remark)

@@ -1,0 +1,316 @@
+"""The broker wired end to end: BrokerController + NameServer in-process, then real processes.
+
+- In-process: NameServer + BrokerController in one nursery on 127.0.0.1 port 0; registration,
+  send, route refresh on the next registration, pull. Every wait is deadline-bounded.
+- Processes: ``python -m namesrv`` and ``python -m broker`` bound to 127.0.0.1; boot lines read
+  under a deadline; SIGTERM -> exit 0 with no ``abort`` file; a restart on the same store still
+  serves the message and the committed consumer offset. Processes are killed by pid in ``finally``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.controller import BrokerController
+from common.message_id import decode_offset_msg_id
+from common.record import decode_records
+from namesrv.config import NamesrvConfig
+from namesrv.processor import decode_cluster_info_body, decode_route_body
+from namesrv.server import NameServer
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+
+LIMIT = 20.0
+REPO = Path(__file__).resolve().parents[2]
+TOPIC = "TopicWired"
+GROUP = "cg"
+_opaque = itertools.count(1)
+
+SMALL_STORE = {
+    "mappedFileSizeCommitLog": "1048576",
+    "mappedFileSizeConsumeQueue": "6000",
+    "maxHashSlotNum": "100",
+    "maxIndexNum": "400",
+}
+
+
+def req(code: int, body: bytes = b"", **ext: ExtValue) -> RemotingCommand:
+    return RemotingCommand.request(code, ext, body, opaque=next(_opaque))
+
+
+def send_req(body: bytes) -> RemotingCommand:
+    return req(
+        RequestCode.SEND_MESSAGE,
+        body,
+        producerGroup="pg",
+        topic=TOPIC,
+        queueId="0",
+        bornTimestamp="1700000000000",
+    )
+
+
+def pull_req(offset: int = 0) -> RemotingCommand:
+    return req(
+        RequestCode.PULL_MESSAGE,
+        consumerGroup=GROUP,
+        topic=TOPIC,
+        queueId="0",
+        queueOffset=str(offset),
+        maxMsgNums="32",
+    )
+
+
+async def wait_until(cond: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll ``cond`` every 20 ms until it is true; fail after ``LIMIT`` seconds."""
+    with trio.move_on_after(LIMIT):
+        while True:
+            if await cond():
+                return
+            await trio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def pull_bodies(client: RemotingClient, addr: str) -> list[bytes]:
+    """Bodies pulled from queue 0 at offset 0, once the message has been dispatched."""
+    bodies: list[bytes] = []
+
+    async def got() -> bool:
+        resp = await client.invoke(addr, pull_req())
+        if resp.code != ResponseCode.SUCCESS:
+            return False
+        bodies[:] = [r.body for r in decode_records(resp.body, check_crc=True)]
+        return True
+
+    await wait_until(got, "the message to be pullable")
+    return bodies
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+async def test_broker_registers_serves_and_refreshes_route(tmp_path: Path) -> None:
+    namesrv = NameServer(NamesrvConfig(listen_port=0, bind_address="127.0.0.1"))
+    with trio.fail_after(LIMIT * 2):
+        async with trio.open_nursery() as nursery:
+            ns_port = await nursery.start(namesrv.run)
+            ns_addr = f"127.0.0.1:{ns_port}"
+            config = BrokerConfig.load(
+                None,
+                ns_addr,
+                {},
+                {
+                    "listenPort": "0",
+                    "brokerIP1": "127.0.0.1",
+                    "registerNameServerPeriod": "200",
+                    "flushConsumerOffsetInterval": "200",
+                    "storePathRootDir": str(tmp_path / "store"),
+                    **SMALL_STORE,
+                },
+            )
+            broker = BrokerController(config, host="127.0.0.1")
+            broker_scope = trio.CancelScope()
+            stopped = trio.Event()
+
+            async def run_broker(*, task_status: trio.TaskStatus[int]) -> None:
+                with broker_scope:
+                    await broker.run(task_status=task_status)
+                stopped.set()
+
+            port = await nursery.start(run_broker)
+            broker_addr = f"127.0.0.1:{port}"
+            assert broker.broker_addr == broker_addr
+
+            async with RemotingClient() as client:
+
+                async def registered() -> bool:
+                    resp = await client.invoke(ns_addr, req(RequestCode.GET_BROKER_CLUSTER_INFO))
+                    info = decode_cluster_info_body(resp.body)
+                    data = info.broker_addr_table.get("broker-a")
+                    return data is not None and data.broker_addrs == {0: broker_addr}
+
+                await wait_until(registered, "the broker in the name server's cluster info")
+
+                resp = await client.invoke(broker_addr, send_req(b"hello"))
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+                host, msg_port, _ = decode_offset_msg_id(str(resp.ext_fields["msgId"]))
+                assert (host, msg_port) == ("127.0.0.1", port)  # the bound port, not 0
+
+                async def routed() -> bool:
+                    resp = await client.invoke(
+                        ns_addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)
+                    )
+                    if resp.code != ResponseCode.SUCCESS:
+                        return False
+                    route = decode_route_body(resp.body)
+                    return [qd.broker_name for qd in route.queue_datas] == ["broker-a"]
+
+                await wait_until(routed, "the auto-created topic in the route")
+
+                assert await pull_bodies(client, broker_addr) == [b"hello"]
+
+                # Ordered shutdown: UNREGISTER_BROKER reaches the name server before run returns.
+                broker_scope.cancel()
+                await stopped.wait()
+                assert not await registered()
+                resp = await client.invoke(ns_addr, req(RequestCode.GET_BROKER_CLUSTER_INFO))
+                assert "broker-a" not in decode_cluster_info_body(resp.body).broker_addr_table
+            nursery.cancel_scope.cancel()
+    assert not (tmp_path / "store" / "abort").exists()
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def read_log(path: Path) -> str:
+    """The text of a captured stderr log."""
+    return path.read_text(errors="replace")
+
+
+async def start_process(
+    args: list[str], stderr_path: Path, boot: re.Pattern[str]
+) -> tuple[trio.Process, re.Match[str]]:
+    """Start ``python -m <args>``; return it and the match of its boot line on stdout."""
+    with stderr_path.open("ab") as stderr:
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=stderr
+        )
+    try:
+        assert proc.stdout is not None
+        buf = b""
+        with trio.fail_after(LIMIT):
+            while b"\n" not in buf:
+                chunk = await proc.stdout.receive_some()
+                assert chunk, f"{args[0]} exited early: {read_log(stderr_path)}"
+                buf += chunk
+        line = buf.split(b"\n", 1)[0].decode()
+        match = boot.fullmatch(line)
+        assert match is not None, line
+    except BaseException:
+        await stop_process(proc)
+        raise
+    return proc, match
+
+
+async def stop_process(proc: trio.Process) -> None:
+    """SIGKILL by pid if still running, then reap and close stdout."""
+    if proc.returncode is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    with trio.move_on_after(5, shield=True):
+        await proc.wait()
+        if proc.stdout is not None:
+            await proc.stdout.aclose()
+
+
+NAMESRV_BOOT = re.compile(r"The Name Server boot success\. listening on 127\.0\.0\.1:(\d+)")
+BROKER_BOOT = re.compile(
+    r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\. "
+    r"serializeType=MSGPACK and name server is (.+)"
+)
+
+
+async def test_broker_process_sigterm_and_restart(tmp_path: Path) -> None:
+    stderr_path = tmp_path / "stderr.log"
+    store = tmp_path / "store"
+    procs: list[trio.Process] = []
+    try:
+        ns, match = await start_process(
+            ["namesrv", "--listenPort", "0", "--bindAddress", "127.0.0.1"],
+            stderr_path,
+            NAMESRV_BOOT,
+        )
+        procs.append(ns)
+        ns_addr = f"127.0.0.1:{match[1]}"
+        broker_args = [
+            "broker",
+            "-n",
+            ns_addr,
+            "--bindAddress",
+            "127.0.0.1",
+            "--listenPort",
+            "0",
+            "--brokerIP1",
+            "127.0.0.1",
+            "--storePathRootDir",
+            str(store),
+            *itertools.chain.from_iterable((f"--{k}", v) for k, v in SMALL_STORE.items()),
+        ]
+
+        broker, match = await start_process(broker_args, stderr_path, BROKER_BOOT)
+        procs.append(broker)
+        assert match[2] == ns_addr
+        addr = f"127.0.0.1:{match[1]}"
+        with trio.fail_after(LIMIT):
+            async with RemotingClient() as client:
+                resp = await client.invoke(addr, send_req(b"durable"))
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+                assert await pull_bodies(client, addr) == [b"durable"]
+                resp = await client.invoke(
+                    addr,
+                    req(
+                        RequestCode.UPDATE_CONSUMER_OFFSET,
+                        consumerGroup=GROUP,
+                        topic=TOPIC,
+                        queueId="0",
+                        commitOffset="1",
+                    ),
+                )
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+        broker.send_signal(signal.SIGTERM)
+        with trio.fail_after(LIMIT):
+            rc = await broker.wait()
+        assert rc == 0, read_log(stderr_path)
+        assert not (store / "abort").exists()
+        assert "unregister with name server" not in read_log(stderr_path)
+
+        broker, match = await start_process(broker_args, stderr_path, BROKER_BOOT)
+        procs.append(broker)
+        addr = f"127.0.0.1:{match[1]}"
+        with trio.fail_after(LIMIT):
+            async with RemotingClient() as client:
+                assert await pull_bodies(client, addr) == [b"durable"]
+                resp = await client.invoke(
+                    addr,
+                    req(
+                        RequestCode.QUERY_CONSUMER_OFFSET,
+                        consumerGroup=GROUP,
+                        topic=TOPIC,
+                        queueId="0",
+                    ),
+                )
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+                assert resp.ext_fields["offset"] == "1"
+
+        broker.send_signal(signal.SIGTERM)
+        with trio.fail_after(LIMIT):
+            assert await broker.wait() == 0, read_log(stderr_path)
+        assert not (store / "abort").exists()
+    finally:
+        for proc in reversed(procs):
+            await stop_process(proc)
+
+
+def test_unknown_override_exits_one() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "broker", "--noSuchKey", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 1
+    assert out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "noSuchKey" in out.stderr
