@@ -37,12 +37,9 @@ from namesrv.route_info import RegisterResult, RouteInfoManager
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
+from remoting.headers import BadRequestError, guarded, header_int, header_str
 
 log = logging.getLogger(__name__)
-
-
-class BadRequestError(ValueError):
-    """A request's header or body is missing a field or holds a value of the wrong type."""
 
 
 # --------------------------------------------------------------------------- body helpers
@@ -149,33 +146,6 @@ def decode_topic_list_body(body: bytes) -> list[str]:
 
 
 # --------------------------------------------------------------------------- header helpers
-
-
-def header_str(request: RemotingCommand, name: str, *, allow_empty: bool = False) -> str:
-    """The string header ``name``; BadRequestError when missing, not a str or empty."""
-    value = request.ext_fields.get(name)
-    if value is None:
-        raise BadRequestError(f"missing header field {name!r}")
-    if not isinstance(value, str):
-        raise BadRequestError(f"header field {name!r} must be a str, got {type(value).__name__}")
-    if not value and not allow_empty:
-        raise BadRequestError(f"header field {name!r} must not be empty")
-    return value
-
-
-def header_int(request: RemotingCommand, name: str) -> int:
-    """The int header ``name`` (an int or a decimal string); BadRequestError otherwise."""
-    value = request.ext_fields.get(name)
-    if value is None:
-        raise BadRequestError(f"missing header field {name!r}")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise BadRequestError(f"header field {name!r} must be an integer, got {value!r}")
 
 
 def register_response_fields(result: RegisterResult) -> dict[str, ExtValue]:
@@ -286,13 +256,9 @@ class NamesrvProcessor:
 
 
 def _guarded(fn: Callable[[RemotingCommand], RemotingCommand]) -> Handler:
-    """An async handler running ``fn``; BadRequestError becomes a SYSTEM_ERROR response."""
+    """The name server's handlers are synchronous table updates; run one as a guarded handler."""
 
     async def handler(request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        try:
-            return fn(request)
-        except BadRequestError as exc:
-            log.warning("bad request code=%s from %s: %s", request.code, channel.remote_addr, exc)
-            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        return fn(request)
 
-    return handler
+    return guarded(handler)

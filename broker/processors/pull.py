@@ -25,13 +25,13 @@ implemented: :func:`hold_pull` is the hook and answers immediately.
 from __future__ import annotations
 
 from broker.consumer_offset import ConsumerOffsetManager
-from broker.processors import error, guarded, header_int, header_str, opt_bool, opt_int, opt_str
 from broker.status_codes import pull_response_code
 from common.hashing import java_string_hash
 from common.record import RecordError
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
+from remoting.headers import error, guarded, header_int, header_str, opt_bool, opt_int, opt_str
 from store import GetResult, MessageStore
 
 SUB_ALL = "*"

@@ -33,14 +33,6 @@ from typing import Any
 import msgpack
 
 from broker.config import BrokerConfig
-from broker.processors import (
-    error,
-    guarded,
-    header_str,
-    opt_bool,
-    opt_int,
-    opt_str,
-)
 from broker.status_codes import put_response_code
 from broker.topic_config import TopicConfigManager, is_not_allowed_send_topic, validate_topic_name
 from common.message_id import create_offset_msg_id
@@ -58,6 +50,14 @@ from remoting.client import split_addr
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
+from remoting.headers import (
+    error,
+    guarded,
+    header_str,
+    opt_bool,
+    opt_int,
+    opt_str,
+)
 from store import MessageStore
 from store.services import StoreServices
 

@@ -1,0 +1,109 @@
+"""Request headers and handler safety shared by every processor (name server and broker).
+
+Rules:
+
+- Headers arrive as ``ext_fields`` strings (ints and bools are accepted too, as RocketMQ sends
+  every header as a string); a missing or ill-typed field raises :class:`BadRequestError`
+  naming it.
+- :func:`guarded` makes a handler that never raises: a :class:`BadRequestError` becomes
+  ``SYSTEM_ERROR`` with the reason as remark (RocketMQ answers a failed header decode the same
+  way), and any other exception is logged and answered ``SYSTEM_ERROR`` too.
+
+No trio here: the handler types come from :mod:`remoting.channel` for annotations only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from remoting.channel import Channel, Handler
+
+log = logging.getLogger(__name__)
+
+
+class BadRequestError(ValueError):
+    """A request header or body is missing a field or holds a value of the wrong type."""
+
+
+def header_str(request: RemotingCommand, name: str, *, allow_empty: bool = False) -> str:
+    """The string header ``name``; BadRequestError when missing, not a str or empty."""
+    value = request.ext_fields.get(name)
+    if value is None:
+        raise BadRequestError(f"missing header field {name!r}")
+    if not isinstance(value, str):
+        raise BadRequestError(f"header field {name!r} must be a str, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise BadRequestError(f"header field {name!r} must not be empty")
+    return value
+
+
+def opt_str(request: RemotingCommand, name: str, default: str) -> str:
+    """The string header ``name``, or ``default`` when absent."""
+    if request.ext_fields.get(name) is None:
+        return default
+    return header_str(request, name, allow_empty=True)
+
+
+def header_int(request: RemotingCommand, name: str) -> int:
+    """The int header ``name`` (an int or a decimal string); BadRequestError otherwise."""
+    value = request.ext_fields.get(name)
+    if value is None:
+        raise BadRequestError(f"missing header field {name!r}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise BadRequestError(f"header field {name!r} must be an integer, got {value!r}")
+
+
+def opt_int(request: RemotingCommand, name: str, default: int) -> int:
+    """The int header ``name``, or ``default`` when absent (or an empty string)."""
+    value = request.ext_fields.get(name)
+    if value is None or value == "":
+        return default
+    return header_int(request, name)
+
+
+def opt_bool(request: RemotingCommand, name: str, default: bool = False) -> bool:
+    """The bool header ``name`` (a bool or ``"true"``/``"false"``), or ``default``."""
+    value = request.ext_fields.get(name)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise BadRequestError(f"header field {name!r} must be a boolean, got {value!r}")
+
+
+def error(request: RemotingCommand, code: ResponseCode, remark: str) -> RemotingCommand:
+    """A response with ``code`` and ``remark`` and nothing else."""
+    return RemotingCommand.response_to(request, code, remark=remark)
+
+
+RawHandler = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
+
+
+def guarded(fn: RawHandler) -> Handler:
+    """Wrap ``fn`` so it never raises: bad requests and failures become SYSTEM_ERROR."""
+
+    async def handler(request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+        try:
+            return await fn(request, channel)
+        except BadRequestError as exc:
+            log.warning("bad request code=%s from %s: %s", request.code, channel.remote_addr, exc)
+            return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            log.exception("request code=%s from %s failed", request.code, channel.remote_addr)
+            return error(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    return handler
