@@ -3,10 +3,9 @@
 Task tree::
 
     trio.run(_serve)
-    └─ signal receiver (SIGTERM, SIGINT)   the first signal cancels the broker; later ones
-       │                                   are logged and ignored (shutdown is not cut short)
-       └─ nursery
-          └─ BrokerController.run          see broker.controller
+    └─ common.process.serve_until_signal   the first SIGTERM/SIGINT cancels the service;
+       │                                   later ones are logged and ignored
+       └─ BrokerController.run          see broker.controller
 
 Rules:
 
@@ -26,8 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,9 +34,12 @@ import trio
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from common.errors import first_leaf
+from common.process import fail, log_level_option, serve_until_signal, setup_logging
 from store.errors import StoreError
 
 log = logging.getLogger("broker")
+
+PROGRAM = "mqbroker"
 
 BOOT_LINE = (
     "The broker[{name}, {addr}] boot success. serializeType=MSGPACK and name server is {namesrv}"
@@ -62,37 +62,13 @@ def parse_overrides(args: Sequence[str]) -> dict[str, str]:
 async def _serve(config: BrokerConfig, host: str) -> None:
     """Run a :class:`BrokerController` until SIGTERM or SIGINT."""
     controller = BrokerController(config, host=host)
-    broker_scope = trio.CancelScope()
 
-    async def run_broker(*, task_status: trio.TaskStatus[int]) -> None:
-        with broker_scope:
-            await controller.run(task_status=task_status)
-        nursery.cancel_scope.cancel()  # the broker is done: stop waiting for signals
+    def announce(port: int) -> None:
+        addr, namesrv = controller.broker_addr, config.namesrv_addr or ""
+        print(BOOT_LINE.format(name=config.broker_name, addr=addr, namesrv=namesrv), flush=True)
 
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(run_broker)
-            print(
-                BOOT_LINE.format(
-                    name=config.broker_name,
-                    addr=controller.broker_addr,
-                    namesrv=config.namesrv_addr or "",
-                ),
-                flush=True,
-            )
-            async for signum in signals:
-                name = signal.Signals(signum).name
-                if broker_scope.cancel_called:
-                    log.warning("received %s; shutdown already in progress", name)
-                else:
-                    log.info("received %s; shutting down", name)
-                    broker_scope.cancel()
+    await serve_until_signal(controller.run, announce, log)
     log.info("broker process exiting")
-
-
-def _fail(message: str) -> None:
-    click.echo(f"mqbroker: error: {message}", err=True)
-    sys.exit(1)
 
 
 @click.command(
@@ -131,14 +107,7 @@ def _fail(message: str) -> None:
     show_default=True,
     help="Address to listen on.",
 )
-@click.option(
-    "--logLevel",
-    "log_level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default="INFO",
-    show_default=True,
-    help="Log level (logs go to stderr).",
-)
+@log_level_option
 @click.pass_context
 def main(
     ctx: click.Context,
@@ -158,20 +127,15 @@ def main(
             overrides,
         )
     except (ValueError, OSError) as exc:
-        _fail(f"bad config: {exc}")
-        return
+        fail(PROGRAM, f"bad config: {exc}")
     if print_config:
         click.echo(config.to_properties(), nl=False)
         return
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(log_level)
     try:
         trio.run(_serve, config, bind_address)
     except* (OSError, StoreError, ValueError) as group:
-        _fail(f"cannot start: {first_leaf(group)}")
+        fail(PROGRAM, f"cannot start: {first_leaf(group)}")
 
 
 if __name__ == "__main__":

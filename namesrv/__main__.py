@@ -3,9 +3,9 @@
 Task tree::
 
     trio.run(_serve)
-    └─ signal receiver (SIGTERM, SIGINT)   cancels the nursery on the first signal
-       └─ nursery
-          └─ NameServer.run                see namesrv.server
+    └─ common.process.serve_until_signal   the first SIGTERM/SIGINT cancels the service;
+       │                                   later ones are logged and ignored
+       └─ NameServer.run                see namesrv.server
 
 Rules:
 
@@ -21,17 +21,18 @@ Rules:
 from __future__ import annotations
 
 import logging
-import signal
-import sys
 
 import click
 import trio
 
 from common.errors import first_leaf
+from common.process import fail, log_level_option, serve_until_signal, setup_logging
 from namesrv.config import NamesrvConfig, load_properties
 from namesrv.server import NameServer
 
 log = logging.getLogger("namesrv")
+
+PROGRAM = "mqnamesrv"
 
 BOOT_LINE = "The Name Server boot success. listening on {host}:{port}"
 
@@ -53,21 +54,12 @@ def build_config(
 
 async def _serve(config: NamesrvConfig) -> None:
     """Run a :class:`NameServer` until SIGTERM or SIGINT."""
-    server = NameServer(config)
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            port = await nursery.start(server.run)
-            print(BOOT_LINE.format(host=config.bind_address, port=port), flush=True)
-            async for signum in signals:
-                log.info("received %s; shutting down", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+
+    def announce(port: int) -> None:
+        print(BOOT_LINE.format(host=config.bind_address, port=port), flush=True)
+
+    await serve_until_signal(NameServer(config).run, announce, log)
     log.info("name server stopped")
-
-
-def _fail(message: str) -> None:
-    click.echo(f"mqnamesrv: error: {message}", err=True)
-    sys.exit(1)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -99,14 +91,7 @@ def _fail(message: str) -> None:
     default=None,
     help="Address to bind. [default: 0.0.0.0]",
 )
-@click.option(
-    "--logLevel",
-    "log_level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default="INFO",
-    show_default=True,
-    help="Log level (logs go to stderr).",
-)
+@log_level_option
 def main(
     config_file: str | None,
     print_config: bool,
@@ -118,20 +103,15 @@ def main(
     try:
         config = build_config(config_file, listen_port, bind_address)
     except (ValueError, OSError) as exc:
-        _fail(f"bad config: {exc}")
-        return
+        fail(PROGRAM, f"bad config: {exc}")
     if print_config:
         click.echo(config.to_properties(), nl=False)
         return
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(log_level)
     try:
         trio.run(_serve, config)
     except* OSError as group:
-        _fail(f"cannot start: {first_leaf(group)}")
+        fail(PROGRAM, f"cannot start: {first_leaf(group)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""What every minimq server process does around its service: signals, logs, failures.
+
+Rules:
+
+- :func:`serve_until_signal` starts the service, announces its bound port, and on the first
+  SIGTERM or SIGINT cancels it; later signals are logged and ignored, so a second Ctrl-C cannot
+  cut an ordered shutdown short. If the service ends by itself, the process ends too.
+- Servers log to stderr (:func:`setup_logging`); a failure to start is one line on stderr and
+  exit code 1 (:func:`fail`).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, Protocol, TypeVar
+
+import click
+import trio
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class Service(Protocol):
+    """A service's ``run``: reports its bound port through ``task_status``."""
+
+    def __call__(self, *, task_status: trio.TaskStatus[int]) -> Awaitable[None]: ...
+
+
+async def serve_until_signal(
+    run: Service, announce: Callable[[int], None], log: logging.Logger
+) -> None:
+    """Run ``run`` until SIGTERM or SIGINT (see the module rules)."""
+    service_scope = trio.CancelScope()
+
+    async def run_service(*, task_status: trio.TaskStatus[int]) -> None:
+        with service_scope:
+            await run(task_status=task_status)
+        nursery.cancel_scope.cancel()  # the service is done: stop waiting for signals
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            announce(await nursery.start(run_service))
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if service_scope.cancel_called:
+                    log.warning("received %s; shutdown already in progress", name)
+                else:
+                    log.info("received %s; shutting down", name)
+                    service_scope.cancel()
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr at ``level`` with timestamps."""
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def fail(program: str, message: str) -> NoReturn:
+    """Print ``<program>: error: <message>`` to stderr and exit 1."""
+    click.echo(f"{program}: error: {message}", err=True)
+    sys.exit(1)
+
+
+def log_level_option(f: F) -> F:
+    """The ``--logLevel`` option every server command takes."""
+    option = click.option(
+        "--logLevel",
+        "log_level",
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        default="INFO",
+        show_default=True,
+        help="Log level (logs go to stderr).",
+    )
+    return option(f)
