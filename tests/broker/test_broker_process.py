@@ -10,11 +10,7 @@
 from __future__ import annotations
 
 import itertools
-import os
-import re
 import signal
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -30,9 +26,16 @@ from namesrv.server import NameServer
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
+from tests.processes import (
+    BROKER_BOOT,
+    NAMESRV_BOOT,
+    read_log,
+    run_cli,
+    start_process,
+    stop_process,
+)
 
 LIMIT = 20.0
-REPO = Path(__file__).resolve().parents[2]
 TOPIC = "TopicWired"
 GROUP = "cg"
 _opaque = itertools.count(1)
@@ -172,53 +175,6 @@ async def test_broker_registers_serves_and_refreshes_route(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- processes
 
 
-def read_log(path: Path) -> str:
-    """The text of a captured stderr log."""
-    return path.read_text(errors="replace")
-
-
-async def start_process(
-    args: list[str], stderr_path: Path, boot: re.Pattern[str]
-) -> tuple[trio.Process, re.Match[str]]:
-    """Start ``python -m <args>``; return it and the match of its boot line on stdout."""
-    with stderr_path.open("ab") as stderr:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=stderr
-        )
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        with trio.fail_after(LIMIT):
-            while b"\n" not in buf:
-                chunk = await proc.stdout.receive_some()
-                assert chunk, f"{args[0]} exited early: {read_log(stderr_path)}"
-                buf += chunk
-        line = buf.split(b"\n", 1)[0].decode()
-        match = boot.fullmatch(line)
-        assert match is not None, line
-    except BaseException:
-        await stop_process(proc)
-        raise
-    return proc, match
-
-
-async def stop_process(proc: trio.Process) -> None:
-    """SIGKILL by pid if still running, then reap and close stdout."""
-    if proc.returncode is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    with trio.move_on_after(5, shield=True):
-        await proc.wait()
-        if proc.stdout is not None:
-            await proc.stdout.aclose()
-
-
-NAMESRV_BOOT = re.compile(r"The Name Server boot success\. listening on 127\.0\.0\.1:(\d+)")
-BROKER_BOOT = re.compile(
-    r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\. "
-    r"serializeType=MSGPACK and name server is (.+)"
-)
-
-
 async def test_broker_process_sigterm_and_restart(tmp_path: Path) -> None:
     stderr_path = tmp_path / "stderr.log"
     store = tmp_path / "store"
@@ -302,14 +258,7 @@ async def test_broker_process_sigterm_and_restart(tmp_path: Path) -> None:
 
 
 def test_unknown_override_exits_one() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "broker", "--noSuchKey", "1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = run_cli("broker", "--noSuchKey", "1")
     assert out.returncode == 1
     assert out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1

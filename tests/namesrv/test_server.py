@@ -9,11 +9,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -36,9 +33,9 @@ from namesrv.server import NameServer, expire_loop, trio_now_ms
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
+from tests.processes import NAMESRV_BOOT, read_log, run_cli, start_process, stop_process
 
 LIMIT = 10
-REPO = Path(__file__).resolve().parents[2]
 CLUSTER = "DefaultCluster"
 TOPIC = "TopicTest"
 
@@ -239,33 +236,14 @@ async def test_silent_broker_expires_after_window_plus_one_scan(
 # --------------------------------------------------------------------------- the process
 
 
-def namesrv_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "namesrv", *args]
-
-
 async def test_process_boots_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     stderr_path = tmp_path / "stderr.log"
-    with stderr_path.open("wb") as stderr:
-        proc = await trio.lowlevel.open_process(
-            namesrv_cmd("--listenPort", "0", "--bindAddress", "127.0.0.1"),
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
+    proc, boot = await start_process(
+        ["namesrv", "--listenPort", "0", "--bindAddress", "127.0.0.1"], stderr_path, NAMESRV_BOOT
+    )
     try:
-        assert proc.stdout is not None
-        buf = b""
-        with trio.fail_after(20):
-            while b"\n" not in buf:
-                chunk = await proc.stdout.receive_some()
-                assert chunk, f"exited early: {stderr_path.read_text()}"
-                buf += chunk
-        line = buf.split(b"\n", 1)[0].decode()
-        prefix = "The Name Server boot success. listening on 127.0.0.1:"
-        assert line.startswith(prefix), line
-        port = int(line.removeprefix(prefix))
+        port = int(boot.group(1))
         assert port > 0
-
         with trio.fail_after(LIMIT):
             async with RemotingClient() as client:
                 resp = await client.invoke(
@@ -277,25 +255,13 @@ async def test_process_boots_serves_and_stops_on_sigterm(tmp_path: Path) -> None
         proc.send_signal(signal.SIGTERM)
         with trio.fail_after(10):
             rc = await proc.wait()
-        assert rc == 0, stderr_path.read_text()
+        assert rc == 0, read_log(stderr_path)
     finally:
-        if proc.returncode is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        with trio.move_on_after(5, shield=True):
-            await proc.wait()
-            if proc.stdout is not None:
-                await proc.stdout.aclose()
+        await stop_process(proc)
 
 
 def test_print_config_exits_zero() -> None:
-    out = subprocess.run(
-        namesrv_cmd("-p", "--listenPort", "1234"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = run_cli("namesrv", "-p", "--listenPort", "1234")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "listenPort=1234" in lines
@@ -306,14 +272,7 @@ def test_print_config_exits_zero() -> None:
 def test_bad_config_file_exits_one(tmp_path: Path) -> None:
     bad = tmp_path / "namesrv.properties"
     bad.write_text("listenPort=9876\nnoSuchKey=1\n", encoding="utf-8")
-    out = subprocess.run(
-        namesrv_cmd("-c", str(bad)),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = run_cli("namesrv", "-c", str(bad))
     assert out.returncode == 1
     assert out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1
@@ -325,13 +284,6 @@ def test_port_in_use_exits_one() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = subprocess.run(
-            namesrv_cmd("--listenPort", str(port), "--bindAddress", "127.0.0.1"),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        out = run_cli("namesrv", "--listenPort", str(port), "--bindAddress", "127.0.0.1")
     assert out.returncode == 1
     assert "cannot start" in out.stderr.strip().splitlines()[-1]

@@ -1,0 +1,73 @@
+"""Real minimq processes for tests: start by module, read the boot line, stop by pid."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+REPO = Path(__file__).resolve().parents[1]
+BOOT_LIMIT_S = 20.0
+
+NAMESRV_BOOT = re.compile(r"The Name Server boot success\. listening on 127\.0\.0\.1:(\d+)")
+BROKER_BOOT = re.compile(
+    r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\. "
+    r"serializeType=MSGPACK and name server is (.+)"
+)
+
+
+def read_log(path: Path) -> str:
+    """The text of a captured stderr log."""
+    return path.read_text(errors="replace")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m <args>`` to completion (30 s at most) and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+async def start_process(
+    args: list[str], stderr_path: Path, boot: re.Pattern[str]
+) -> tuple[trio.Process, re.Match[str]]:
+    """Start ``python -m <args>``; return it and the match of its boot line on stdout."""
+    with stderr_path.open("ab") as stderr:
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=stderr
+        )
+    try:
+        assert proc.stdout is not None
+        buf = b""
+        with trio.fail_after(BOOT_LIMIT_S):
+            while b"\n" not in buf:
+                chunk = await proc.stdout.receive_some()
+                assert chunk, f"{args[0]} exited early: {read_log(stderr_path)}"
+                buf += chunk
+        line = buf.split(b"\n", 1)[0].decode()
+        match = boot.fullmatch(line)
+        assert match is not None, line
+    except BaseException:
+        await stop_process(proc)
+        raise
+    return proc, match
+
+
+async def stop_process(proc: trio.Process) -> None:
+    """SIGKILL by pid if still running, then reap and close stdout."""
+    if proc.returncode is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    with trio.move_on_after(5, shield=True):
+        await proc.wait()
+        if proc.stdout is not None:
+            await proc.stdout.aclose()
