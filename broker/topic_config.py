@@ -15,89 +15,30 @@ Rules:
 from __future__ import annotations
 
 import logging
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from broker.json_store import load_json, write_json_atomic
 from common.route import PermName, TopicConfig
+from common.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    BENCHMARK_TOPIC,
+    OFFSET_MOVED_EVENT,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    is_not_allowed_send_topic,
+    topic_problem,
+)
 
 log = logging.getLogger(__name__)
 
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-BENCHMARK_TOPIC = "BenchmarkTest"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-TOPIC_MAX_LENGTH = 127
 SCHEDULE_DELAY_LEVELS = 18
 
-SYSTEM_TOPICS = frozenset(
-    {
-        AUTO_CREATE_TOPIC_KEY_TOPIC,
-        SCHEDULE_TOPIC,
-        BENCHMARK_TOPIC,
-        TRANS_HALF_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        TRACE_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        TRANS_HALF_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
-
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
 TOPICS_FILE = "topics.json"
-
-
-def retry_topic(group: str) -> str:
-    """``%RETRY%<group>``: where a group's failed messages are re-delivered from."""
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    """``%DLQ%<group>``: where a group's messages go after the last retry."""
-    return DLQ_GROUP_TOPIC_PREFIX + group
-
-
-def validate_topic_name(topic: str) -> str | None:
-    """Why ``topic`` is not a valid topic name, or None when it is."""
-    if not topic or not topic.strip():
-        return "the topic name is blank"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"the topic name is longer than {TOPIC_MAX_LENGTH} characters"
-    if not _TOPIC_PATTERN.match(topic):
-        return f"the topic name {topic!r} contains characters outside ^[%|a-zA-Z0-9_-]+$"
-    return None
-
-
-def is_system_topic(topic: str) -> bool:
-    """True for RocketMQ's system topics (the fixed set and the ``rmq_sys_`` prefix)."""
-    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
-
-
-def is_not_allowed_send_topic(topic: str) -> bool:
-    """True for the system topics that clients may not send to."""
-    return topic in NOT_ALLOWED_SEND_TOPICS
 
 
 class TopicConfigManager:
@@ -159,7 +100,7 @@ class TopicConfigManager:
 
     def create_or_update(self, config: TopicConfig) -> None:
         """Add or replace ``config``; ValueError if its name is invalid."""
-        reason = validate_topic_name(config.topic_name)
+        reason = topic_problem(config.topic_name)
         if reason is not None:
             raise ValueError(reason)
         if self._table.get(config.topic_name) == config:
@@ -185,7 +126,7 @@ class TopicConfigManager:
             return existing
         if not self.auto_create_enable:
             return None
-        if validate_topic_name(topic) is not None or is_not_allowed_send_topic(topic):
+        if topic_problem(topic) is not None or is_not_allowed_send_topic(topic):
             return None
         n = self.default_queue_nums
         config = TopicConfig(topic, n, n, PermName.PERM_READ | PermName.PERM_WRITE)

@@ -1,8 +1,7 @@
 """Checks a producer runs before any network call (RocketMQ's ``Validators``).
 
-- Topic and group names match ``^[%|a-zA-Z0-9_-]+$``; a topic has at most 127 chars, a group at
-  most 120.
-- Clients may not send to the reserved system topics in :data:`NOT_ALLOWED_SEND_TOPICS`.
+- Topic and group names follow :mod:`common.topic` (RocketMQ's ``TopicValidator``), and clients
+  may not send to its reserved system topics.
 - The body is non-empty and at most ``max_message_size`` bytes (4 MiB by default).
 - Property names and values must not contain ``\\x01`` or ``\\x02``: they are the separators of
   the encoded properties and would corrupt the record. Names must not be empty.
@@ -10,43 +9,14 @@
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from client.errors import NO_PERMISSION, GroupInvalidError, MessageInvalidError
 from client.message import Message
 from common.record import MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from common.topic import group_problem, is_not_allowed_send_topic, topic_problem
 
-VALID_NAME: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-TOPIC_MAX_LENGTH: Final = 127
-GROUP_MAX_LENGTH: Final = 120
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
-
-NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
-    {
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
-"""RocketMQ's ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``."""
-
-
-def topic_problem(topic: object) -> str | None:
-    """Why ``topic`` is not a valid topic name, or None when it is."""
-    if not isinstance(topic, str) or not topic.strip():
-        return "the specified topic is blank"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"the specified topic is longer than topic max length {TOPIC_MAX_LENGTH}"
-    if not VALID_NAME.fullmatch(topic):
-        return (
-            f"the specified topic [{topic}] contains illegal characters, "
-            f"allowing only {VALID_NAME.pattern}"
-        )
-    return None
 
 
 def validate_topic(topic: str) -> None:
@@ -54,7 +24,7 @@ def validate_topic(topic: str) -> None:
     problem = topic_problem(topic)
     if problem is not None:
         raise MessageInvalidError(str(topic), problem)
-    if topic in NOT_ALLOWED_SEND_TOPICS:
+    if is_not_allowed_send_topic(topic):
         raise MessageInvalidError(
             topic, f"Sending message to topic[{topic}] is forbidden.", code=NO_PERMISSION
         )
@@ -62,18 +32,9 @@ def validate_topic(topic: str) -> None:
 
 def validate_group(group: str) -> None:
     """Raise :class:`GroupInvalidError` unless ``group`` is a valid group name."""
-    if not isinstance(group, str) or not group.strip():
-        raise GroupInvalidError(str(group), "the specified group is blank")
-    if len(group) > GROUP_MAX_LENGTH:
-        raise GroupInvalidError(
-            group, f"the specified group is longer than group max length {GROUP_MAX_LENGTH}."
-        )
-    if not VALID_NAME.fullmatch(group):
-        raise GroupInvalidError(
-            group,
-            f"the specified group[{group}] contains illegal characters, "
-            f"allowing only {VALID_NAME.pattern}",
-        )
+    problem = group_problem(group)
+    if problem is not None:
+        raise GroupInvalidError(str(group), problem)
 
 
 def _bad_chars(text: str) -> bool:

@@ -10,7 +10,6 @@ Rules:
 
 from __future__ import annotations
 
-import re
 import struct
 import threading
 import zlib
@@ -29,6 +28,7 @@ from common.record import (
     header_for,
     pack_host,
 )
+from common.topic import topic_problem
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
 from store.errors import MappedFileCreateError
@@ -37,7 +37,6 @@ from store.mapped_file_queue import MappedFileQueue
 from store.status import PutResult, PutStatus
 from store.tags import TAGS_CODE_CACHE, tags_code
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _SIZE_MAGIC = struct.Struct(">ii")
 _SHORT = struct.Struct(">h")
 _SYSFLAG = struct.Struct(">i")
@@ -80,7 +79,7 @@ class CommitLog:
             topic = m.topic
             prefix = topic_prefix.get(topic)
             if prefix is None:
-                problem = self._topic_problem(topic)
+                problem = topic_problem(topic, self.config.max_topic_length)
                 if problem:
                     return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=problem)
                 prefix = self._remember_topic(topic)
@@ -119,15 +118,6 @@ class CommitLog:
         if len(self._topic_prefix) < 100_000:
             self._topic_prefix[topic] = prefix
         return prefix
-
-    def _topic_problem(self, topic: str) -> str:
-        if not topic:
-            return "the topic is empty"
-        if len(topic.encode()) > self.config.max_topic_length:
-            return f"the topic is longer than {self.config.max_topic_length} bytes"
-        if not TOPIC_PATTERN.match(topic):
-            return f"the topic {topic!r} has characters outside [%|a-zA-Z0-9_-]"
-        return ""
 
     # -- append (one lock hold) ------------------------------------------------------------
     def append(self, msgs: Sequence[MessageRecord]) -> PutResult:

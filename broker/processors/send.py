@@ -34,7 +34,7 @@ import msgpack
 
 from broker.config import BrokerConfig
 from broker.status_codes import put_response_code
-from broker.topic_config import TopicConfigManager, is_not_allowed_send_topic, validate_topic_name
+from broker.topic_config import TopicConfigManager
 from common.message_id import create_offset_msg_id
 from common.record import (
     MAX_PROPERTIES_LENGTH,
@@ -45,6 +45,7 @@ from common.record import (
     pack_host,
 )
 from common.route import PermName, TopicConfig
+from common.topic import is_not_allowed_send_topic, topic_problem
 from remoting.channel import Channel, Handler
 from remoting.client import split_addr
 from remoting.codes import RequestCode, ResponseCode
@@ -187,7 +188,7 @@ class SendProcessor:
         reconsume = opt_int(request, "reconsumeTimes", 0)
         batch = request.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(request, "batch")
 
-        reason = validate_topic_name(topic)
+        reason = topic_problem(topic)
         if reason is not None:
             return error(request, ResponseCode.MESSAGE_ILLEGAL, reason)
         if is_not_allowed_send_topic(topic):

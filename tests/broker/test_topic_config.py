@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from broker.json_store import backup_path, load_json, temp_path, write_json_atomic
-from broker.topic_config import (
-    TopicConfigManager,
+from broker.topic_config import TopicConfigManager
+from common.route import TopicConfig
+from common.topic import (
     dlq_topic,
     is_not_allowed_send_topic,
     is_system_topic,
     retry_topic,
-    validate_topic_name,
+    topic_problem,
 )
-from common.route import TopicConfig
 
 
 def _manager(tmp_path: Path, auto: bool = True) -> TopicConfigManager:
@@ -28,7 +28,7 @@ def _manager(tmp_path: Path, auto: bool = True) -> TopicConfigManager:
     "name", ["TopicTest", "a", "%RETRY%group", "%DLQ%g-1", "with_under-dash", "x|y", "A" * 127]
 )
 def test_valid_topic_names(name: str) -> None:
-    assert validate_topic_name(name) is None
+    assert topic_problem(name) is None
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def test_valid_topic_names(name: str) -> None:
     ],
 )
 def test_invalid_topic_names(name: str, reason: str) -> None:
-    result = validate_topic_name(name)
+    result = topic_problem(name)
     assert result is not None
     assert reason in result
 

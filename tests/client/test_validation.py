@@ -6,7 +6,7 @@ import pytest
 
 from client import Message, MessageInvalidError, MQClientError, validate_group, validate_message
 from client.errors import MESSAGE_ILLEGAL, NO_PERMISSION, GroupInvalidError
-from client.validation import NOT_ALLOWED_SEND_TOPICS
+from common.topic import NOT_ALLOWED_SEND_TOPICS
 
 
 @pytest.mark.parametrize("topic", ["Orders", "a", "%RETRY%g", "a|b", "x-y_z", "T" * 127])
