@@ -22,7 +22,29 @@ def _split_keys(raw: str | None) -> list[str]:
     return [k for k in raw.split(MessageConst.KEY_SEPARATOR) if k]
 
 
-class Message:
+class _PropertyView:
+    """Read access to the well-known properties of a message's ``properties`` map."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property, or None."""
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces."""
+        return _split_keys(self.properties.get(MessageConst.KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The client-side unique id (set by the producer before sending), or None."""
+        return self.properties.get(MessageConst.UNIQ_KEY)
+
+
+class Message(_PropertyView):
     """A message to send (RocketMQ's ``Message``); ``properties`` holds tags, keys and delay."""
 
     __slots__ = ("body", "flag", "properties", "topic", "transaction_id")
@@ -52,27 +74,12 @@ class Message:
             self.properties[MessageConst.DELAY] = str(delay_level)
 
     @property
-    def tags(self) -> str | None:
-        """The TAGS property, or None."""
-        return self.properties.get(MessageConst.TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        """The KEYS property split on spaces."""
-        return _split_keys(self.properties.get(MessageConst.KEYS))
-
-    @property
     def delay_level(self) -> int:
         """The DELAY property as an int (0 when absent or not a number)."""
         try:
             return int(self.properties.get(MessageConst.DELAY, "0"))
         except ValueError:
             return 0
-
-    @property
-    def uniq_key(self) -> str | None:
-        """The client-side unique id, set by the producer before sending."""
-        return self.properties.get(MessageConst.UNIQ_KEY)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
@@ -131,7 +138,7 @@ class SendResult:
 
 
 @dataclass(frozen=True, slots=True)
-class ReceivedMessage:
+class ReceivedMessage(_PropertyView):
     """A consumed message (RocketMQ's ``MessageExt``); build it with :func:`from_record`.
 
     ``msg_id`` is the UNIQ_KEY when the producer set one, else ``offset_msg_id``. Timestamps are
@@ -153,21 +160,6 @@ class ReceivedMessage:
     reconsume_times: int = 0
     flag: int = 0
     sys_flag: int = 0
-
-    @property
-    def tags(self) -> str | None:
-        """The TAGS property, or None."""
-        return self.properties.get(MessageConst.TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        """The KEYS property split on spaces."""
-        return _split_keys(self.properties.get(MessageConst.KEYS))
-
-    @property
-    def uniq_key(self) -> str | None:
-        """The client-side unique id, or None."""
-        return self.properties.get(MessageConst.UNIQ_KEY)
 
 
 def _host_str(host: str, port: int) -> str:
