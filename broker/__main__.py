@@ -34,7 +34,14 @@ import trio
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from common.errors import first_leaf
-from common.process import fail, log_level_option, serve_until_signal, setup_logging
+from common.process import (
+    config_file_option,
+    fail,
+    log_level_option,
+    print_config_option,
+    serve_until_signal,
+    setup_logging,
+)
 from store.errors import StoreError
 
 log = logging.getLogger("broker")
@@ -78,14 +85,7 @@ async def _serve(config: BrokerConfig, host: str) -> None:
         "allow_extra_args": True,
     }
 )
-@click.option(
-    "-c",
-    "--configFile",
-    "config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Broker config properties file.",
-)
+@config_file_option("Broker")
 @click.option(
     "-n",
     "--namesrvAddr",
@@ -93,13 +93,7 @@ async def _serve(config: BrokerConfig, host: str) -> None:
     default=None,
     help="Name server addresses, host:port;host:port (overrides NAMESRV_ADDR).",
 )
-@click.option(
-    "-p",
-    "--printConfigItem",
-    "print_config",
-    is_flag=True,
-    help="Print all config items and exit.",
-)
+@print_config_option
 @click.option(
     "--bindAddress",
     "bind_address",

@@ -67,6 +67,30 @@ def fail(program: str, message: str) -> NoReturn:
     sys.exit(1)
 
 
+def config_file_option(what: str) -> Callable[[F], F]:
+    """The ``-c/--configFile`` option (a ``.properties`` file) of a server command."""
+    return click.option(
+        "-c",
+        "--configFile",
+        "config_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help=f"{what} config properties file.",
+    )
+
+
+def print_config_option(f: F) -> F:
+    """The ``-p/--printConfigItem`` flag: print the effective settings and exit."""
+    option = click.option(
+        "-p",
+        "--printConfigItem",
+        "print_config",
+        is_flag=True,
+        help="Print all config items and exit.",
+    )
+    return option(f)
+
+
 def log_level_option(f: F) -> F:
     """The ``--logLevel`` option every server command takes."""
     option = click.option(

@@ -26,7 +26,14 @@ import click
 import trio
 
 from common.errors import first_leaf
-from common.process import fail, log_level_option, serve_until_signal, setup_logging
+from common.process import (
+    config_file_option,
+    fail,
+    log_level_option,
+    print_config_option,
+    serve_until_signal,
+    setup_logging,
+)
 from namesrv.config import NamesrvConfig, load_properties
 from namesrv.server import NameServer
 
@@ -63,21 +70,8 @@ async def _serve(config: NamesrvConfig) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-c",
-    "--configFile",
-    "config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Name server config properties file.",
-)
-@click.option(
-    "-p",
-    "--printConfigItem",
-    "print_config",
-    is_flag=True,
-    help="Print all config items and exit.",
-)
+@config_file_option("Name server")
+@print_config_option
 @click.option(
     "--listenPort",
     "listen_port",
