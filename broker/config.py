@@ -16,7 +16,6 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import enum
 import re
 import socket
 from collections.abc import Mapping
@@ -24,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.properties import convert_value, format_value, load_properties
 from common.route import PermName
-from namesrv.config import load_properties
 from store.config import StoreConfig
 
 _NO_STORE_KEY = frozenset({"store_host"})
@@ -181,10 +180,10 @@ class BrokerConfig:
                 if optional and not raw.strip():
                     kwargs[name] = None
                 else:
-                    kwargs[name] = _convert(key, raw, kinds[name])
+                    kwargs[name] = convert_value(key, raw, kinds[name])
             elif key in STORE_KEYS:
                 name = STORE_KEYS[key]
-                store[name] = _convert(key, raw, type(getattr(_STORE_DEFAULTS, name)))
+                store[name] = convert_value(key, raw, type(getattr(_STORE_DEFAULTS, name)))
             else:
                 raise ValueError(f"unknown broker property {key!r}")
         kwargs["store_settings"] = tuple(store.items())
@@ -215,10 +214,10 @@ class BrokerConfig:
         lines = []
         for f in dataclasses.fields(self):
             if "key" in f.metadata:
-                lines.append(f"{f.metadata['key']}={_text(getattr(self, f.name))}")
+                lines.append(f"{f.metadata['key']}={format_value(getattr(self, f.name))}")
         store = self.store_config()
         for key, name in STORE_KEYS.items():
-            lines.append(f"{key}={_text(getattr(store, name))}")
+            lines.append(f"{key}={format_value(getattr(store, name))}")
         return "\n".join(lines) + "\n"
 
 
@@ -227,38 +226,3 @@ def _rename_store_fields(message: str) -> str:
     for key, name in sorted(STORE_KEYS.items(), key=lambda kv: -len(kv[1])):
         message = re.sub(rf"\b{name}\b", key, message)
     return message
-
-
-def _text(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, enum.Enum):
-        return str(value.value)
-    return str(value)
-
-
-def _convert(key: str, raw: str, kind: type) -> Any:
-    """``raw`` as ``kind`` (bool, int, str, Path or an Enum); ValueError names ``key``."""
-    text = raw.strip()
-    if kind is bool:
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"property {key!r}: expected true or false, got {raw!r}")
-        return text.lower() == "true"
-    if kind is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"property {key!r}: expected an integer, got {raw!r}") from None
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        try:
-            return kind(text)
-        except ValueError:
-            allowed = ", ".join(str(m.value) for m in kind)
-            raise ValueError(f"property {key!r}: expected one of {allowed}, got {raw!r}") from None
-    if issubclass(kind, Path):
-        if not text:
-            raise ValueError(f"property {key!r}: expected a path, got an empty string")
-        return Path(text)
-    return text

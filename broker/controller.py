@@ -35,11 +35,11 @@ from broker.consumer_offset import ConsumerOffsetManager
 from broker.processors.pull import make_pull_handlers
 from broker.processors.send import make_send_handlers
 from broker.topic_config import TopicConfigManager
-from namesrv.processor import encode_register_body
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
+from remoting.route_bodies import encode_register_body
 from remoting.server import RemotingServer
 from store.message_store import MessageStore
 from store.services import StoreServices

@@ -34,7 +34,8 @@ from common.process import (
     serve_until_signal,
     setup_logging,
 )
-from namesrv.config import NamesrvConfig, load_properties
+from common.properties import load_properties
+from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
 
 log = logging.getLogger("namesrv")

@@ -6,7 +6,7 @@ Rules:
   (``listenPort``, ``scanNotActiveBrokerInterval``, ...), used by :meth:`from_properties` and
   :meth:`to_properties`.
 - Intervals are in milliseconds and named ``*_ms``.
-- :func:`load_properties` reads a Java ``.properties`` file; :meth:`NamesrvConfig.from_properties`
+- :func:`common.properties.load_properties` reads the file; :meth:`NamesrvConfig.from_properties`
   converts values by the field's type and raises :class:`ValueError` naming the key on an
   unknown key or a bad value.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+from common.properties import convert_value, format_value
 
 
 def _key(name: str) -> dict[str, str]:
@@ -70,7 +70,7 @@ class NamesrvConfig:
                 known = ", ".join(sorted(keys))
                 raise ValueError(f"unknown namesrv property {key!r} (known: {known})")
             name = keys[key]
-            kwargs[name] = _convert(key, raw, types[name])
+            kwargs[name] = convert_value(key, raw, types[name])
         try:
             return cls(**kwargs)
         except ValueError as exc:
@@ -81,115 +81,8 @@ class NamesrvConfig:
         lines = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            lines.append(f"{f.metadata['key']}={text}")
+            lines.append(f"{f.metadata['key']}={format_value(value)}")
         return "\n".join(lines) + "\n"
 
 
-def _convert(key: str, raw: str, kind: type) -> Any:
-    """``raw`` as ``kind`` (int, bool or str); ValueError names ``key`` on failure."""
-    if kind is bool:
-        lowered = raw.strip().lower()
-        if lowered not in ("true", "false"):
-            raise ValueError(f"property {key!r}: expected true or false, got {raw!r}")
-        return lowered == "true"
-    if kind is int:
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise ValueError(f"property {key!r}: expected an integer, got {raw!r}") from None
-    return raw
-
-
 _DEFAULTS = NamesrvConfig()
-
-
-# --------------------------------------------------------------------------- .properties files
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text (``java.util.Properties#load`` rules, simplified).
-
-    Handles ``key=value``, ``key: value`` and ``key value``; ``#`` and ``!`` comment lines;
-    blank lines; trimming; a trailing odd backslash continuing the line; ``\\t \\n \\r \\f
-    \\uXXXX`` escapes and escaped separators in keys. Later duplicates win.
-    """
-    props: dict[str, str] = {}
-    for line in _logical_lines(text):
-        key, value = _split_entry(line)
-        props[key] = value
-    return props
-
-
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Read and parse a ``.properties`` file (UTF-8)."""
-    return parse_properties(Path(path).read_text(encoding="utf-8"))
-
-
-def _ends_with_continuation(line: str) -> bool:
-    trailing = len(line) - len(line.rstrip("\\"))
-    return trailing % 2 == 1
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Join continued lines; drop blank and comment lines; strip leading whitespace."""
-    out: list[str] = []
-    pending: str | None = None
-    for physical in text.splitlines():
-        stripped = physical.lstrip(" \t\f")
-        if pending is None:
-            if not stripped or stripped[0] in "#!":
-                continue
-            current = stripped
-        else:
-            current = pending + stripped
-        if _ends_with_continuation(current):
-            pending = current[:-1]
-            continue
-        pending = None
-        out.append(current)
-    if pending is not None:
-        out.append(pending)
-    return out
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    """Split one logical line at the first unescaped ``=``, ``:`` or whitespace."""
-    i = 0
-    n = len(line)
-    while i < n:
-        ch = line[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch in "=: \t\f":
-            break
-        i += 1
-    key = line[:i]
-    rest = line[i:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest).rstrip()
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\" or i + 1 == len(text):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            try:
-                out.append(chr(int(digits, 16)))
-            except ValueError:
-                raise ValueError(f"malformed \\uXXXX escape: {text[i : i + 6]!r}") from None
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)

@@ -15,8 +15,8 @@ clock and offers :meth:`NamesrvProcessor.handlers`, the ``{code: handler}`` tabl
 
 Rules:
 
-- Bodies are msgpack maps; the pure ``encode_*`` / ``decode_*`` helpers below convert them (the
-  ``decode_*`` ones raise :class:`BadRequestError`, a ``ValueError``, on malformed input).
+- Bodies are msgpack maps, converted by :mod:`remoting.route_bodies` (shared with the broker and
+  the client).
 - A missing or ill-typed header field or an undecodable body is answered ``SYSTEM_ERROR`` with a
   remark naming the field (RocketMQ answers a failed header decode the same way); no handler
   lets an exception out.
@@ -27,122 +27,21 @@ Rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable
 
-import msgpack
-
-from common.route import ClusterInfo, TopicConfig, TopicRouteData
 from namesrv.route_info import RegisterResult, RouteInfoManager
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
-from remoting.headers import BadRequestError, guarded, header_int, header_str
+from remoting.headers import guarded, header_int, header_str
+from remoting.route_bodies import (
+    decode_register_body,
+    encode_cluster_info_body,
+    encode_route_body,
+    encode_topic_list_body,
+)
 
 log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------- body helpers
-
-
-def _unpack(body: bytes, what: str) -> Any:
-    """Decode a msgpack body (int map keys allowed); BadRequestError naming ``what``."""
-    try:
-        return msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise BadRequestError(f"body of {what} is not valid msgpack: {exc}") from None
-
-
-def _pack(obj: object) -> bytes:
-    data: bytes = msgpack.packb(obj, use_bin_type=True)
-    return data
-
-
-def encode_register_body(
-    topic_configs: Mapping[str, TopicConfig], filter_server_list: Sequence[str] = ()
-) -> bytes:
-    """The REGISTER_BROKER body a broker sends."""
-    return _pack(
-        {
-            "topicConfigTable": {t: c.to_wire() for t, c in topic_configs.items()},
-            "filterServerList": list(filter_server_list),
-        }
-    )
-
-
-def decode_register_body(body: bytes) -> tuple[dict[str, TopicConfig], list[str] | None]:
-    """Topic configs and filter servers of a REGISTER_BROKER body (empty body: no topics).
-
-    The filter server list is None when the body has none.
-    """
-    if not body:
-        return {}, None
-    wire = _unpack(body, "REGISTER_BROKER")
-    if not isinstance(wire, dict):
-        raise BadRequestError(f"REGISTER_BROKER body must be a map, got {type(wire).__name__}")
-    table = wire.get("topicConfigTable", {})
-    if not isinstance(table, dict):
-        raise BadRequestError("REGISTER_BROKER body: 'topicConfigTable' must be a map")
-    configs: dict[str, TopicConfig] = {}
-    for topic, config_wire in table.items():
-        if not isinstance(topic, str):
-            raise BadRequestError(f"REGISTER_BROKER body: topic {topic!r} must be a str")
-        try:
-            configs[topic] = TopicConfig.from_wire(config_wire)
-        except ValueError as exc:
-            raise BadRequestError(
-                f"REGISTER_BROKER body: topicConfigTable[{topic!r}]: {exc}"
-            ) from None
-    filters = wire.get("filterServerList")
-    if filters is not None and (
-        not isinstance(filters, list) or not all(isinstance(s, str) for s in filters)
-    ):
-        raise BadRequestError("REGISTER_BROKER body: 'filterServerList' must be a list of str")
-    return configs, filters
-
-
-def encode_route_body(route: TopicRouteData) -> bytes:
-    """The GET_ROUTEINFO_BY_TOPIC response body."""
-    return _pack(route.to_wire())
-
-
-def decode_route_body(body: bytes) -> TopicRouteData:
-    """Parse a GET_ROUTEINFO_BY_TOPIC response body."""
-    try:
-        return TopicRouteData.from_wire(_unpack(body, "GET_ROUTEINFO_BY_TOPIC"))
-    except BadRequestError:
-        raise
-    except ValueError as exc:
-        raise BadRequestError(str(exc)) from None
-
-
-def encode_cluster_info_body(info: ClusterInfo) -> bytes:
-    """The GET_BROKER_CLUSTER_INFO response body."""
-    return _pack(info.to_wire())
-
-
-def decode_cluster_info_body(body: bytes) -> ClusterInfo:
-    """Parse a GET_BROKER_CLUSTER_INFO response body."""
-    try:
-        return ClusterInfo.from_wire(_unpack(body, "GET_BROKER_CLUSTER_INFO"))
-    except BadRequestError:
-        raise
-    except ValueError as exc:
-        raise BadRequestError(str(exc)) from None
-
-
-def encode_topic_list_body(topics: Sequence[str]) -> bytes:
-    """A ``TopicList`` body: ``{"topicList": [...]}``."""
-    return _pack({"topicList": list(topics)})
-
-
-def decode_topic_list_body(body: bytes) -> list[str]:
-    """Parse a ``TopicList`` body."""
-    wire = _unpack(body, "TopicList")
-    topics = wire.get("topicList") if isinstance(wire, dict) else None
-    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-        raise BadRequestError("TopicList body: 'topicList' must be a list of str")
-    return topics
 
 
 # --------------------------------------------------------------------------- header helpers

@@ -21,11 +21,11 @@ from broker.controller import BrokerController
 from common.message_id import decode_offset_msg_id
 from common.record import decode_records
 from namesrv.config import NamesrvConfig
-from namesrv.processor import decode_cluster_info_body, decode_route_body
 from namesrv.server import NameServer
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
+from remoting.route_bodies import decode_cluster_info_body, decode_route_body
 from tests.processes import (
     BROKER_BOOT,
     NAMESRV_BOOT,

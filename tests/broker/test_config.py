@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import STORE_KEYS, BrokerConfig
-from namesrv.config import parse_properties
+from common.properties import parse_properties
 from store.config import FlushDiskType, StoreConfig
 
 

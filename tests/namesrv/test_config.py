@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from namesrv.config import NamesrvConfig, load_properties, parse_properties
+from common.properties import load_properties, parse_properties
+from namesrv.config import NamesrvConfig
 
 
 def test_defaults_match_rocketmq() -> None:

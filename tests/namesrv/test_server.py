@@ -21,18 +21,18 @@ import trio
 
 from common.route import TopicConfig
 from namesrv.config import NamesrvConfig
-from namesrv.processor import (
+from namesrv.route_info import RouteInfoManager
+from namesrv.server import NameServer, expire_loop, trio_now_ms
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+from remoting.route_bodies import (
     decode_cluster_info_body,
     decode_register_body,
     decode_route_body,
     decode_topic_list_body,
     encode_register_body,
 )
-from namesrv.route_info import RouteInfoManager
-from namesrv.server import NameServer, expire_loop, trio_now_ms
-from remoting.client import RemotingClient
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import ExtValue, RemotingCommand
 from tests.processes import NAMESRV_BOOT, read_log, run_cli, start_process, stop_process
 
 LIMIT = 10
