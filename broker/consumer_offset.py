@@ -114,6 +114,17 @@ class ConsumerOffsetManager:
         write_json_atomic(self.path, self.to_wire())
         self.dirty = False
 
+    def take_dirty_snapshot(self) -> dict[str, Any] | None:
+        """The document to persist if something changed (clearing :attr:`dirty`), else None.
+
+        Lets the caller write it in a worker thread while the table keeps changing; on a
+        failed write it sets :attr:`dirty` again.
+        """
+        if not self.dirty:
+            return None
+        self.dirty = False
+        return self.to_wire()
+
     def persist_if_dirty(self) -> bool:
         """:meth:`persist` when something changed since the last persist; True if it wrote."""
         if not self.dirty:

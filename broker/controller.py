@@ -32,6 +32,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
+from broker.json_store import write_json_atomic
 from broker.processors.pull import make_pull_handlers
 from broker.processors.send import make_send_handlers
 from broker.topic_config import TopicConfigManager
@@ -178,9 +179,13 @@ class BrokerController:
         assert self.offsets is not None
         while True:
             await trio.sleep(self.config.flush_consumer_offset_interval_ms / 1000)
-            try:
-                self.offsets.persist_if_dirty()
+            doc = self.offsets.take_dirty_snapshot()  # on the event loop: a consistent copy
+            if doc is None:
+                continue
+            try:  # the fsyncs run in a worker thread, never on the event loop
+                await trio.to_thread.run_sync(write_json_atomic, self.offsets.path, doc)
             except OSError:
+                self.offsets.dirty = True
                 log.exception("persisting consumer offsets failed; retrying next period")
 
 

@@ -98,3 +98,16 @@ def test_bad_shape_rejected(tmp_path: Path) -> None:
     (tmp_path / "consumerOffset.json").write_text('{"offsetTable": {"T@g": {"x": 1}}}')
     with pytest.raises(ValueError, match="bad offset"):
         ConsumerOffsetManager(tmp_path)
+
+
+def test_take_dirty_snapshot_is_taken_once(tmp_path: Path) -> None:
+    mgr = ConsumerOffsetManager(tmp_path)
+    assert mgr.take_dirty_snapshot() is None
+    mgr.commit_offset("g", "T", 0, 7)
+    doc = mgr.take_dirty_snapshot()
+    assert doc == {"offsetTable": {"T@g": {"0": 7}}}
+    assert not mgr.dirty
+    assert mgr.take_dirty_snapshot() is None
+    mgr.commit_offset("g", "T", 0, 8)  # a later change is not in the earlier snapshot
+    assert doc == {"offsetTable": {"T@g": {"0": 7}}}
+    assert mgr.dirty
