@@ -62,6 +62,7 @@ class IndexFile:
         self.file = MappedFile(Path(path), size, create=create)
         self.file.wrote_position = size
         self._slots: npt.NDArray[np.int32] | None = None
+        self._flushed_state: tuple[int, int, int] | None = None
         if create:
             self.begin_timestamp = end_timestamp
             self.end_timestamp = end_timestamp
@@ -279,9 +280,13 @@ class IndexFile:
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self) -> None:
-        """Write the header and make the file durable."""
+        """Write the header and make the file durable (nothing to do if unchanged since)."""
+        state = (self.index_count, self.end_phy_offset, self.end_timestamp)
+        if state == self._flushed_state:
+            return
         self._write_header()
         self.file.sync()
+        self._flushed_state = state
 
     def close(self) -> None:
         """Release the numpy view and unmap."""
