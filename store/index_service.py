@@ -70,6 +70,15 @@ class IndexService:
             return -1
         return last.end_phy_offset
 
+    def forget_from(self, phys_offset: int) -> None:
+        """The commitlog was cut at ``phys_offset``: records written from there on get indexed.
+
+        Entries already pointing past the cut stay (queries confirm every hit against the
+        commitlog), but :attr:`indexed_up_to` must not claim them.
+        """
+        if self.files and self.indexed_up_to >= phys_offset:
+            self.files[-1].end_phy_offset = phys_offset - 1
+
     # -- building --------------------------------------------------------------------------
     def build_index(self, requests: Sequence[DispatchRequest]) -> None:
         """Index every key of ``requests`` (commitlog order) not already indexed.

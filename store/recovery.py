@@ -197,10 +197,8 @@ def _to_request(rec: ScannedRecord) -> DispatchRequest:
 
 def _finish(store: MessageStore, end: int) -> None:
     store.commitlog.set_end(end)
-    index = store.index
-    if store.config.message_index_enable and index.files and index.indexed_up_to >= end:
-        # entries past a cut tail are stale: records appended from ``end`` on must be indexed
-        index.files[-1].end_phy_offset = end - 1
+    if store.config.message_index_enable:
+        store.index.forget_from(end)
     for cq in store.consume_queues():
         if cq.max_physic_offset > end:
             cq.truncate_dirty(end)
