@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.net import primary_ipv4
 from common.properties import convert_value, format_value, load_properties
 from common.route import PermName
 from store.config import StoreConfig
@@ -35,17 +35,6 @@ _STORE_KEY_EXCEPTIONS = {"check_crc_on_recover": "checkCRCOnRecover"}
 
 def _meta(key: str, kind: type) -> dict[str, Any]:
     return {"key": key, "type": kind}
-
-
-def _primary_ipv4() -> str:
-    """The address of the default route's interface (no packet is sent); 127.0.0.1 on failure."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect(("10.255.255.255", 1))
-            addr = sock.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
-    return addr if isinstance(addr, str) and addr != "0.0.0.0" else "127.0.0.1"
 
 
 def _camel(name: str) -> str:
@@ -73,7 +62,7 @@ class BrokerConfig:
     broker_id: int = field(default=0, metadata=_meta("brokerId", int))
     listen_port: int = field(default=10911, metadata=_meta("listenPort", int))
     namesrv_addr: str | None = field(default=None, metadata=_meta("namesrvAddr", str))
-    broker_ip1: str = field(default_factory=_primary_ipv4, metadata=_meta("brokerIP1", str))
+    broker_ip1: str = field(default_factory=primary_ipv4, metadata=_meta("brokerIP1", str))
     broker_permission: int = field(
         default=PermName.PERM_READ | PermName.PERM_WRITE, metadata=_meta("brokerPermission", int)
     )

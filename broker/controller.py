@@ -7,16 +7,23 @@
        ├─ StoreServices.run      in its own shielded scope: outer cancellation does not reach
        │                         it; it is cancelled explicitly once the net scope has closed
        └─ net nursery            (the body of the store nursery)
-          ├─ RemotingServer.run  send + pull handlers on host:listenPort
+          ├─ RemotingServer.run  send, pull, client and admin handlers on host:listenPort;
+          │                      parked (long-polling) pulls live in their request tasks
           ├─ register_loop       REGISTER_BROKER to every name server every
-          │                      registerNameServerPeriod ms (first round before started())
-          └─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
+          │                      registerNameServerPeriod ms (first round before started());
+          │                      topic admin requests also run a round at once (register_now)
+          ├─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
+          ├─ scan_loop           drops clients silent for channelExpiredTimeout ms (every 10 s)
+          └─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
 
 Rules:
 
 - ``task_status.started(port)`` comes once the server is listening and one registration round
   (to every name server, concurrently) has been attempted.
 - A failed registration is logged and retried next period; it never stops the broker.
+- ``store.arrival_listener`` wakes parked pulls (chained after any listener already set) for
+  as long as the net nursery runs; a closed connection drops its clients at once
+  (RemotingServer's ``on_close`` hook) and its parked pulls (their tasks are cancelled).
 - Shutdown is cancellation. Order: the net nursery stops (accepting, requests, loops), then
   UNREGISTER_BROKER goes to every name server (shielded, at most ``UNREGISTER_TIMEOUT_S``), then
   the store services are cancelled (they drain under their own bounded shield), then offsets are
@@ -30,9 +37,13 @@ import logging
 
 import trio
 
+from broker.client_manager import ClientManager
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.json_store import write_json_atomic
+from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable
+from broker.processors.admin import AdminProcessor
+from broker.processors.client import ClientService
 from broker.processors.pull import make_pull_handlers
 from broker.processors.send import make_send_handlers
 from broker.topic_config import TopicConfigManager
@@ -42,7 +53,7 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.route_bodies import encode_register_body
 from remoting.server import RemotingServer
-from store.message_store import MessageStore
+from store.message_store import ArrivalListener, MessageStore
 from store.services import StoreServices
 
 log = logging.getLogger(__name__)
@@ -64,6 +75,13 @@ class BrokerController:
         self.store: MessageStore | None = None
         self.topics: TopicConfigManager | None = None
         self.offsets: ConsumerOffsetManager | None = None
+        self.holds = PullHoldTable()
+        """Parked long-polling pulls."""
+        self.hold_check_interval_s = CHECK_INTERVAL_S
+        """Safety-net re-check period of parked pulls (set before :meth:`run`)."""
+        self.clients = ClientService(ClientManager(config.channel_expired_timeout_ms))
+        """Producer and consumer groups seen in heartbeats."""
+        self._client: RemotingClient | None = None
 
     @property
     def broker_addr(self) -> str:
@@ -110,12 +128,36 @@ class BrokerController:
         assert self.store is not None
         assert self.topics is not None
         assert self.offsets is not None
+        admin = AdminProcessor(
+            self.store,
+            self.topics,
+            self.config,
+            self.register_now,
+            put_tps=lambda: services.put_rate,
+        )
         handlers = {
-            **make_send_handlers(self.store, services, self.topics, self.config),
-            **make_pull_handlers(self.store, self.offsets),
+            **make_send_handlers(self.store, services, self.topics, self.config, self.register_now),
+            **make_pull_handlers(
+                self.store,
+                self.offsets,
+                self.topics,
+                self.holds,
+                long_polling=self.config.long_polling_enable,
+                check_interval_s=self.hold_check_interval_s,
+            ),
+            **self.clients.handlers(),
+            **admin.handlers(),
         }
-        server = RemotingServer(handlers, host=self.host, port=self.config.listen_port)
+        server = RemotingServer(
+            handlers,
+            host=self.host,
+            port=self.config.listen_port,
+            on_close=self.clients.channel_closed,
+        )
+        previous_listener = self.store.arrival_listener
+        self.store.arrival_listener = _chain(previous_listener, self.holds.notify)
         async with RemotingClient(default_timeout_s=REGISTER_TIMEOUT_S) as client:
+            self._client = client
             try:
                 async with trio.open_nursery() as net:
                     self.port = await net.start(server.run)
@@ -124,9 +166,13 @@ class BrokerController:
                     await self.register_all(client)
                     net.start_soon(self.register_loop, client)
                     net.start_soon(self.persist_loop)
+                    net.start_soon(self.clients.scan_loop)
+                    net.start_soon(self.clients.notify_loop)
                     log.info("broker %s serving on %s", self.config.broker_name, self.broker_addr)
                     task_status.started(self.port)
             finally:
+                self._client = None
+                self.store.arrival_listener = previous_listener
                 if self.port is not None:
                     await self.unregister_all()
 
@@ -149,6 +195,11 @@ class BrokerController:
             for addr in self.config.namesrv_addrs:
                 cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body, opaque=0)
                 nursery.start_soon(_call_logged, client, addr, cmd, "register")
+
+    async def register_now(self) -> None:
+        """One registration round now (after a topic change); no-op when not serving."""
+        if self._client is not None:
+            await self.register_all(self._client)
 
     async def unregister_all(self) -> None:
         """One UNREGISTER_BROKER round to every name server: shielded, bounded, concurrent.
@@ -197,6 +248,18 @@ async def _run_shielded(
         async with trio.open_nursery() as nursery:
             await nursery.start(services.run)
             task_status.started(scope)
+
+
+def _chain(first: ArrivalListener | None, second: ArrivalListener) -> ArrivalListener:
+    """A listener calling ``first`` (if any) then ``second``."""
+    if first is None:
+        return second
+
+    def both(topic: str, queue_id: int, next_offset: int) -> None:
+        first(topic, queue_id, next_offset)
+        second(topic, queue_id, next_offset)
+
+    return both
 
 
 async def _call_logged(client: RemotingClient, addr: str, cmd: RemotingCommand, what: str) -> None:

@@ -16,6 +16,8 @@ Rules:
   :mod:`remoting.channel`'s.
 - A protocol error, a broken transport or ``idle_timeout_s`` without traffic closes that one
   connection; the server keeps serving the others. No connection task ever crashes the server.
+- ``on_close(channel)``, when given, is called (synchronously) once a connection has ended, so
+  the owner can forget that peer at once; an exception from it is logged and swallowed.
 - Cancelling :meth:`RemotingServer.run` stops accepting, cancels every request and closes every
   connection (each close is shielded and bounded).
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import trio
 
@@ -46,8 +48,10 @@ class RemotingServer:
         host: str = "127.0.0.1",
         port: int = 0,
         idle_timeout_s: float = 120.0,
+        on_close: Callable[[Channel], None] | None = None,
     ) -> None:
         self.handlers = handlers
+        self.on_close = on_close
         self.host = host
         self.port = port
         self.idle_timeout_s = idle_timeout_s if idle_timeout_s > 0 else math.inf
@@ -79,3 +83,8 @@ class RemotingServer:
             log.exception("connection %s failed", channel.remote_addr)
         finally:
             self._channels.discard(channel)
+            if self.on_close is not None:
+                try:
+                    self.on_close(channel)
+                except Exception:
+                    log.exception("close hook for %s failed", channel.remote_addr)

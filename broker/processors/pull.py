@@ -18,21 +18,29 @@
 
 Pull codes and ``nextBeginOffset`` come from :mod:`broker.status_codes` only. Tag filtering
 (facts §4): ``"*"`` or empty matches everything; otherwise the ``||``-separated tags' Java hash
-codes filter the consume queue units (the client re-checks the exact tag). Long polling is not
-implemented: :func:`hold_pull` is the hook and answers immediately.
+codes filter the consume queue units (the client re-checks the exact tag).
+
+PULL_MESSAGE first checks the topic as RocketMQ's ``PullMessageProcessor``: unknown topic ->
+TOPIC_NOT_EXIST, no read permission -> NO_PERMISSION, ``queueId`` outside ``readQueueNums`` ->
+SYSTEM_ERROR. Long polling (:mod:`broker.long_polling`): a pull answered PULL_NOT_FOUND with
+``suspendTimeoutMillis`` > 0 is parked until a matching message arrives in its queue or the
+suspend time elapses, then the read is re-run and answered.
 """
 
 from __future__ import annotations
 
 from broker.consumer_offset import ConsumerOffsetManager
+from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable, hold, suspend_seconds
 from broker.status_codes import pull_response_code
+from broker.topic_config import TopicConfigManager
 from common.hashing import java_string_hash
 from common.record import RecordError
+from common.route import PermName
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.headers import error, guarded, header_int, header_str, opt_bool, opt_int, opt_str
-from store import GetResult, MessageStore
+from store import GetResult, GetStatus, MessageStore
 
 SUB_ALL = "*"
 
@@ -46,24 +54,26 @@ def subscription_tag_codes(subscription: str) -> frozenset[int] | None:
     return frozenset(java_string_hash(t) for t in tags if t)
 
 
-async def hold_pull(
-    request: RemotingCommand, channel: Channel, result: GetResult, suspend_timeout_ms: int
-) -> RemotingCommand | None:
-    """TODO(long polling): park a PULL_NOT_FOUND request (``PullRequestHoldService``).
-
-    Returning None means "not held": the processor answers immediately. A real implementation
-    waits for ``store.arrival_listener`` (topic@queueId) or ``suspend_timeout_ms`` and re-runs
-    the pull.
-    """
-    return None
-
-
 class PullProcessor:
     """Reads from the store and manages committed offsets."""
 
-    def __init__(self, store: MessageStore, offsets: ConsumerOffsetManager) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        offsets: ConsumerOffsetManager,
+        topics: TopicConfigManager,
+        holds: PullHoldTable | None = None,
+        *,
+        long_polling: bool = True,
+        check_interval_s: float = CHECK_INTERVAL_S,
+    ) -> None:
         self.store = store
         self.offsets = offsets
+        self.topics = topics
+        self.holds = PullHoldTable() if holds is None else holds
+        """Parked pulls; the owner wires ``holds.notify`` to ``store.arrival_listener``."""
+        self.long_polling = long_polling
+        self.check_interval_s = check_interval_s
 
     async def pull(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
         """PULL_MESSAGE."""
@@ -75,22 +85,37 @@ class PullProcessor:
         subscription = opt_str(request, "subscription", SUB_ALL)
         commit_offset = opt_int(request, "commitOffset", -1)
         suspend_ms = opt_int(request, "suspendTimeoutMillis", 0)
-        if queue_id < 0 or offset < 0 or max_msgs <= 0:
+        if offset < 0 or max_msgs <= 0:
             return error(
                 request,
                 ResponseCode.SYSTEM_ERROR,
                 f"illegal pull: queueId={queue_id} queueOffset={offset} maxMsgNums={max_msgs}",
             )
-        result = self.store.get_messages(
-            topic, queue_id, offset, max_msgs, tag_codes=subscription_tag_codes(subscription)
-        )
+        refused = self._check_topic(request, topic, queue_id, group)
+        if refused is not None:
+            return refused
+        codes = subscription_tag_codes(subscription)
+
+        def read() -> GetResult:
+            return self.store.get_messages(topic, queue_id, offset, max_msgs, tag_codes=codes)
+
+        result = read()
         code = pull_response_code(result.status, offset)
         if commit_offset >= 0:
             self.offsets.commit_offset(group, topic, queue_id, commit_offset)
-        if code == ResponseCode.PULL_NOT_FOUND:
-            held = await hold_pull(request, channel, result, suspend_ms)
-            if held is not None:
-                return held
+        suspend_s = suspend_seconds(suspend_ms, long_polling=self.long_polling)
+        if code == ResponseCode.PULL_NOT_FOUND and suspend_s > 0:
+            result = await hold(
+                self.holds,
+                topic,
+                queue_id,
+                offset,
+                suspend_s,
+                read,
+                _worth_answering,
+                self.check_interval_s,
+            )
+            code = pull_response_code(result.status, offset)
         fields: dict[str, ExtValue] = {
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
@@ -104,6 +129,32 @@ class PullProcessor:
             ext_fields=fields,
             body=b"".join(result.records),
         )
+
+    def _check_topic(
+        self, request: RemotingCommand, topic: str, queue_id: int, group: str
+    ) -> RemotingCommand | None:
+        """The refusal of a pull from an unknown / unreadable topic or queue, else None."""
+        config = self.topics.select(topic)
+        if config is None:
+            return error(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!",
+            )
+        if not config.perm & PermName.PERM_READ:
+            return error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{topic}] pulling message is forbidden",
+            )
+        if not 0 <= queue_id < config.read_queue_nums:
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{group}]",
+            )
+        return None
 
     async def query_consumer_offset(
         self, request: RemotingCommand, channel: Channel
@@ -212,8 +263,38 @@ def _offset_response(request: RemotingCommand, offset: int) -> RemotingCommand:
     )
 
 
+def _worth_answering(result: GetResult) -> bool:
+    """Whether a parked pull should answer ``result`` now rather than keep waiting.
+
+    Nothing new (a PULL_NOT_FOUND status), or only messages the tag filter skipped up to the end
+    of the queue, keeps it waiting; anything else (found, moved, a partial filtered scan) answers.
+    """
+    if result.status is GetStatus.NO_MATCHED_MESSAGE:
+        return result.next_begin_offset < result.max_offset
+    return pull_response_code(result.status) != ResponseCode.PULL_NOT_FOUND
+
+
 def make_pull_handlers(
-    store: MessageStore, offsets_mgr: ConsumerOffsetManager
+    store: MessageStore,
+    offsets_mgr: ConsumerOffsetManager,
+    topics: TopicConfigManager,
+    holds: PullHoldTable | None = None,
+    *,
+    long_polling: bool = True,
+    check_interval_s: float = CHECK_INTERVAL_S,
 ) -> dict[int, Handler]:
-    """The pull/offset/query handler table over the real store and offset manager."""
-    return PullProcessor(store, offsets_mgr).handlers()
+    """The pull/offset/query handler table over the real store, offsets and topic table.
+
+    ``holds`` is where pulls park; wire its ``notify`` to ``store.arrival_listener`` (a fresh,
+    unwired table is used when None: parked pulls then only see the periodic re-check every
+    ``check_interval_s``).
+    """
+    processor = PullProcessor(
+        store,
+        offsets_mgr,
+        topics,
+        holds,
+        long_polling=long_polling,
+        check_interval_s=check_interval_s,
+    )
+    return processor.handlers()

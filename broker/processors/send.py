@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import itertools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -163,7 +163,9 @@ class SendProcessor:
         services: StoreServices,
         topic_config: TopicConfigManager,
         broker_config: BrokerConfig,
+        on_topic_created: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self.on_topic_created = on_topic_created
         self.store = store
         self.services = services
         self.topic_config = topic_config
@@ -176,7 +178,7 @@ class SendProcessor:
 
     async def send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """Handle SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
-        if request.code == RequestCode.SEND_MESSAGE_V2:
+        if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             renamed = {V2_FIELD_NAMES.get(k, k): v for k, v in request.ext_fields.items()}
             request = dataclasses.replace(request, ext_fields=renamed)
         topic = header_str(request, "topic")
@@ -197,7 +199,12 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"Sending message to topic[{topic}] is forbidden.",
             )
+        known = topic in self.topic_config
         config = self.topic_config.create_on_send(topic)
+        if config is not None and not known and self.on_topic_created is not None:
+            # RocketMQ registers with the name servers at once, before answering, so the new
+            # topic's route exists when the producer learns its message was stored
+            await self.on_topic_created()
         if config is None:
             return error(
                 request,
@@ -280,9 +287,13 @@ def make_send_handlers(
     services: StoreServices,
     topic_config: TopicConfigManager,
     broker_config: BrokerConfig,
+    on_topic_created: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[int, Handler]:
-    """The send handler table over the real store and topic manager."""
-    return SendProcessor(store, services, topic_config, broker_config).handlers()
+    """The send handler table over the real store and topic manager.
+
+    ``on_topic_created`` is awaited after a send auto-created its topic, before the answer.
+    """
+    return SendProcessor(store, services, topic_config, broker_config, on_topic_created).handlers()
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from broker.processors.send import encode_batch_body, make_send_handlers
 from broker.topic_config import TopicConfigManager
 from common.message_id import decode_offset_msg_id
 from common.record import decode_record, decode_records, encode_properties
+from common.route import TopicConfig
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
@@ -88,7 +89,7 @@ async def running_broker(
         broker_config = BrokerConfig(broker_ip1="127.0.0.1", auto_create_topic_enable=auto_create)
         handlers = {
             **make_send_handlers(store, services, topics, broker_config),
-            **make_pull_handlers(store, offsets),
+            **make_pull_handlers(store, offsets, topics),
         }
         with trio.fail_after(LIMIT):
             async with trio.open_nursery() as nursery:
@@ -172,6 +173,10 @@ async def test_send_single_and_batch_then_pull_back(tmp_path: Path) -> None:
 
 async def test_pull_offsets_out_of_range(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as b:
+        # no such topic: refused before the store is asked
+        resp = await b.pull(0)
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+        b.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
         # no such queue at all
         resp = await b.pull(0)
         assert resp.code == ResponseCode.PULL_NOT_FOUND

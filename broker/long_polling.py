@@ -1,0 +1,119 @@
+"""Parked pulls (RocketMQ's ``PullRequestHoldService``, seed 003 "长轮询").
+
+A PULL_MESSAGE that finds nothing new and carries ``suspendTimeoutMillis`` > 0 waits here,
+inside its own request task, instead of being answered PULL_NOT_FOUND at once.
+
+Rules:
+
+- :class:`PullHoldTable` maps ``(topic, queueId)`` to the pulls parked on that queue. Each
+  :class:`ParkedPull` holds the offset it asked for and a ``trio.Event`` that wakes its task.
+- :meth:`PullHoldTable.notify` is the store's ``arrival_listener``: it runs on the event loop
+  after every dispatch round, once per touched queue, so for a queue without parked pulls it is
+  one dict lookup. It wakes every pull on the queue whose offset is below ``next_offset``.
+- :func:`hold` is the waiting side: park, wait for a wake-up, a :data:`CHECK_INTERVAL_S` safety
+  tick (RocketMQ rescans every 5 s in case a notification was missed) or the deadline, re-run
+  the read and stop as soon as ``ready(result)`` says so or the deadline passed. It always
+  unparks in ``finally``: a closed connection or a shutdown cancels the request task, which
+  drops the parked pull.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
+
+import trio
+
+CHECK_INTERVAL_S: Final = 5.0
+"""Safety-net re-check period of a parked pull (RocketMQ's hold service waits 5 s)."""
+MAX_SUSPEND_MS: Final = 120_000
+"""Upper bound of any client's ``suspendTimeoutMillis`` (RocketMQ's client default is 15 s)."""
+SHORT_POLLING_MS: Final = 1000
+"""Hold time when ``longPollingEnable=false`` (RocketMQ's ``shortPollingTimeMills``)."""
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False, slots=True)
+class ParkedPull:
+    """One waiting pull: its queue, the offset it asked for and its wake-up event."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    wakeup: trio.Event = field(default_factory=trio.Event)
+
+
+class PullHoldTable:
+    """``(topic, queueId)`` -> the pulls parked on that queue."""
+
+    def __init__(self) -> None:
+        self._parked: dict[tuple[str, int], set[ParkedPull]] = {}
+
+    def park(self, topic: str, queue_id: int, offset: int) -> ParkedPull:
+        """Register a pull waiting for a message at ``offset`` or later."""
+        pull = ParkedPull(topic, queue_id, offset)
+        self._parked.setdefault((topic, queue_id), set()).add(pull)
+        return pull
+
+    def unpark(self, pull: ParkedPull) -> None:
+        """Forget ``pull`` (no-op if already gone); empty queues leave the table."""
+        key = (pull.topic, pull.queue_id)
+        pulls = self._parked.get(key)
+        if pulls is None:
+            return
+        pulls.discard(pull)
+        if not pulls:
+            del self._parked[key]
+
+    def notify(self, topic: str, queue_id: int, next_offset: int) -> None:
+        """Messages up to ``next_offset`` (exclusive) exist: wake the pulls they concern."""
+        pulls = self._parked.get((topic, queue_id))
+        if not pulls:
+            return
+        for pull in pulls:
+            if next_offset > pull.offset:
+                pull.wakeup.set()
+
+    def parked_count(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        """How many pulls are parked (on one queue when ``topic``/``queue_id`` are given)."""
+        if topic is not None and queue_id is not None:
+            return len(self._parked.get((topic, queue_id), ()))
+        return sum(len(p) for p in self._parked.values())
+
+
+def suspend_seconds(suspend_ms: int, *, long_polling: bool) -> float:
+    """The hold time granted to a request asking for ``suspend_ms`` (0 = do not hold)."""
+    if suspend_ms <= 0:
+        return 0.0
+    cap = MAX_SUSPEND_MS if long_polling else SHORT_POLLING_MS
+    return min(suspend_ms, cap) / 1000
+
+
+async def hold(
+    table: PullHoldTable,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    suspend_s: float,
+    read: Callable[[], T],
+    ready: Callable[[T], bool],
+    check_interval_s: float = CHECK_INTERVAL_S,
+) -> T:
+    """Park until ``ready(read())`` or ``suspend_s`` elapsed; return the last ``read()``.
+
+    ``read`` is re-run on every wake-up and every ``check_interval_s`` (the safety net).
+    """
+    deadline = trio.current_time() + suspend_s
+    pull = table.park(topic, queue_id, offset)
+    try:
+        while True:
+            with trio.move_on_at(min(deadline, trio.current_time() + check_interval_s)):
+                await pull.wakeup.wait()
+            pull.wakeup = trio.Event()
+            result = read()
+            if ready(result) or trio.current_time() >= deadline:
+                return result
+    finally:
+        table.unpark(pull)

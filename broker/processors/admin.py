@@ -1,0 +1,177 @@
+"""Admin requests (the topic / config / runtime part of RocketMQ's ``AdminBrokerProcessor``).
+
+::
+
+    UPDATE_AND_CREATE_TOPIC   17  topic readQueueNums writeQueueNums perm [topicFilterType]
+                                  [topicSysFlag] [order] -> SUCCESS, then re-registration
+    DELETE_TOPIC_IN_BROKER   215  topic -> SUCCESS, then re-registration
+    GET_ALL_TOPIC_CONFIG      21  -> body msgpack of TopicConfigManager.to_wire()
+    GET_BROKER_RUNTIME_INFO   28  -> body msgpack {"table": {str: str}}
+    GET_BROKER_CONFIG         26  -> body = the effective config as ``key=value`` lines
+
+Rules:
+
+- A topic name must pass :func:`common.topic.topic_problem` and must not be a system topic
+  (RocketMQ answers both SYSTEM_ERROR); a bad header value is SYSTEM_ERROR too.
+- After a topic change the handler awaits ``reregister()`` (one REGISTER_BROKER round to every
+  name server) before answering, so the route is current once the caller has the response.
+- Deleting a topic removes its config only: the store has no way to drop a topic's consume
+  queues yet, so their files stay until retention removes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import msgpack
+
+from broker.config import BrokerConfig
+from broker.topic_config import TopicConfigManager
+from common.route import TopicConfig
+from common.topic import is_system_topic, topic_problem
+from remoting.channel import Channel, Handler
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import (
+    BadRequestError,
+    error,
+    guarded,
+    header_int,
+    header_str,
+    opt_bool,
+    opt_int,
+    opt_str,
+)
+from store import MessageStore
+
+VERSION_DESC = "minimq-0.1.0"
+"""What ``brokerVersionDesc`` reports."""
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class AdminProcessor:
+    """Topic administration and broker introspection."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        config: BrokerConfig,
+        reregister: Callable[[], Awaitable[None]],
+        *,
+        put_tps: Callable[[], float] | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.config = config
+        self.reregister = reregister
+        self.put_tps = put_tps
+        self.clock_ms = clock_ms
+        self.boot_ms = clock_ms()
+
+    async def update_and_create_topic(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """UPDATE_AND_CREATE_TOPIC."""
+        topic = header_str(request, "topic", allow_empty=True)
+        problem = topic_problem(topic)
+        if problem is not None:
+            return error(request, ResponseCode.SYSTEM_ERROR, problem)
+        if is_system_topic(topic):
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"The topic[{topic}] is conflict with system topic.",
+            )
+        wire = {
+            "topicName": topic,
+            "readQueueNums": header_int(request, "readQueueNums"),
+            "writeQueueNums": header_int(request, "writeQueueNums"),
+            "perm": header_int(request, "perm"),
+            "topicFilterType": opt_str(request, "topicFilterType", "SINGLE_TAG"),
+            "topicSysFlag": opt_int(request, "topicSysFlag", 0),
+            "order": opt_bool(request, "order", False),
+        }
+        try:
+            config = TopicConfig.from_wire(wire)
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
+        self.topics.create_or_update(config)
+        await self.reregister()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def delete_topic(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """DELETE_TOPIC_IN_BROKER: forget the topic's config (see the module rules)."""
+        topic = header_str(request, "topic")
+        if is_system_topic(topic):
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"The topic[{topic}] is conflict with system topic.",
+            )
+        if self.topics.delete(topic) is not None:
+            await self.reregister()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def get_all_topic_config(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GET_ALL_TOPIC_CONFIG."""
+        body: bytes = msgpack.packb(self.topics.to_wire(), use_bin_type=True)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def get_runtime_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO."""
+        body: bytes = msgpack.packb({"table": self.runtime_table()}, use_bin_type=True)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    def runtime_table(self) -> dict[str, str]:
+        """What this broker knows about itself right now, as RocketMQ's key names."""
+        commitlog = self.store.commitlog
+        lo, hi = commitlog.min_offset, commitlog.max_offset
+        table = {
+            "brokerVersionDesc": VERSION_DESC,
+            "bootTimestamp": str(self.boot_ms),
+            "runtime": _uptime(self.clock_ms() - self.boot_ms),
+            "commitLogMinOffset": str(lo),
+            "commitLogMaxOffset": str(hi),
+            "dispatchBehindBytes": str(max(0, hi - self.store.reput_offset)),
+            "earliestMessageTimeStamp": str(commitlog.store_timestamp_at(lo) if hi > lo else 0),
+            "commitLogDiskRatio": str(self.store.disk_usage(self.store.config.store_path_root_dir)),
+            "topicCount": str(len(self.topics)),
+        }
+        if self.put_tps is not None:
+            table["putTps"] = f"{self.put_tps():.2f}"
+        return table
+
+    async def get_broker_config(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GET_BROKER_CONFIG: the effective configuration as properties text."""
+        body = self.config.to_properties().encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    def handlers(self) -> dict[int, Handler]:
+        """The ``{request code: handler}`` table."""
+        return {
+            int(RequestCode.UPDATE_AND_CREATE_TOPIC): guarded(self.update_and_create_topic),
+            int(RequestCode.DELETE_TOPIC_IN_BROKER): guarded(self.delete_topic),
+            int(RequestCode.GET_ALL_TOPIC_CONFIG): guarded(self.get_all_topic_config),
+            int(RequestCode.GET_BROKER_RUNTIME_INFO): guarded(self.get_runtime_info),
+            int(RequestCode.GET_BROKER_CONFIG): guarded(self.get_broker_config),
+        }
+
+
+def _uptime(ms: int) -> str:
+    """RocketMQ's ``runtime`` format: ``[ d days, h hours, m minutes, s seconds ]``."""
+    seconds = max(0, ms) // 1000
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"[ {days} days, {hours} hours, {minutes} minutes, {secs} seconds ]"

@@ -1,0 +1,122 @@
+"""Admin requests on an in-process BrokerController registered with an in-process NameServer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgpack
+import trio
+
+from common.properties import parse_properties
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.route_bodies import decode_route_body
+from tests.broker.inprocess import req, running_broker, running_namesrv
+
+TOPIC = "AdminTopic"
+
+
+def create_req(topic: str, queues: int = 3, perm: int = 6) -> RemotingCommand:
+    return req(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        topic=topic,
+        readQueueNums=str(queues),
+        writeQueueNums=str(queues),
+        perm=str(perm),
+        topicFilterType="SINGLE_TAG",
+        topicSysFlag="0",
+        order="false",
+    )
+
+
+async def test_create_topic_is_routed_at_once_and_delete(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        # the periodic registration is 30 s away: only the immediate round can route it
+        async with (
+            running_namesrv() as ns_addr,
+            running_broker(tmp_path, ns_addr, overrides={"registerNameServerPeriod": "30000"}) as (
+                broker,
+                addr,
+            ),
+            RemotingClient() as client,
+        ):
+            route_req = req(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)
+            resp = await client.invoke(ns_addr, route_req)
+            assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+
+            resp = await client.invoke(addr, create_req(TOPIC))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            resp = await client.invoke(ns_addr, route_req)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            route = decode_route_body(resp.body)
+            assert [(q.broker_name, q.read_queue_nums) for q in route.queue_datas] == [
+                ("broker-a", 3)
+            ]
+
+            # an update is routed at once too
+            resp = await client.invoke(addr, create_req(TOPIC, queues=5))
+            assert resp.code == ResponseCode.SUCCESS
+            route = decode_route_body((await client.invoke(ns_addr, route_req)).body)
+            assert route.queue_datas[0].write_queue_nums == 5
+
+            resp = await client.invoke(addr, req(RequestCode.GET_ALL_TOPIC_CONFIG))
+            table = msgpack.unpackb(resp.body)["topicConfigTable"]
+            assert table[TOPIC]["readQueueNums"] == 5
+            assert "TBW102" in table
+
+            resp = await client.invoke(addr, req(RequestCode.DELETE_TOPIC_IN_BROKER, topic=TOPIC))
+            assert resp.code == ResponseCode.SUCCESS
+            assert broker.topics is not None
+            assert TOPIC not in broker.topics
+            resp = await client.invoke(addr, req(RequestCode.GET_ALL_TOPIC_CONFIG))
+            assert TOPIC not in msgpack.unpackb(resp.body)["topicConfigTable"]
+
+
+async def test_illegal_and_system_topics_are_refused(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with running_broker(tmp_path) as (broker, addr), RemotingClient() as client:
+            for topic in ("bad topic!", "x" * 128, "TBW102", "rmq_sys_mine", ""):
+                resp = await client.invoke(addr, create_req(topic))
+                assert resp.code == ResponseCode.SYSTEM_ERROR, topic
+            resp = await client.invoke(addr, create_req(TOPIC, perm=16))
+            assert resp.code == ResponseCode.SYSTEM_ERROR
+            resp = await client.invoke(addr, req(RequestCode.UPDATE_AND_CREATE_TOPIC, topic=TOPIC))
+            assert resp.code == ResponseCode.SYSTEM_ERROR
+            assert "readQueueNums" in resp.remark
+            resp = await client.invoke(
+                addr, req(RequestCode.DELETE_TOPIC_IN_BROKER, topic="SCHEDULE_TOPIC_XXXX")
+            )
+            assert resp.code == ResponseCode.SYSTEM_ERROR
+            assert broker.topics is not None
+            assert TOPIC not in broker.topics
+            assert "SCHEDULE_TOPIC_XXXX" in broker.topics
+
+
+async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with running_broker(tmp_path) as (_broker, addr), RemotingClient() as client:
+            resp = await client.invoke(addr, req(RequestCode.GET_BROKER_RUNTIME_INFO))
+            assert resp.code == ResponseCode.SUCCESS
+            table = msgpack.unpackb(resp.body)["table"]
+            for key in (
+                "brokerVersionDesc",
+                "bootTimestamp",
+                "runtime",
+                "commitLogMinOffset",
+                "commitLogMaxOffset",
+                "dispatchBehindBytes",
+                "earliestMessageTimeStamp",
+                "commitLogDiskRatio",
+                "putTps",
+            ):
+                assert isinstance(table[key], str), key
+            assert table["commitLogMaxOffset"] == "0"
+            assert 0.0 <= float(table["commitLogDiskRatio"]) <= 1.0
+
+            resp = await client.invoke(addr, req(RequestCode.GET_BROKER_CONFIG))
+            assert resp.code == ResponseCode.SUCCESS
+            props = parse_properties(resp.body.decode())
+            assert props["brokerName"] == "broker-a"
+            assert props["listenPort"] == "0"
+            assert props["storePathRootDir"] == str(tmp_path / "store")

@@ -1,0 +1,249 @@
+"""Long polling end to end: parked PULL_MESSAGE requests on an in-process BrokerController.
+
+Every test runs under ``fail_after(30)`` with a 60 s suspend where the answer must come from an
+arrival, so a pull answered by its timeout instead cannot pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.controller import BrokerController
+from broker.long_polling import PullHoldTable, hold
+from common.record import decode_records
+from common.route import TopicConfig
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingError
+from tests.broker.inprocess import broker_and_client, req, send_req, wait_until
+
+TOPIC = "TopicLongPoll"
+SUSPEND_LONG = "60000"
+CALL_TIMEOUT_S = 70.0
+pytestmark = pytest.mark.timeout(60)
+
+
+def pull_req(
+    queue_id: int = 0, offset: int = 0, suspend: str = SUSPEND_LONG, sub: str = "*"
+) -> RemotingCommand:
+    return req(
+        RequestCode.PULL_MESSAGE,
+        consumerGroup="cg",
+        topic=TOPIC,
+        queueId=str(queue_id),
+        queueOffset=str(offset),
+        maxMsgNums="32",
+        subscription=sub,
+        suspendTimeoutMillis=suspend,
+    )
+
+
+def create_topic(broker: BrokerController, queues: int = 4) -> None:
+    assert broker.topics is not None
+    broker.topics.create_or_update(TopicConfig(TOPIC, queues, queues))
+
+
+async def send(
+    client: RemotingClient, addr: str, body: bytes, queue_id: int = 0, tag: str | None = None
+) -> None:
+    resp = await client.invoke(addr, send_req(TOPIC, body, queue_id, tag))
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+# --------------------------------------------------------------------------- pure table
+
+
+def test_table_notify_wakes_only_pulls_below_the_new_end() -> None:
+    table = PullHoldTable()
+    low = table.park("t", 0, 0)
+    high = table.park("t", 0, 5)
+    other = table.park("t", 1, 0)
+    table.notify("t", 0, 1)
+    assert low.wakeup.is_set()
+    assert not high.wakeup.is_set()
+    assert not other.wakeup.is_set()
+    table.notify("nobody", 3, 100)  # no parked pulls: nothing happens
+    for pull in (low, high, other):
+        table.unpark(pull)
+        table.unpark(pull)  # twice is harmless
+    assert table.parked_count() == 0
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+async def test_parked_pull_is_answered_by_a_later_message(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            create_topic(broker)
+            answers: list[RemotingCommand] = []
+
+            async def pull() -> None:
+                answers.append(await client.invoke(addr, pull_req(), timeout_s=CALL_TIMEOUT_S))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pull)
+                await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+                await send(client, addr, b"late")
+            (resp,) = answers
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            assert [r.body for r in decode_records(resp.body)] == [b"late"]
+            assert resp.ext_fields["nextBeginOffset"] == "1"
+            assert broker.holds.parked_count() == 0
+
+
+async def test_suspend_timeout_answers_not_found(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            create_topic(broker)
+            resp = await client.invoke(addr, pull_req(suspend="200"))
+            assert resp.code == ResponseCode.PULL_NOT_FOUND
+            assert resp.ext_fields["nextBeginOffset"] == "0"
+            assert broker.holds.parked_count() == 0
+
+
+async def test_tag_filtered_pull_ignores_non_matching_arrivals(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            create_topic(broker)
+            answers: list[RemotingCommand] = []
+
+            async def pull() -> None:
+                resp = await client.invoke(addr, pull_req(sub="TagA"), timeout_s=CALL_TIMEOUT_S)
+                answers.append(resp)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pull)
+                await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+                await send(client, addr, b"b", tag="TagB")
+                assert broker.store is not None
+                store = broker.store
+                await wait_until(lambda: store.get_max_offset_in_queue(TOPIC, 0) == 1, "dispatch")
+                # a round trip: the woken pull has re-read by now and must still be parked
+                await client.invoke(addr, req(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId="0"))
+                assert not answers
+                assert broker.holds.parked_count(TOPIC, 0) == 1
+                await send(client, addr, b"a", tag="TagA")
+            (resp,) = answers
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            assert [(r.tags, r.body) for r in decode_records(resp.body)] == [("TagA", b"a")]
+            assert resp.ext_fields["nextBeginOffset"] == "2"
+
+
+async def test_closing_the_connection_drops_the_parked_pull(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, _):
+            create_topic(broker)
+            failures: list[Exception] = []
+            async with RemotingClient() as other:
+
+                async def pull() -> None:
+                    try:
+                        await other.invoke(addr, pull_req(), timeout_s=CALL_TIMEOUT_S)
+                    except RemotingError as exc:
+                        failures.append(exc)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(pull)
+                    await wait_until(lambda: broker.holds.parked_count() == 1, "parked")
+                    await other.close_connection(addr)
+                    await wait_until(lambda: broker.holds.parked_count() == 0, "dropped")
+            assert len(failures) == 1
+
+
+async def test_each_queue_wakes_only_its_own_pulls(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            create_topic(broker, queues=4)
+            answers: dict[int, RemotingCommand] = {}
+
+            async def pull(queue_id: int) -> None:
+                resp = await client.invoke(addr, pull_req(queue_id), timeout_s=CALL_TIMEOUT_S)
+                answers[queue_id] = resp
+
+            async with trio.open_nursery() as nursery:
+                for queue_id in range(4):
+                    nursery.start_soon(pull, queue_id)
+                await wait_until(lambda: broker.holds.parked_count() == 4, "4 parked")
+                await send(client, addr, b"q2", queue_id=2)
+                await wait_until(lambda: 2 in answers, "queue 2 answered")
+                assert set(answers) == {2}
+                assert broker.holds.parked_count() == 3
+                for queue_id in (0, 1, 3):
+                    await send(client, addr, b"q%d" % queue_id, queue_id=queue_id)
+            for queue_id, resp in answers.items():
+                assert resp.code == ResponseCode.SUCCESS
+                bodies = [r.body for r in decode_records(resp.body)]
+                assert bodies == [b"q%d" % queue_id]
+
+
+async def test_shutdown_does_not_wait_for_parked_pulls(tmp_path: Path) -> None:
+    failures: list[Exception] = []
+    with trio.fail_after(30):
+        async with (
+            RemotingClient() as client,
+            trio.open_nursery() as nursery,
+            broker_and_client(tmp_path) as (broker, addr, _),
+        ):
+            create_topic(broker)
+
+            async def pull() -> None:
+                try:
+                    await client.invoke(addr, pull_req(), timeout_s=CALL_TIMEOUT_S)
+                except RemotingError as exc:
+                    failures.append(exc)
+
+            nursery.start_soon(pull)
+            await wait_until(lambda: broker.holds.parked_count() == 1, "parked")
+    assert len(failures) == 1
+
+
+async def test_pull_checks_topic_and_queue(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            resp = await client.invoke(addr, pull_req(suspend="0"))
+            assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+            create_topic(broker, queues=2)
+            resp = await client.invoke(addr, pull_req(queue_id=2, suspend="0"))
+            assert resp.code == ResponseCode.SYSTEM_ERROR
+            assert "queueId[2] is illegal" in resp.remark
+            assert broker.topics is not None
+            broker.topics.create_or_update(TopicConfig(TOPIC, 2, 2, perm=2))  # write only
+            resp = await client.invoke(addr, pull_req(suspend="0"))
+            assert resp.code == ResponseCode.NO_PERMISSION
+
+
+async def test_safety_net_recheck_finds_a_missed_arrival(autojump_clock: trio.abc.Clock) -> None:
+    """No notification at all: the periodic re-check still answers, at the check interval."""
+    table = PullHoldTable()
+    state = {"found": False}
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+
+        async def arrive_silently() -> None:
+            await trio.sleep(1.0)
+            state["found"] = True
+
+        nursery.start_soon(arrive_silently)
+        found = await hold(table, "t", 0, 0, 60.0, lambda: state["found"], bool, 5.0)
+    assert found is True
+    assert trio.current_time() - start == pytest.approx(5.0)
+    assert table.parked_count() == 0
+
+
+async def test_hold_answers_the_last_read_at_the_deadline(autojump_clock: trio.abc.Clock) -> None:
+    table = PullHoldTable()
+    start = trio.current_time()
+    reads: list[int] = []
+
+    def read() -> int:
+        reads.append(1)
+        return len(reads)
+
+    assert await hold(table, "t", 0, 0, 12.0, read, lambda n: False, 5.0) == 3  # 5, 10, 12 s
+    assert trio.current_time() - start == pytest.approx(12.0)
+    assert table.parked_count() == 0
