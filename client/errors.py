@@ -8,6 +8,8 @@ MESSAGE_ILLEGAL: Final = 13
 """RocketMQ's ``ResponseCode.MESSAGE_ILLEGAL``, used by ``Validators`` for bad messages."""
 NO_PERMISSION: Final = 16
 """RocketMQ's ``ResponseCode.NO_PERMISSION``, used for sends to reserved system topics."""
+TOPIC_NOT_EXIST: Final = 17
+"""RocketMQ's ``ResponseCode.TOPIC_NOT_EXIST``."""
 CLIENT_ERROR: Final = -1
 """The code of an ``MQClientException`` built without a response code."""
 
@@ -35,3 +37,43 @@ class GroupInvalidError(MQClientError):
     def __init__(self, group: str, reason: str) -> None:
         super().__init__(CLIENT_ERROR, reason)
         self.group = group
+
+
+class MQBrokerError(MQClientError):
+    """A broker (or name server) answered a request with an error ``code`` (RocketMQ's
+    ``MQBrokerException``); ``addr`` is who answered."""
+
+    def __init__(self, code: int, reason: str, addr: str = "") -> None:
+        super().__init__(code, reason)
+        self.addr = addr
+
+
+class TopicRouteError(MQClientError):
+    """No name server knows a route for ``topic`` (``No route info of this topic``)."""
+
+    def __init__(self, topic: str, reason: str = "") -> None:
+        super().__init__(TOPIC_NOT_EXIST, reason or f"No route info of this topic: {topic}")
+        self.topic = topic
+
+
+class RequestTimeoutError(MQClientError, TimeoutError):
+    """A call did not finish within its timeout (``what`` says which call)."""
+
+    def __init__(self, what: str, timeout_s: float) -> None:
+        super().__init__(CLIENT_ERROR, f"{what} timed out after {timeout_s:g} s")
+        self.timeout_s = timeout_s
+
+
+class ClientClosedError(MQClientError):
+    """The producer, consumer or client instance is not started or already closed."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(CLIENT_ERROR, f"{what} is not running")
+
+
+class RemotingFailedError(MQClientError):
+    """A request to ``addr`` failed in the transport: refused, reset or closed connection."""
+
+    def __init__(self, addr: str, reason: str) -> None:
+        super().__init__(CLIENT_ERROR, f"request to {addr} failed: {reason}")
+        self.addr = addr

@@ -8,9 +8,12 @@ Rules:
 - :meth:`Connection.send` encodes first (so a :class:`LocalProtocolError` leaves the stream
   untouched) and then writes the whole frame while holding a ``trio.Lock``, so concurrent senders
   never interleave bytes (trio-websocket's ``_send``).
-- A send that fails or is cancelled part-way may have written half a frame; the stream is then
-  closed, because the peer can no longer find frame boundaries. A failed send raises
-  :class:`RemotingSendRequestError`.
+- A frame, once its first byte is written, is always written whole: the caller's cancellation
+  is honoured before the write starts (while waiting for the lock, say) but the write itself is
+  shielded, bounded by ``SEND_TIMEOUT_S``. So cancelling one caller (a consumer seeking, a
+  timed-out call) never breaks the connection that other callers share. A write that fails or
+  runs out of time may have left half a frame; the stream is then closed, because the peer can
+  no longer find frame boundaries, and :class:`RemotingSendRequestError` is raised.
 - :meth:`Connection.receive` returns ``None`` on a clean EOF and raises
   :class:`RemoteProtocolError` for bytes the peer got wrong (the connection must then be closed),
   :class:`trio.BrokenResourceError` when the transport broke and
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 
 RECEIVE_SIZE: Final = 64 * 1024
 CLOSE_TIMEOUT_S: Final = 1.0
+SEND_TIMEOUT_S: Final = 5.0
+"""Upper bound of writing one frame; a peer that reads nothing for this long is cut off."""
 
 
 def peer_address(stream: trio.abc.Stream) -> str:
@@ -75,15 +80,19 @@ class Connection:
         async with self._send_lock:
             if self._closed:
                 raise RemotingSendRequestError(self.remote_addr)
+            await trio.lowlevel.checkpoint_if_cancelled()  # last point to give up cleanly
             try:
-                await self.stream.send_all(frame)
+                with trio.move_on_after(SEND_TIMEOUT_S, shield=True) as scope:
+                    await self.stream.send_all(frame)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 await self.aclose()
                 raise RemotingSendRequestError(self.remote_addr) from exc
             except BaseException:
-                # Cancelled (or worse) part-way: half a frame may be on the wire.
-                await self.aclose()
+                await self.aclose()  # half a frame may be on the wire
                 raise
+            if scope.cancelled_caught:
+                await self.aclose()
+                raise RemotingSendRequestError(self.remote_addr)
 
     async def receive(self) -> RemotingCommand | None:
         """Return the next command from the peer, or None on a clean EOF."""

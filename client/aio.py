@@ -1,0 +1,31 @@
+"""The trio-native client: the same names as :mod:`client`, with ``async`` methods.
+
+::
+
+    from client.aio import Producer, PullConsumer
+
+    async with Producer(group="pg", namesrv="127.0.0.1:9876") as producer:
+        result = await producer.send(Message("Orders", b"..."))
+
+Bound any call with trio's cancel scopes (``with trio.fail_after(2): ...``). Pass one
+:class:`ClientInstance` as ``instance=`` to several producers and consumers to share their
+connections, routes and heartbeats.
+"""
+
+from client.instance import ClientInstance
+from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from remoting.client_bodies import ConsumeFromWhere
+
+__all__ = [
+    "ClientInstance",
+    "ConsumeFromWhere",
+    "Message",
+    "MessageQueue",
+    "Producer",
+    "PullConsumer",
+    "ReceivedMessage",
+    "SendResult",
+    "SendStatus",
+]

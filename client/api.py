@@ -1,0 +1,288 @@
+"""Requests a client sends and how it reads the answers (RocketMQ's ``MQClientAPIImpl``), pure.
+
+Every ``*_request`` builds a :class:`RemotingCommand`; every ``parse_*`` turns a response into a
+value or raises :class:`~client.errors.MQBrokerError` carrying the code and remark. Nothing here
+does I/O, so the producer and consumer shells stay thin and this module is tested on its own.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from client.errors import MQBrokerError, TopicRouteError
+from client.message import MessageQueue, ReceivedMessage, SendResult, SendStatus, from_record
+from common.record import RecordError, decode_records
+from common.route import PermName, TopicRouteData
+from common.subscription import SubscriptionData
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+from remoting.headers import BadRequestError
+from remoting.route_bodies import decode_route_body
+
+SEND_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+"""Response codes that mean "stored" (``processSendResponse``)."""
+
+RETRIABLE_SEND_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+    }
+)
+"""Broker answers after which a send is retried on another broker (``retryResponseCodes``)."""
+
+
+class PullStatus(enum.Enum):
+    """Outcome of a pull (RocketMQ's ``PullStatus``)."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+PULL_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """A pull's answer; ``messages`` are only those whose exact tag matches the subscription."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[ReceivedMessage]
+
+
+def _fail(resp: RemotingCommand, addr: str) -> MQBrokerError:
+    return MQBrokerError(resp.code, resp.remark or f"request failed with code {resp.code}", addr)
+
+
+def _int_field(resp: RemotingCommand, name: str, addr: str) -> int:
+    raw = resp.ext_fields.get(name)
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise MQBrokerError(
+            ResponseCode.SYSTEM_ERROR, f"response lacks a valid {name!r}: {raw!r}", addr
+        ) from None
+
+
+# ---------------------------------------------------------------------- name server
+
+
+def route_request(topic: str) -> RemotingCommand:
+    """GET_ROUTEINFO_BY_TOPIC."""
+    return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, opaque=0)
+
+
+def parse_route(resp: RemotingCommand, topic: str, addr: str) -> TopicRouteData:
+    """The route, or TopicRouteError when the name server knows no such topic."""
+    if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+        raise TopicRouteError(topic, resp.remark or "")
+    if resp.code != ResponseCode.SUCCESS:
+        raise _fail(resp, addr)
+    try:
+        return decode_route_body(resp.body)
+    except BadRequestError as exc:
+        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad route body: {exc}", addr) from None
+
+
+# ---------------------------------------------------------------------- send
+
+
+def send_request(
+    *,
+    group: str,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    properties: str,
+    sys_flag: int,
+    flag: int,
+    born_timestamp: int,
+    batch: bool = False,
+    default_topic_queue_nums: int = 4,
+) -> RemotingCommand:
+    """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE with ``batch``), RocketMQ's short header names."""
+    header: dict[str, ExtValue] = {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": default_topic_queue_nums,
+        "e": queue_id,
+        "f": sys_flag,
+        "g": born_timestamp,
+        "h": flag,
+        "i": properties,
+        "j": 0,
+        "k": False,
+    }
+    if batch:
+        header["m"] = True
+        return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header, body, opaque=0)
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, body, opaque=0)
+
+
+def parse_send(resp: RemotingCommand, mq: MessageQueue, msg_id: str, addr: str) -> SendResult:
+    """A SendResult for a stored message; MQBrokerError for any other answer."""
+    status = SEND_STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise _fail(resp, addr)
+    fields = resp.ext_fields
+    return SendResult(
+        status=status,
+        msg_id=msg_id,
+        offset_msg_id=str(fields.get("msgId", "")),
+        queue=MessageQueue(mq.topic, mq.broker_name, _int_field(resp, "queueId", addr)),
+        queue_offset=_int_field(resp, "queueOffset", addr),
+    )
+
+
+# ---------------------------------------------------------------------- pull
+
+
+def pull_request(
+    *,
+    group: str,
+    mq: MessageQueue,
+    offset: int,
+    max_msgs: int,
+    subscription: SubscriptionData,
+    suspend_timeout_ms: int,
+    commit_offset: int = -1,
+) -> RemotingCommand:
+    """PULL_MESSAGE; ``suspend_timeout_ms`` > 0 asks the broker to hold an empty pull."""
+    header: dict[str, ExtValue] = {
+        "consumerGroup": group,
+        "topic": mq.topic,
+        "queueId": mq.queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": max_msgs,
+        "sysFlag": 0,
+        "commitOffset": commit_offset,
+        "suspendTimeoutMillis": suspend_timeout_ms,
+        "subscription": subscription.sub_string,
+        "subVersion": subscription.sub_version,
+        "expressionType": subscription.expression_type,
+    }
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header, opaque=0)
+
+
+def parse_pull(
+    resp: RemotingCommand, mq: MessageQueue, subscription: SubscriptionData, addr: str
+) -> PullResult:
+    """Decode a pull answer; drop messages whose exact tag the subscription does not name."""
+    status = PULL_STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise _fail(resp, addr)
+    messages: list[ReceivedMessage] = []
+    if status is PullStatus.FOUND and resp.body:
+        try:
+            records = decode_records(resp.body)
+        except RecordError as exc:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
+        for rec in records:
+            if subscription.matches_all or subscription.matches_tag(rec.tags):
+                messages.append(from_record(rec, mq.broker_name))
+    return PullResult(
+        status=status,
+        next_begin_offset=_int_field(resp, "nextBeginOffset", addr),
+        min_offset=_int_field(resp, "minOffset", addr),
+        max_offset=_int_field(resp, "maxOffset", addr),
+        messages=messages,
+    )
+
+
+# ---------------------------------------------------------------------- offsets
+
+
+def _queue_header(group: str | None, mq: MessageQueue) -> dict[str, ExtValue]:
+    header: dict[str, ExtValue] = {"topic": mq.topic, "queueId": mq.queue_id}
+    if group is not None:
+        header["consumerGroup"] = group
+    return header
+
+
+def query_offset_request(group: str, mq: MessageQueue) -> RemotingCommand:
+    """QUERY_CONSUMER_OFFSET (not found stays not found: ``setZeroIfNotFound`` false)."""
+    header = _queue_header(group, mq)
+    header["setZeroIfNotFound"] = False
+    return RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header, opaque=0)
+
+
+def parse_query_offset(resp: RemotingCommand, addr: str) -> int | None:
+    """The committed offset, or None when the group has none for the queue."""
+    if resp.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    if resp.code != ResponseCode.SUCCESS:
+        raise _fail(resp, addr)
+    return _int_field(resp, "offset", addr)
+
+
+def update_offset_request(group: str, mq: MessageQueue, offset: int) -> RemotingCommand:
+    """UPDATE_CONSUMER_OFFSET."""
+    header = _queue_header(group, mq)
+    header["commitOffset"] = offset
+    return RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header, opaque=0)
+
+
+def offset_request(code: RequestCode, mq: MessageQueue, timestamp: int = 0) -> RemotingCommand:
+    """GET_MAX_OFFSET / GET_MIN_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP."""
+    header = _queue_header(None, mq)
+    if code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
+        header["timestamp"] = timestamp
+    return RemotingCommand.request(code, header, opaque=0)
+
+
+def parse_offset(resp: RemotingCommand, addr: str) -> int:
+    """The ``offset`` of a successful answer."""
+    if resp.code != ResponseCode.SUCCESS:
+        raise _fail(resp, addr)
+    return _int_field(resp, "offset", addr)
+
+
+def check_success(resp: RemotingCommand, addr: str) -> None:
+    """Raise MQBrokerError unless the answer is SUCCESS."""
+    if resp.code != ResponseCode.SUCCESS:
+        raise _fail(resp, addr)
+
+
+def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """The readable queues of ``topic`` (``topicRouteData2TopicSubscribeInfo``), sorted."""
+    out = [
+        MessageQueue(topic, qd.broker_name, i)
+        for qd in route.queue_datas
+        if PermName.is_readable(qd.perm)
+        for i in range(qd.read_queue_nums)
+    ]
+    return sorted(out)
+
+
+__all__: Sequence[str] = (
+    "PullResult",
+    "PullStatus",
+    "parse_pull",
+    "parse_route",
+    "parse_send",
+    "pull_request",
+    "route_request",
+    "send_request",
+)

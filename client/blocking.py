@@ -1,0 +1,383 @@
+"""The blocking client: :class:`Producer` and :class:`PullConsumer` for ordinary programs.
+
+They wrap the trio-native classes of :mod:`client.aio`. One background thread runs one trio
+loop and one :class:`~client.instance.ClientInstance` per name-server list in the process; every
+blocking producer and consumer of that list shares it (RocketMQ's one ``MQClientInstance`` per
+process). The thread starts with the first user and stops when the last one closes.
+
+Every blocking call takes a ``timeout`` (seconds) and raises
+:class:`~client.errors.RequestTimeoutError` when it runs out; Ctrl+C interrupts a waiting call
+(the work in the loop is cancelled); ``close()`` always returns.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import trio
+
+from client import producer as aio_producer
+from client import pull_consumer as aio_consumer
+from client.config import ClientConfig, parse_namesrv
+from client.errors import ClientClosedError, RequestTimeoutError
+from client.instance import ClientInstance
+from client.loop_thread import LoopThread
+from client.message import Message, MessageQueue, ReceivedMessage, SendResult
+from client.producer import DEFAULT_PRODUCER_GROUP, QueueSelector, SendCallback
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CLOSE_TIMEOUT_S = 5.0
+"""Upper bound of ``close()``."""
+SLACK_S = 1.0
+"""Extra time a blocking call allows beyond the inner operation's own timeout."""
+
+
+@dataclass(eq=False)
+class _Shared:
+    key: tuple[str, ...]
+    loop: LoopThread
+    instance: ClientInstance
+    users: int = 0
+
+
+_shared: dict[tuple[str, ...], _Shared] = {}
+_shared_lock = threading.Lock()
+
+
+def _acquire(namesrv: str | Sequence[str] | None) -> _Shared:
+    """The process's loop thread and client instance for this name-server list (+1 user)."""
+    key = parse_namesrv(namesrv)
+    with _shared_lock:
+        shared = _shared.get(key)
+        if shared is None or not shared.loop.running:
+            loop = LoopThread(f"minimq-client[{';'.join(key)}]")
+            loop.start()
+            instance = ClientInstance(ClientConfig.create(key))
+            try:
+                loop.start_service(instance.run, timeout=CLOSE_TIMEOUT_S)
+            except BaseException:
+                loop.stop()
+                raise
+            shared = _shared[key] = _Shared(key, loop, instance)
+        shared.users += 1
+        return shared
+
+
+def _release(shared: _Shared) -> None:
+    """-1 user; the last one stops the loop thread (unregistering from the brokers)."""
+    with _shared_lock:
+        shared.users -= 1
+        if shared.users > 0:
+            return
+        if _shared.get(shared.key) is shared:
+            del _shared[shared.key]
+    shared.loop.stop(CLOSE_TIMEOUT_S)
+
+
+async def _call_sync(fn: Callable[..., T], *args: Any) -> T:
+    """Run a plain function in the loop thread (it touches trio state)."""
+    return fn(*args)
+
+
+class _BlockingBase:
+    """A started/closed life cycle around a shared loop thread."""
+
+    _what = "client"
+
+    def __init__(self, namesrv: str | Sequence[str] | None) -> None:
+        self._namesrv = namesrv
+        self._shared: _Shared | None = None
+        self._closed = False
+
+    def _loop(self) -> LoopThread:
+        if self._shared is None or self._closed:
+            raise ClientClosedError(self._what)
+        return self._shared.loop
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float) -> T:
+        try:
+            return self._loop().run(fn, *args, timeout=timeout)
+        except TimeoutError as exc:
+            if isinstance(exc, RequestTimeoutError):
+                raise
+            raise RequestTimeoutError(f"{self._what} call", timeout) from exc
+
+    def _start(self, open_fn: Callable[[_Shared], None]) -> None:
+        if self._shared is not None or self._closed:
+            raise RuntimeError(f"{self._what} can be started only once")
+        shared = _acquire(self._namesrv)
+        try:
+            open_fn(shared)
+        except BaseException:
+            _release(shared)
+            raise
+        self._shared = shared
+
+    def _close(self, close_fn: Callable[[LoopThread], None]) -> None:
+        if self._shared is None or self._closed:
+            self._closed = True
+            return
+        self._closed = True
+        shared, self._shared = self._shared, None
+        try:
+            close_fn(shared.loop)
+        except BaseException:
+            log.exception("closing %s failed", self._what)
+        finally:
+            _release(shared)
+
+
+class Producer(_BlockingBase):
+    """Blocking producer: ``with Producer(group="pg", namesrv="127.0.0.1:9876") as p:``.
+
+    Options are those of :class:`client.aio.Producer`; ``send_timeout`` (3 s) is also the
+    default timeout of each blocking send.
+    """
+
+    def __init__(
+        self,
+        group: str = DEFAULT_PRODUCER_GROUP,
+        namesrv: str | Sequence[str] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(namesrv)
+        self._what = f"producer {group}"
+        self.group = group
+        self._options = options
+        self._async: aio_producer.Producer | None = None
+        self.send_timeout: float = options.get("send_timeout", 3.0)
+
+    def start(self) -> Producer:
+        """Join the shared client instance and register the group; returns self."""
+
+        def open_(shared: _Shared) -> None:
+            producer = aio_producer.Producer(self.group, instance=shared.instance, **self._options)
+            shared.loop.run(producer.__aenter__, timeout=CLOSE_TIMEOUT_S)
+            self._async = producer
+
+        self._start(open_)
+        return self
+
+    def close(self) -> None:
+        """Unregister the group and leave the shared instance; always returns."""
+
+        def close_(loop: LoopThread) -> None:
+            if self._async is not None:
+                loop.run(self._async.__aexit__, None, None, None, timeout=CLOSE_TIMEOUT_S)
+
+        self._close(close_)
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _p(self) -> aio_producer.Producer:
+        self._loop()
+        assert self._async is not None
+        return self._async
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self.send_timeout + SLACK_S if timeout is None else timeout
+
+    def send(
+        self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """Send one message and return the broker's answer (retrying on another broker)."""
+        return self._run(_send, self._p(), msg, queue, timeout=self._timeout(timeout))
+
+    def send_batch(
+        self, messages: Sequence[Message], *, timeout: float | None = None
+    ) -> SendResult:
+        """Send messages of one topic in one request."""
+        return self._run(self._p().send_batch, messages, timeout=self._timeout(timeout))
+
+    def send_oneway(self, msg: Message, *, timeout: float | None = None) -> None:
+        """Send without waiting for the broker's answer."""
+        self._run(self._p().send_oneway, msg, timeout=self._timeout(timeout))
+
+    def send_orderly(
+        self,
+        msg: Message,
+        sharding_key: str | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send to the queue ``sharding_key`` (or ``selector``) picks; see the aio producer."""
+        return self._run(
+            _send_orderly,
+            self._p(),
+            msg,
+            sharding_key,
+            selector,
+            arg,
+            timeout=self._timeout(timeout),
+        )
+
+    def send_async(
+        self, msg: Message, callback: SendCallback | None = None
+    ) -> concurrent.futures.Future[SendResult]:
+        """Send in the background; returns a Future. ``callback(result, error)``, if given,
+        runs in the client's loop thread when the send ends (keep it short)."""
+        future = self._loop().submit(self._p().send, msg)
+        if callback is not None:
+            future.add_done_callback(lambda f: _deliver(f, callback))
+        return future
+
+
+async def _send(
+    producer: aio_producer.Producer, msg: Message, queue: MessageQueue | None
+) -> SendResult:
+    return await producer.send(msg, queue=queue)
+
+
+async def _send_orderly(
+    producer: aio_producer.Producer,
+    msg: Message,
+    sharding_key: str | None,
+    selector: QueueSelector | None,
+    arg: Any,
+) -> SendResult:
+    return await producer.send_orderly(msg, sharding_key, selector=selector, arg=arg)
+
+
+def _deliver(future: concurrent.futures.Future[SendResult], callback: SendCallback) -> None:
+    try:
+        if future.cancelled():
+            callback(None, concurrent.futures.CancelledError())
+        elif future.exception() is not None:
+            callback(None, future.exception())
+        else:
+            callback(future.result(), None)
+    except Exception:
+        log.exception("send callback raised")
+
+
+class PullConsumer(_BlockingBase):
+    """Blocking pull consumer: ``with PullConsumer(group="cg", namesrv=...) as c:``.
+
+    Options are those of :class:`client.aio.PullConsumer`.
+    """
+
+    def __init__(
+        self, group: str, namesrv: str | Sequence[str] | None = None, **options: Any
+    ) -> None:
+        super().__init__(namesrv)
+        self._what = f"pull consumer {group}"
+        self.group = group
+        self._options = options
+        self._async: aio_consumer.PullConsumer | None = None
+        self._scope: trio.CancelScope | None = None
+        self.request_timeout = 3.0 + SLACK_S
+
+    def start(self) -> PullConsumer:
+        """Join the shared client instance and start the consumer; returns self."""
+
+        def open_(shared: _Shared) -> None:
+            consumer = aio_consumer.PullConsumer(
+                self.group, instance=shared.instance, **self._options
+            )
+            self._scope = shared.loop.start_service(consumer.run, timeout=CLOSE_TIMEOUT_S)
+            self._async = consumer
+
+        self._start(open_)
+        return self
+
+    def close(self) -> None:
+        """Commit (with auto commit), stop fetching, leave the shared instance; always returns."""
+
+        def close_(loop: LoopThread) -> None:
+            if self._async is not None and self._scope is not None:
+                loop.run(_stop_consumer, self._scope, self._async, timeout=CLOSE_TIMEOUT_S)
+
+        self._close(close_)
+
+    def __enter__(self) -> PullConsumer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _c(self) -> aio_consumer.PullConsumer:
+        self._loop()
+        assert self._async is not None
+        return self._async
+
+    def _t(self, timeout: float | None) -> float:
+        return self.request_timeout if timeout is None else timeout
+
+    def fetch_queues(self, topic: str, *, timeout: float | None = None) -> list[MessageQueue]:
+        """The topic's readable queues, sorted."""
+        return self._run(self._c().fetch_queues, topic, timeout=self._t(timeout))
+
+    def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
+        """Read exactly ``queues`` from now on, filtered by the TAG ``expression``."""
+        self._run(_call_sync, self._c().assign, list(queues), expression, timeout=self._t(None))
+
+    def assignment(self) -> list[MessageQueue]:
+        """The assigned queues."""
+        return self._run(_call_sync, self._c().assignment, timeout=self._t(None))
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Make ``offset`` the next offset :meth:`poll` returns for ``mq``."""
+        self._run(_call_sync, self._c().seek, mq, offset, timeout=self._t(None))
+
+    def seek_to_begin(self, mq: MessageQueue, *, timeout: float | None = None) -> None:
+        """Seek to the queue's min offset."""
+        self._run(self._c().seek_to_begin, mq, timeout=self._t(timeout))
+
+    def seek_to_end(self, mq: MessageQueue, *, timeout: float | None = None) -> None:
+        """Seek to the queue's max offset."""
+        self._run(self._c().seek_to_end, mq, timeout=self._t(timeout))
+
+    def seek_to_timestamp(
+        self, mq: MessageQueue, timestamp_ms: int, *, timeout: float | None = None
+    ) -> None:
+        """Seek to the first message stored at or after ``timestamp_ms``."""
+        self._run(self._c().seek_to_timestamp, mq, timestamp_ms, timeout=self._t(timeout))
+
+    def position(self, mq: MessageQueue) -> int | None:
+        """The next offset :meth:`poll` returns for ``mq`` (None until known)."""
+        position: int | None = self._run(_call_sync, self._c().position, mq, timeout=self._t(None))
+        return position
+
+    def committed(self, mq: MessageQueue, *, timeout: float | None = None) -> int | None:
+        """The group's committed offset of ``mq`` on its broker."""
+        return self._run(self._c().committed, mq, timeout=self._t(timeout))
+
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ReceivedMessage]:
+        """Messages buffered or arriving within ``timeout`` seconds (``[]`` if none)."""
+        return self._run(self._c().poll_for, timeout, max_records, timeout=timeout + SLACK_S)
+
+    def commit(
+        self, offsets: Mapping[MessageQueue, int] | None = None, *, timeout: float | None = None
+    ) -> None:
+        """Commit ``offsets`` (default: every changed position) to the brokers."""
+        self._run(self._c().commit, offsets, timeout=self._t(timeout))
+
+
+async def _stop_consumer(scope: trio.CancelScope, consumer: aio_consumer.PullConsumer) -> None:
+    scope.cancel()
+    await consumer.closed.wait()

@@ -1,0 +1,64 @@
+"""ClientConfig: what one client instance needs (RocketMQ's ``ClientConfig``), and the client id.
+
+The name-server list comes from the ``namesrv`` argument (``"host:port;host:port"`` or a
+list), else from the ``NAMESRV_ADDR`` environment variable, as in RocketMQ. The client id is
+``clientIP@instanceName`` where the instance name defaults to ``<pid>#<nanotime>``, so two
+instances in one process never share an id.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from client.errors import CLIENT_ERROR, MQClientError
+from common.net import primary_ipv4
+
+NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
+
+
+def parse_namesrv(namesrv: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The name-server addresses; ``NAMESRV_ADDR`` when ``namesrv`` is None or empty."""
+    if namesrv is None or not namesrv:
+        namesrv = os.environ.get(NAMESRV_ADDR_ENV, "")
+    parts = namesrv.split(";") if isinstance(namesrv, str) else list(namesrv)
+    addrs = tuple(p.strip() for p in parts if p and p.strip())
+    if not addrs:
+        raise MQClientError(
+            CLIENT_ERROR,
+            f"no name server address: pass namesrv='host:port' or set {NAMESRV_ADDR_ENV}",
+        )
+    for addr in addrs:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise MQClientError(CLIENT_ERROR, f"illegal name server address {addr!r}")
+    return addrs
+
+
+def _default_instance_name() -> str:
+    return f"{os.getpid()}#{time.monotonic_ns()}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Settings of one client instance; intervals in seconds, RocketMQ's defaults."""
+
+    namesrv_addrs: tuple[str, ...]
+    client_ip: str = field(default_factory=primary_ipv4)
+    instance_name: str = field(default_factory=_default_instance_name)
+    poll_name_server_interval_s: float = 30.0
+    heartbeat_broker_interval_s: float = 30.0
+    request_timeout_s: float = 3.0
+    connect_timeout_s: float = 3.0
+
+    @property
+    def client_id(self) -> str:
+        """``clientIP@instanceName``."""
+        return f"{self.client_ip}@{self.instance_name}"
+
+    @classmethod
+    def create(cls, namesrv: str | Sequence[str] | None = None, **kwargs: object) -> ClientConfig:
+        """Build from a name-server string or list (or ``NAMESRV_ADDR``)."""
+        return cls(parse_namesrv(namesrv), **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,362 @@
+"""ClientInstance: what producers and consumers of one process share (RocketMQ's
+``MQClientInstance``): connections, topic routes and heartbeats.
+
+Task tree (``async with ClientInstance(config) as instance:``)::
+
+    ClientInstance
+    ├─ RemotingClient            one connection per name server / broker, reader task each
+    └─ nursery
+       ├─ route_loop             refresh the routes of every topic in use every 30 s
+       ├─ heartbeat_loop         HEART_BEAT to every known broker every 30 s, and at once
+       │                         when woken (a producer or consumer started, a broker appeared)
+       └─ background tasks       started by producers (send_async) via :meth:`start_soon`
+
+Rules:
+
+- A route is fetched from the name servers on first use and cached; :meth:`topic_route` with
+  ``refresh`` asks again. The name servers are tried in turn, starting with the last one that
+  answered; only when all fail does the call fail.
+- The broker address table (broker name -> {broker id: address}) is rebuilt from the cached
+  routes after every change, so a broker the name servers dropped disappears with its routes.
+- Broker calls never retry here; the producer and consumer decide what a failure means.
+- Leaving the block unregisters the client from every broker (bounded), then cancels the loops
+  and closes every connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any
+
+import trio
+
+from client import api
+from client.config import ClientConfig
+from client.errors import (
+    ClientClosedError,
+    MQClientError,
+    RemotingFailedError,
+    RequestTimeoutError,
+)
+from client.message import MessageQueue
+from client.queue_selector import publish_queues
+from common.route import MASTER_ID, TopicRouteData
+from remoting.channel import Channel, Handler
+from remoting.client import RemotingClient
+from remoting.client_bodies import ConsumerData, HeartbeatData, encode_heartbeat
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingError, RemotingTimeoutError
+
+log = logging.getLogger(__name__)
+
+UNREGISTER_TIMEOUT_S = 3.0
+"""Upper bound of the UNREGISTER_CLIENT round when the instance closes."""
+
+
+class ClientInstance:
+    """Connections, routes and heartbeats shared by a process's producers and consumers."""
+
+    def __init__(
+        self, config: ClientConfig, *, handlers: Mapping[int, Handler] | None = None
+    ) -> None:
+        self.config = config
+        self.client_id = config.client_id
+        self.consumer_ids_changed: list[Callable[[str], None]] = []
+        """Called with the group when a broker says its member list changed (rebalance)."""
+        table: dict[int, Handler] = {
+            int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED): self._on_consumer_ids_changed
+        }
+        table.update(handlers or {})
+        self._remoting = RemotingClient(
+            handlers=table,
+            default_timeout_s=config.request_timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+        )
+        self._routes: dict[str, TopicRouteData] = {}
+        self._publish: dict[str, list[MessageQueue]] = {}
+        self._broker_addrs: dict[str, dict[int, str]] = {}
+        self._route_locks: dict[str, trio.Lock] = {}
+        self._namesrv_index = 0
+        self._producer_groups: dict[str, int] = {}
+        self._consumers: dict[str, Callable[[], ConsumerData]] = {}
+        self._heartbeat_wakeup = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> ClientInstance:
+        if self._nursery_cm is not None:
+            raise RuntimeError("a ClientInstance can be entered only once")
+        await self._remoting.__aenter__()
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        self._nursery.start_soon(self.route_loop)
+        self._nursery.start_soon(self.heartbeat_loop)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._nursery is not None
+        assert self._nursery_cm is not None
+        self._closed = True
+        try:
+            with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True):
+                await self._unregister_everywhere()
+            self._nursery.cancel_scope.cancel()
+            await self._nursery_cm.__aexit__(None, None, None)
+        finally:
+            await self._remoting.__aexit__(None, None, None)
+
+    async def run(self, *, task_status: trio.TaskStatus[ClientInstance]) -> None:
+        """Enter the instance, report it started, and serve until cancelled (blocking facade)."""
+        async with self:
+            task_status.started(self)
+            await trio.sleep_forever()
+
+    @property
+    def running(self) -> bool:
+        """True between entering and leaving the ``async with`` block."""
+        return self._nursery is not None and not self._closed
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` as a background task of the instance."""
+        if self._nursery is None or self._closed:
+            raise ClientClosedError("client instance")
+        self._nursery.start_soon(fn, *args)
+
+    async def _on_consumer_ids_changed(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | None:
+        """NOTIFY_CONSUMER_IDS_CHANGED (oneway, header consumerGroup)."""
+        group = str(request.ext_fields.get("consumerGroup", ""))
+        log.debug("consumer ids of %s changed (from %s)", group, channel.remote_addr)
+        for listener in self.consumer_ids_changed:
+            try:
+                listener(group)
+            except Exception:
+                log.exception("consumer-ids-changed listener failed")
+        return None
+
+    # ------------------------------------------------------------------ calls
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None
+    ) -> RemotingCommand:
+        """Send a request to ``addr`` and return the response (remoting errors propagate)."""
+        if self._closed:
+            raise ClientClosedError("client instance")
+        try:
+            return await self._remoting.invoke(addr, cmd, timeout_s=timeout_s)
+        except RemotingTimeoutError as exc:
+            raise RequestTimeoutError(f"request {cmd.code} to {addr}", exc.timeout) from exc
+        except RemotingError as exc:
+            raise RemotingFailedError(addr, str(exc)) from exc
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """Send a oneway request to ``addr``."""
+        if self._closed:
+            raise ClientClosedError("client instance")
+        try:
+            await self._remoting.invoke_oneway(addr, cmd)
+        except RemotingError as exc:
+            raise RemotingFailedError(addr, str(exc)) from exc
+
+    async def invoke_namesrv(self, cmd: RemotingCommand) -> tuple[RemotingCommand, str]:
+        """Send ``cmd`` to a name server: the last good one first, then the others in turn."""
+        addrs = self.config.namesrv_addrs
+        errors: list[str] = []
+        for i in range(len(addrs)):
+            index = (self._namesrv_index + i) % len(addrs)
+            addr = addrs[index]
+            try:
+                resp = await self.invoke(addr, cmd)
+            except (RemotingFailedError, RequestTimeoutError) as exc:
+                errors.append(f"{addr}: {exc}")
+                continue
+            self._namesrv_index = index
+            return resp, addr
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR, f"no name server answered ({'; '.join(errors)})"
+        )
+
+    # ------------------------------------------------------------------ routes
+
+    async def topic_route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
+        """The topic's route (cached unless ``refresh``); TopicRouteError if none exists."""
+        route = self._routes.get(topic)
+        if route is not None and not refresh:
+            return route
+        lock = self._route_locks.setdefault(topic, trio.Lock())
+        async with lock:
+            route = self._routes.get(topic)
+            if route is not None and not refresh:
+                return route
+            resp, addr = await self.invoke_namesrv(api.route_request(topic))
+            route = api.parse_route(resp, topic, addr)
+            self._set_route(topic, route)
+            return route
+
+    def _set_route(self, topic: str, route: TopicRouteData) -> None:
+        if self._routes.get(topic) == route:
+            return
+        self._routes[topic] = route
+        self._publish[topic] = publish_queues(topic, route)
+        old = set(self.broker_addresses())
+        self._rebuild_broker_addrs()
+        if set(self.broker_addresses()) - old:
+            self.heartbeat_soon()
+
+    def forget_route(self, topic: str) -> None:
+        """Drop a cached route (the topic no longer exists)."""
+        self._routes.pop(topic, None)
+        self._publish.pop(topic, None)
+        self._rebuild_broker_addrs()
+
+    def _rebuild_broker_addrs(self) -> None:
+        table: dict[str, dict[int, str]] = {}
+        for route in self._routes.values():
+            for bd in route.broker_datas:
+                table.setdefault(bd.broker_name, {}).update(bd.broker_addrs)
+        self._broker_addrs = table
+
+    async def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The writable queues of ``topic`` (fetching its route on first use)."""
+        queues = self._publish.get(topic)
+        if queues is None:
+            await self.topic_route(topic)
+            queues = self._publish[topic]
+        return queues
+
+    async def subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic``, freshly asked of the name servers, sorted."""
+        return api.subscribe_queues(topic, await self.topic_route(topic, refresh=True))
+
+    def broker_addr(self, broker_name: str) -> str | None:
+        """The master address of ``broker_name`` from the cached routes, or None."""
+        return self._broker_addrs.get(broker_name, {}).get(MASTER_ID)
+
+    async def find_broker_addr(self, mq: MessageQueue) -> str:
+        """The master address of the queue's broker, refreshing the topic's route if needed."""
+        addr = self.broker_addr(mq.broker_name)
+        if addr is None:
+            await self.topic_route(mq.topic, refresh=True)
+            addr = self.broker_addr(mq.broker_name)
+        if addr is None:
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR, f"The broker[{mq.broker_name}] not exist"
+            )
+        return addr
+
+    def broker_addresses(self) -> list[str]:
+        """Every known broker address (masters and slaves), sorted."""
+        return sorted({a for addrs in self._broker_addrs.values() for a in addrs.values()})
+
+    async def refresh_routes(self) -> None:
+        """Ask again for every cached topic's route; a vanished topic keeps its old route."""
+        for topic in list(self._routes):
+            try:
+                await self.topic_route(topic, refresh=True)
+            except MQClientError as exc:
+                log.warning("refreshing the route of %s failed: %s", topic, exc)
+
+    async def route_loop(self) -> None:
+        """Refresh the routes every ``poll_name_server_interval_s``; never returns."""
+        while True:
+            await trio.sleep(self.config.poll_name_server_interval_s)
+            await self.refresh_routes()
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def register_producer(self, group: str) -> None:
+        """Count a producer of ``group`` in the heartbeats."""
+        self._producer_groups[group] = self._producer_groups.get(group, 0) + 1
+        self.heartbeat_soon()
+
+    def unregister_producer(self, group: str) -> None:
+        """Forget one producer of ``group``."""
+        left = self._producer_groups.get(group, 0) - 1
+        if left > 0:
+            self._producer_groups[group] = left
+        else:
+            self._producer_groups.pop(group, None)
+
+    def register_consumer(self, group: str, describe: Callable[[], ConsumerData]) -> None:
+        """Add a consumer group; ``describe`` gives its current subscriptions for heartbeats."""
+        if group in self._consumers:
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR,
+                f"the consumer group[{group}] has been created before, specify another name",
+            )
+        self._consumers[group] = describe
+        self.heartbeat_soon()
+
+    def unregister_consumer(self, group: str) -> None:
+        """Forget a consumer group."""
+        self._consumers.pop(group, None)
+
+    def heartbeat_data(self) -> HeartbeatData:
+        """The current heartbeat body."""
+        return HeartbeatData(
+            client_id=self.client_id,
+            producer_groups=tuple(sorted(self._producer_groups)),
+            consumers=tuple(describe() for describe in self._consumers.values()),
+        )
+
+    def heartbeat_soon(self) -> None:
+        """Wake the heartbeat loop now instead of at the next period."""
+        self._heartbeat_wakeup.set()
+
+    async def heartbeat_all(self) -> None:
+        """One HEART_BEAT to every known broker, concurrently; failures are logged."""
+        data = self.heartbeat_data()
+        if not data.producer_groups and not data.consumers:
+            return
+        body = encode_heartbeat(data)
+        async with trio.open_nursery() as nursery:
+            for addr in self.broker_addresses():
+                cmd = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body, opaque=0)
+                nursery.start_soon(self._call_logged, addr, cmd, "heartbeat")
+
+    async def heartbeat_loop(self) -> None:
+        """Heartbeat every ``heartbeat_broker_interval_s`` or when woken; never returns."""
+        while True:
+            with trio.move_on_after(self.config.heartbeat_broker_interval_s):
+                await self._heartbeat_wakeup.wait()
+            self._heartbeat_wakeup = trio.Event()
+            await self.heartbeat_all()
+
+    async def unregister_client(
+        self, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        """UNREGISTER_CLIENT for one group on every known broker (bounded, failures logged)."""
+        header: dict[str, str | int | bool] = {"clientID": self.client_id}
+        if producer_group is not None:
+            header["producerGroup"] = producer_group
+        if consumer_group is not None:
+            header["consumerGroup"] = consumer_group
+        with trio.move_on_after(UNREGISTER_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for addr in self.broker_addresses():
+                    cmd = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, header, opaque=0)
+                    nursery.start_soon(self._call_logged, addr, cmd, "unregister")
+
+    async def _unregister_everywhere(self) -> None:
+        groups = [(g, None) for g in self._producer_groups] + [(None, g) for g in self._consumers]
+        for producer_group, consumer_group in groups:
+            await self.unregister_client(producer_group, consumer_group)
+
+    async def _call_logged(self, addr: str, cmd: RemotingCommand, what: str) -> None:
+        try:
+            api.check_success(await self.invoke(addr, cmd), addr)
+        except MQClientError as exc:
+            log.warning("%s to %s failed: %s", what, addr, exc)

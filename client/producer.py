@@ -1,0 +1,380 @@
+"""The trio-native producer (RocketMQ's ``DefaultMQProducer``); the blocking one wraps it.
+
+Rules (``sendDefaultImpl``):
+
+- Messages are validated, given a ``UNIQ_KEY`` and, when the body is at least
+  ``compress_over`` bytes, zlib-compressed — all before any network call.
+- ``send`` picks a writable queue round robin (or latency-aware with
+  ``latency_fault_tolerance=True``); when an attempt fails with a remoting error or a retriable
+  broker answer it retries (``retry_times`` more times, 2 by default) on a queue of another
+  broker while one exists. The whole call, retries included, stays within ``timeout``.
+- A topic the name servers do not know is sent through the auto-create route (``TBW102``) with
+  ``default_topic_queue_nums`` queues, as RocketMQ does; brokers with ``autoCreateTopicEnable``
+  create it on the first message.
+- ``send_orderly`` sends to the queue its sharding key (or selector) picks and never moves to
+  another queue; ``send_oneway`` sends once and waits for nothing; ``send_batch`` sends messages
+  of one topic in one request to one queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, TypeAlias
+
+import msgpack
+import trio
+
+from client import api
+from client.compression import COMPRESS_MSG_BODY_OVER_HOWMUCH, maybe_compress
+from client.config import ClientConfig
+from client.errors import (
+    CLIENT_ERROR,
+    ClientClosedError,
+    MQBrokerError,
+    MQClientError,
+    RemotingFailedError,
+    RequestTimeoutError,
+    TopicRouteError,
+)
+from client.instance import ClientInstance
+from client.message import Message, MessageQueue, SendResult
+from client.queue_selector import MQFaultStrategy, RoundRobinSelector, select_by_key
+from client.validation import MAX_MESSAGE_SIZE, validate_group, validate_message
+from common.message import MessageConst
+from common.message_id import UniqKeyGenerator
+from common.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
+
+QueueSelector: TypeAlias = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+"""``select(queues, msg, arg) -> queue`` for :meth:`Producer.send_orderly`."""
+SendCallback: TypeAlias = Callable[[SendResult | None, BaseException | None], None]
+"""Called with ``(result, None)`` on success or ``(None, error)`` on failure."""
+
+_UNIQ_KEYS = UniqKeyGenerator()
+
+
+def encode_properties_str(props: dict[str, str]) -> str:
+    """RocketMQ's ``messageProperties2String``: ``name\\x01value\\x02`` pairs."""
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+
+
+def encode_batch(messages: Sequence[Message]) -> bytes:
+    """The SEND_BATCH_MESSAGE body: a msgpack list of ``{body, properties, flag}`` maps."""
+    entries = [{"body": m.body, "properties": m.properties, "flag": m.flag} for m in messages]
+    data: bytes = msgpack.packb(entries, use_bin_type=True)
+    return data
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Producer:
+    """Sends messages; ``async with Producer(group=..., namesrv=...) as producer:``.
+
+    Pass ``instance`` to share one :class:`ClientInstance` (connections, routes, heartbeats)
+    between several producers and consumers; otherwise the producer runs its own.
+    """
+
+    def __init__(
+        self,
+        group: str = DEFAULT_PRODUCER_GROUP,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        instance: ClientInstance | None = None,
+        send_timeout: float = 3.0,
+        retry_times: int = 2,
+        compress_over: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        default_topic_queue_nums: int = 4,
+        latency_fault_tolerance: bool = False,
+    ) -> None:
+        validate_group(group)
+        if retry_times < 0:
+            raise ValueError("retry_times must be >= 0")
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.compress_over = compress_over
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self._own_instance = instance is None
+        self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
+        self._fault = MQFaultStrategy(enabled=latency_fault_tolerance)
+        self._selectors: dict[str, RoundRobinSelector] = {}
+        self._running = False
+
+    @property
+    def instance(self) -> ClientInstance:
+        """The client instance this producer uses."""
+        return self._instance
+
+    async def __aenter__(self) -> Producer:
+        if self._own_instance:
+            await self._instance.__aenter__()
+        self._instance.register_producer(self.group)
+        self._running = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._running = False
+        self._instance.unregister_producer(self.group)
+        if self._own_instance:
+            await self._instance.__aexit__(exc_type, exc, tb)
+        else:
+            with trio.CancelScope(shield=True):
+                await self._instance.unregister_client(producer_group=self.group)
+
+    # ------------------------------------------------------------------ preparing
+
+    def _prepare(self, msg: Message) -> tuple[str, bytes, int]:
+        """Validate, stamp UNIQ_KEY, compress: ``(uniq key, body to send, sys flag)``."""
+        if not self._running:
+            raise ClientClosedError(f"producer {self.group}")
+        validate_message(msg, self.max_message_size)
+        uniq = msg.properties.get(MessageConst.UNIQ_KEY)
+        if uniq is None:
+            uniq = _UNIQ_KEYS.next()
+            msg.properties[MessageConst.UNIQ_KEY] = uniq
+        body, sys_flag = maybe_compress(bytes(msg.body), self.compress_over)
+        return uniq, body, sys_flag
+
+    async def _queues(self, topic: str) -> list[MessageQueue]:
+        """Writable queues; the auto-create route's brokers for a topic nobody knows yet."""
+        try:
+            queues = await self._instance.publish_queues(topic)
+        except TopicRouteError:
+            default = await self._instance.publish_queues(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            per_broker = self.default_topic_queue_nums
+            queues = [
+                MessageQueue(topic, q.broker_name, q.queue_id)
+                for q in default
+                if q.queue_id < per_broker
+            ]
+        if not queues:
+            raise TopicRouteError(topic)
+        return queues
+
+    def _selector(self, topic: str) -> RoundRobinSelector:
+        selector = self._selectors.get(topic)
+        if selector is None:
+            selector = self._selectors[topic] = RoundRobinSelector()
+        return selector
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, msg: Message, *, queue: MessageQueue | None = None) -> SendResult:
+        """Send one message and wait for the broker's answer (to ``queue`` if given).
+
+        Retries included, the call takes at most ``send_timeout`` seconds; wrap it in
+        ``trio.fail_after`` for a shorter bound.
+        """
+        uniq, body, sys_flag = self._prepare(msg)
+        if queue is not None:
+            return await self._send_to(queue, msg, uniq, body, sys_flag, self.send_timeout)
+        return await self._send_with_retries(msg, uniq, body, sys_flag)
+
+    async def _send_with_retries(
+        self, msg: Message, uniq: str, body: bytes, sys_flag: int
+    ) -> SendResult:
+        budget_s = self.send_timeout
+        deadline = trio.current_time() + budget_s
+        queues = await self._queues(msg.topic)
+        selector = self._selector(msg.topic)
+        last_broker: str | None = None
+        errors: list[str] = []
+        for _ in range(1 + self.retry_times):
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                break
+            mq = self._fault.select_one(selector, queues, last_broker, _now_ms())
+            started = trio.current_time()
+            try:
+                result = await self._send_to(mq, msg, uniq, body, sys_flag, remaining)
+            except (RemotingFailedError, RequestTimeoutError) as exc:
+                self._record_fault(mq, started, isolation=True, reachable=False)
+                errors.append(f"{mq.broker_name}: {exc}")
+            except MQBrokerError as exc:
+                if exc.code not in api.RETRIABLE_SEND_CODES:
+                    raise
+                self._record_fault(mq, started, isolation=True)
+                errors.append(f"{mq.broker_name}: {exc}")
+            else:
+                self._record_fault(mq, started, isolation=False)
+                return result
+            last_broker = mq.broker_name
+        raise MQClientError(
+            CLIENT_ERROR,
+            f"Send [{len(errors)}] times, still failed, cost "
+            f"[{int((trio.current_time() - deadline + budget_s) * 1000)}]ms, "
+            f"Topic: {msg.topic}, errors: {'; '.join(errors) or 'timed out'}",
+        )
+
+    def _record_fault(
+        self, mq: MessageQueue, started: float, *, isolation: bool, reachable: bool = True
+    ) -> None:
+        latency = int((trio.current_time() - started) * 1000)
+        self._fault.update_fault_item(mq.broker_name, latency, isolation, _now_ms(), reachable)
+
+    async def _send_to(
+        self,
+        mq: MessageQueue,
+        msg: Message,
+        uniq: str,
+        body: bytes,
+        sys_flag: int,
+        budget_s: float,
+        *,
+        batch: bool = False,
+    ) -> SendResult:
+        addr = await self._instance.find_broker_addr(mq)
+        cmd = api.send_request(
+            group=self.group,
+            topic=msg.topic,
+            queue_id=mq.queue_id,
+            body=body,
+            properties=encode_properties_str(msg.properties),
+            sys_flag=sys_flag,
+            flag=msg.flag,
+            born_timestamp=_now_ms(),
+            batch=batch,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+        )
+        resp = await self._instance.invoke(addr, cmd, budget_s)
+        return api.parse_send(resp, mq, uniq, addr)
+
+    async def send_batch(self, messages: Sequence[Message]) -> SendResult:
+        """Send messages of one topic in one request, to one queue, with retries.
+
+        ``msg_id`` of the result is the messages' ``UNIQ_KEY``s joined by commas, in order.
+        """
+        if not messages:
+            raise MQClientError(CLIENT_ERROR, "send_batch needs at least one message")
+        topic = messages[0].topic
+        uniqs: list[str] = []
+        for m in messages:
+            if m.topic != topic:
+                raise MQClientError(CLIENT_ERROR, "all messages of a batch must share a topic")
+            if m.delay_level > 0:
+                raise MQClientError(CLIENT_ERROR, "a batch does not support delayed messages")
+            uniq, _, _ = self._prepare_uncompressed(m)
+            uniqs.append(uniq)
+        body = encode_batch(messages)
+        if len(body) > self.max_message_size:
+            raise MQClientError(
+                CLIENT_ERROR,
+                f"the batch is {len(body)} bytes, over the limit {self.max_message_size}",
+            )
+        carrier = Message(topic, body)
+        return await self._send_batch_with_retries(carrier, ",".join(uniqs))
+
+    def _prepare_uncompressed(self, msg: Message) -> tuple[str, bytes, int]:
+        """Like :meth:`_prepare` without compression (batches are sent uncompressed)."""
+        if not self._running:
+            raise ClientClosedError(f"producer {self.group}")
+        validate_message(msg, self.max_message_size)
+        uniq = msg.properties.setdefault(MessageConst.UNIQ_KEY, _UNIQ_KEYS.next())
+        return uniq, msg.body, 0
+
+    async def _send_batch_with_retries(self, carrier: Message, uniqs: str) -> SendResult:
+        deadline = trio.current_time() + self.send_timeout
+        queues = await self._queues(carrier.topic)
+        selector = self._selector(carrier.topic)
+        last_broker: str | None = None
+        error: BaseException | None = None
+        for _ in range(1 + self.retry_times):
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                break
+            mq = self._fault.select_one(selector, queues, last_broker, _now_ms())
+            try:
+                return await self._send_to(
+                    mq, carrier, uniqs, carrier.body, 0, remaining, batch=True
+                )
+            except (RemotingFailedError, RequestTimeoutError) as exc:
+                error = exc
+            except MQBrokerError as exc:
+                if exc.code not in api.RETRIABLE_SEND_CODES:
+                    raise
+                error = exc
+            last_broker = mq.broker_name
+        raise MQClientError(CLIENT_ERROR, f"batch send to {carrier.topic} failed: {error}")
+
+    async def send_oneway(self, msg: Message) -> None:
+        """Send once without waiting for an answer (no retry; errors reaching the broker are
+        not reported)."""
+        _, body, sys_flag = self._prepare(msg)
+        queues = await self._queues(msg.topic)
+        mq = self._fault.select_one(self._selector(msg.topic), queues, None, _now_ms())
+        addr = await self._instance.find_broker_addr(mq)
+        cmd = api.send_request(
+            group=self.group,
+            topic=msg.topic,
+            queue_id=mq.queue_id,
+            body=body,
+            properties=encode_properties_str(msg.properties),
+            sys_flag=sys_flag,
+            flag=msg.flag,
+            born_timestamp=_now_ms(),
+            default_topic_queue_nums=self.default_topic_queue_nums,
+        )
+        await self._instance.invoke_oneway(addr, cmd)
+
+    async def send_orderly(
+        self,
+        msg: Message,
+        sharding_key: str | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> SendResult:
+        """Send to the queue ``sharding_key`` hashes to (or ``selector(queues, msg, arg)``).
+
+        The same key reaches the same queue while the topic's queues do not change; a failed
+        send is not moved to another queue (that would break the order).
+        """
+        if (sharding_key is None) == (selector is None):
+            raise MQClientError(CLIENT_ERROR, "pass exactly one of sharding_key and selector")
+        queues = await self._queues(msg.topic)
+        if selector is not None:
+            mq = selector(queues, msg, arg)
+            if mq not in queues:
+                raise MQClientError(CLIENT_ERROR, f"the selector chose an unknown queue {mq}")
+        else:
+            assert sharding_key is not None
+            mq = select_by_key(queues, sharding_key)
+        return await self.send(msg, queue=mq)
+
+    def send_async(self, msg: Message, callback: SendCallback) -> None:
+        """Send in a background task of the client instance; ``callback(result, error)`` runs
+        in the event loop when the send ends (keep it short)."""
+        if not self._running:
+            raise ClientClosedError(f"producer {self.group}")
+        self._instance.start_soon(self._send_and_call_back, msg, callback)
+
+    async def _send_and_call_back(self, msg: Message, callback: SendCallback) -> None:
+        try:
+            result = await self.send(msg)
+        except MQClientError as exc:
+            _call(callback, None, exc)
+        else:
+            _call(callback, result, None)
+
+
+def _call(callback: SendCallback, result: SendResult | None, error: BaseException | None) -> None:
+    try:
+        callback(result, error)
+    except Exception:
+        log.exception("send callback raised")

@@ -1,0 +1,437 @@
+"""The trio-native pull consumer (RocketMQ's ``DefaultLitePullConsumer`` with explicit
+assignment); the blocking one wraps it.
+
+Task tree (``async with PullConsumer(group=..., namesrv=...) as consumer:``)::
+
+    PullConsumer
+    └─ nursery
+       ├─ fetch task per assigned queue   long-polling pulls into the shared buffer
+       └─ auto_commit_loop                commit positions every ``auto_commit_interval`` s
+
+Rules:
+
+- Each assigned queue has a *position* (the next offset :meth:`poll` hands out) and a fetch
+  task that pulls ahead of it into a buffer, at most ``pull_threshold_for_queue`` messages per
+  queue. A queue's start comes from :meth:`seek`, else the group's committed offset, else
+  ``consume_from`` (last offset by default, first offset, or a timestamp).
+- Pulls use long polling: an empty queue's pull is held by the broker up to
+  ``suspend_timeout_ms`` and answered as soon as a message arrives.
+- :meth:`seek` bumps the queue's generation: buffered messages of older generations are
+  dropped and the fetch task restarts at the new offset.
+- A failed pull (broker down, route gone) is retried after ``pull_retry_delay`` seconds; it
+  never ends the consumer.
+- The broker filters by tag hash code; messages whose exact tag is not subscribed are dropped
+  here and only move the position.
+- :meth:`commit` sends each changed position to its queue's broker. With ``auto_commit``
+  positions are also committed periodically and when the consumer closes.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import trio
+
+from client import api
+from client.config import ClientConfig
+from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
+from client.instance import ClientInstance
+from client.message import MessageQueue, ReceivedMessage
+from client.validation import validate_group
+from common.subscription import SubscriptionData, build_subscription
+from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
+from remoting.codes import RequestCode
+
+log = logging.getLogger(__name__)
+
+COMMIT_ON_CLOSE_TIMEOUT_S = 3.0
+
+
+@dataclass(eq=False)
+class _QueueState:
+    """What the consumer knows of one assigned queue."""
+
+    mq: MessageQueue
+    subscription: SubscriptionData
+    position: int | None = None
+    fetch_offset: int | None = None
+    committed: int | None = None
+    generation: int = 0
+    buffered: int = 0
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    space: trio.Event = field(default_factory=trio.Event)
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    state: _QueueState
+    generation: int
+    messages: list[ReceivedMessage]
+    next_begin_offset: int
+
+
+class PullConsumer:
+    """Reads assigned queues; ``async with PullConsumer(group=..., namesrv=...) as c:``."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        instance: ClientInstance | None = None,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp_ms: int = 0,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        max_poll_records: int = 500,
+        auto_commit: bool = True,
+        auto_commit_interval: float = 5.0,
+        suspend_timeout_ms: int = 15_000,
+        pull_retry_delay: float = 1.0,
+    ) -> None:
+        validate_group(group)
+        if not 0 < pull_batch_size <= 1024:
+            raise ValueError("pull_batch_size must be in 1..1024")
+        if max_poll_records <= 0 or pull_threshold_for_queue <= 0:
+            raise ValueError("max_poll_records and pull_threshold_for_queue must be > 0")
+        self.group = group
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.max_poll_records = max_poll_records
+        self.auto_commit = auto_commit
+        self.auto_commit_interval = auto_commit_interval
+        self.suspend_timeout_ms = suspend_timeout_ms
+        self.pull_retry_delay = pull_retry_delay
+        self._own_instance = instance is None
+        self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
+        self._states: dict[MessageQueue, _QueueState] = {}
+        self._buffer: collections.deque[_Batch] = collections.deque()
+        self._data = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._running = False
+        self.closed = trio.Event()
+        """Set once the consumer has fully closed."""
+
+    @property
+    def instance(self) -> ClientInstance:
+        """The client instance this consumer uses."""
+        return self._instance
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> PullConsumer:
+        if self._own_instance:
+            await self._instance.__aenter__()
+        try:
+            self._instance.register_consumer(self.group, self.consumer_data)
+            cm = trio.open_nursery()
+            self._nursery = await cm.__aenter__()
+        except BaseException:
+            if self._own_instance:
+                await self._instance.__aexit__(None, None, None)
+            raise
+        self._nursery_cm = cm
+        self._running = True
+        if self.auto_commit:
+            self._nursery.start_soon(self.auto_commit_loop)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._nursery is not None
+        self._running = False
+        try:
+            with trio.CancelScope(shield=True):
+                if self.auto_commit:
+                    with trio.move_on_after(COMMIT_ON_CLOSE_TIMEOUT_S):
+                        await self._commit_logged()
+                self._instance.unregister_consumer(self.group)
+                if not self._own_instance:
+                    await self._instance.unregister_client(consumer_group=self.group)
+            self._nursery.cancel_scope.cancel()
+            assert self._nursery_cm is not None
+            await self._nursery_cm.__aexit__(None, None, None)
+        finally:
+            try:
+                if self._own_instance:
+                    await self._instance.__aexit__(exc_type, exc, tb)
+            finally:
+                self.closed.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        """Enter, report a scope whose cancellation closes the consumer, and serve."""
+        with trio.CancelScope() as scope:
+            async with self:
+                task_status.started(scope)
+                await trio.sleep_forever()
+
+    def consumer_data(self) -> ConsumerData:
+        """This consumer's heartbeat entry."""
+        subs = {s.subscription.topic: s.subscription for s in self._states.values()}
+        return ConsumerData(
+            group_name=self.group,
+            consume_type=ConsumeType.CONSUME_ACTIVELY,
+            message_model=MessageModel.CLUSTERING,
+            consume_from_where=self.consume_from,
+            subscriptions=tuple(subs[t] for t in sorted(subs)),
+        )
+
+    def _check_running(self) -> trio.Nursery:
+        if not self._running or self._nursery is None:
+            raise ClientClosedError(f"pull consumer {self.group}")
+        return self._nursery
+
+    # ------------------------------------------------------------------ assignment
+
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues, sorted, as the name servers know them now."""
+        return await self._instance.subscribe_queues(topic)
+
+    def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
+        """Read exactly ``queues`` from now on, filtered by the TAG ``expression``.
+
+        Queues already assigned keep their position; dropped queues stop at once.
+        """
+        nursery = self._check_running()
+        wanted = set(queues)
+        subs: dict[str, SubscriptionData] = {}
+        for mq in sorted(wanted):
+            if mq.topic not in subs:
+                subs[mq.topic] = build_subscription(mq.topic, expression)
+        for mq in list(self._states):
+            if mq not in wanted:
+                self._states.pop(mq).scope.cancel()
+        for mq in sorted(wanted):
+            state = self._states.get(mq)
+            if state is not None and state.subscription.sub_string == subs[mq.topic].sub_string:
+                continue
+            if state is not None:
+                state.scope.cancel()
+            new = _QueueState(mq, subs[mq.topic])
+            if state is not None:
+                new.position = new.fetch_offset = state.position
+                new.committed = state.committed
+            self._states[mq] = new
+            nursery.start_soon(self._fetch_loop, new, new.generation)
+        self._instance.heartbeat_soon()
+
+    def assignment(self) -> list[MessageQueue]:
+        """The assigned queues, sorted."""
+        return sorted(self._states)
+
+    def _state(self, mq: MessageQueue) -> _QueueState:
+        state = self._states.get(mq)
+        if state is None:
+            raise MQClientError(CLIENT_ERROR, f"{mq} is not assigned to this consumer")
+        return state
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Make ``offset`` the next offset :meth:`poll` returns for ``mq``."""
+        nursery = self._check_running()
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        state = self._state(mq)
+        state.scope.cancel()
+        new = _QueueState(mq, state.subscription, offset, offset, state.committed)
+        new.generation = state.generation + 1
+        self._states[mq] = new
+        nursery.start_soon(self._fetch_loop, new, new.generation)
+
+    async def seek_to_begin(self, mq: MessageQueue) -> None:
+        """Seek to the queue's min offset."""
+        self.seek(mq, await self._broker_offset(RequestCode.GET_MIN_OFFSET, mq))
+
+    async def seek_to_end(self, mq: MessageQueue) -> None:
+        """Seek to the queue's max offset (only new messages)."""
+        self.seek(mq, await self._broker_offset(RequestCode.GET_MAX_OFFSET, mq))
+
+    async def seek_to_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> None:
+        """Seek to the first message stored at or after ``timestamp_ms``."""
+        offset = await self._broker_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, timestamp_ms)
+        self.seek(mq, offset)
+
+    def position(self, mq: MessageQueue) -> int | None:
+        """The next offset :meth:`poll` returns for ``mq`` (None until known)."""
+        return self._state(mq).position
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq`` on its broker (None if none)."""
+        addr = await self._instance.find_broker_addr(mq)
+        resp = await self._instance.invoke(addr, api.query_offset_request(self.group, mq))
+        return api.parse_query_offset(resp, addr)
+
+    async def _broker_offset(self, code: RequestCode, mq: MessageQueue, ts: int = 0) -> int:
+        addr = await self._instance.find_broker_addr(mq)
+        resp = await self._instance.invoke(addr, api.offset_request(code, mq, ts))
+        return api.parse_offset(resp, addr)
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        committed = await self.committed(mq)
+        if committed is not None:
+            return committed
+        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+            return await self._broker_offset(RequestCode.GET_MIN_OFFSET, mq)
+        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            return await self._broker_offset(
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, self.consume_timestamp_ms
+            )
+        return await self._broker_offset(RequestCode.GET_MAX_OFFSET, mq)
+
+    # ------------------------------------------------------------------ fetching
+
+    async def _fetch_loop(self, state: _QueueState, generation: int) -> None:
+        """Pull ``state.mq`` ahead of its position until cancelled (by seek/assign/close)."""
+        with state.scope:
+            while True:
+                try:
+                    await self._fetch_once(state, generation)
+                except MQClientError as exc:
+                    log.warning("pull from %s failed, retrying: %s", state.mq, exc)
+                    await trio.sleep(self.pull_retry_delay)
+
+    async def _fetch_once(self, state: _QueueState, generation: int) -> None:
+        if state.fetch_offset is None:
+            offset = await self._start_offset(state.mq)
+            state.fetch_offset = offset
+            if state.position is None:
+                state.position = offset
+        while state.buffered >= self.pull_threshold_for_queue:
+            state.space = trio.Event()
+            await state.space.wait()
+        addr = await self._instance.find_broker_addr(state.mq)
+        cmd = api.pull_request(
+            group=self.group,
+            mq=state.mq,
+            offset=state.fetch_offset,
+            max_msgs=self.pull_batch_size,
+            subscription=state.subscription,
+            suspend_timeout_ms=self.suspend_timeout_ms,
+        )
+        timeout = self.suspend_timeout_ms / 1000 + self._instance.config.request_timeout_s
+        resp = await self._instance.invoke(addr, cmd, timeout)
+        result = api.parse_pull(resp, state.mq, state.subscription, addr)
+        if generation != state.generation or self._states.get(state.mq) is not state:
+            return
+        if result.status is api.PullStatus.OFFSET_ILLEGAL:
+            log.warning(
+                "offset %d of %s is illegal (queue holds %d..%d); moving to %d",
+                state.fetch_offset,
+                state.mq,
+                result.min_offset,
+                result.max_offset,
+                result.next_begin_offset,
+            )
+        state.fetch_offset = result.next_begin_offset
+        if result.messages:
+            self._buffer.append(
+                _Batch(state, generation, result.messages, result.next_begin_offset)
+            )
+            state.buffered += len(result.messages)
+            self._data.set()
+        elif state.buffered == 0:
+            state.position = result.next_begin_offset
+
+    # ------------------------------------------------------------------ polling
+
+    def poll_nowait(self, max_records: int | None = None) -> list[ReceivedMessage]:
+        """The buffered messages (at most ``max_records``, default ``max_poll_records``)."""
+        self._check_running()
+        limit = self.max_poll_records if max_records is None else max_records
+        out: list[ReceivedMessage] = []
+        while self._buffer and len(out) < limit:
+            batch = self._buffer.popleft()
+            state = batch.state
+            if batch.generation != state.generation or self._states.get(state.mq) is not state:
+                continue
+            take = batch.messages[: limit - len(out)]
+            rest = batch.messages[len(take) :]
+            out.extend(take)
+            if rest:
+                self._buffer.appendleft(
+                    _Batch(state, batch.generation, rest, batch.next_begin_offset)
+                )
+                state.position = take[-1].queue_offset + 1
+            else:
+                state.position = batch.next_begin_offset
+            state.buffered -= len(take)
+            if state.buffered < self.pull_threshold_for_queue:
+                state.space.set()
+        if not self._buffer:
+            self._data = trio.Event()
+        return out
+
+    async def poll(self, max_records: int | None = None) -> list[ReceivedMessage]:
+        """Wait until messages are buffered and return them (use ``trio.move_on_after`` to
+        bound the wait)."""
+        while True:
+            out = self.poll_nowait(max_records)
+            if out:
+                return out
+            await self._data.wait()
+
+    async def poll_for(
+        self, seconds: float, max_records: int | None = None
+    ) -> list[ReceivedMessage]:
+        """:meth:`poll`, but return ``[]`` after ``seconds`` without messages."""
+        with trio.move_on_after(seconds):
+            return await self.poll(max_records)
+        return []
+
+    # ------------------------------------------------------------------ committing
+
+    async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        """Commit ``offsets`` (default: every changed position) to the queues' brokers."""
+        self._check_running()
+        await self._commit(offsets)
+
+    async def _commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        if offsets is None:
+            offsets = {
+                mq: s.position
+                for mq, s in self._states.items()
+                if s.position is not None and s.position != s.committed
+            }
+        errors: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+            for mq, offset in offsets.items():
+                nursery.start_soon(self._commit_one, mq, offset, errors)
+        if errors:
+            raise errors[0]
+
+    async def _commit_one(self, mq: MessageQueue, offset: int, errors: list[BaseException]) -> None:
+        try:
+            addr = await self._instance.find_broker_addr(mq)
+            resp = await self._instance.invoke(
+                addr, api.update_offset_request(self.group, mq, offset)
+            )
+            api.check_success(resp, addr)
+        except MQClientError as exc:
+            errors.append(exc)
+            return
+        state = self._states.get(mq)
+        if state is not None:
+            state.committed = offset
+
+    async def _commit_logged(self) -> None:
+        try:
+            await self._commit()
+        except MQClientError as exc:
+            log.warning("committing offsets of %s failed: %s", self.group, exc)
+
+    async def auto_commit_loop(self) -> None:
+        """Commit every ``auto_commit_interval`` seconds; never returns."""
+        while True:
+            await trio.sleep(self.auto_commit_interval)
+            await self._commit_logged()

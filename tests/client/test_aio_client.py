@@ -1,0 +1,237 @@
+"""The trio-native Producer and PullConsumer against an in-process name server and two brokers."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.controller import BrokerController
+from client.aio import ClientInstance, ConsumeFromWhere, Producer, PullConsumer
+from client.config import ClientConfig
+from client.errors import MessageInvalidError, MQClientError
+from client.message import Message, MessageQueue, ReceivedMessage, SendStatus
+from common.message import MessageSysFlag
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from tests.broker.inprocess import running_broker, running_namesrv, wait_until
+
+LIMIT = 30.0
+TOPIC = "Orders"
+
+
+@dataclass
+class Cluster:
+    namesrv: str
+    brokers: dict[str, str] = field(default_factory=dict)
+    controllers: dict[str, BrokerController] = field(default_factory=dict)
+    scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
+    stopped: dict[str, trio.Event] = field(default_factory=dict)
+
+    async def stop_broker(self, name: str) -> None:
+        self.scopes[name].cancel()
+        await self.stopped[name].wait()
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        async with RemotingClient() as client:
+            for addr in self.brokers.values():
+                cmd = RemotingCommand.request(
+                    RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6},
+                    opaque=0,
+                )
+                resp = await client.invoke(addr, cmd)
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+    async def run_broker(
+        self, tmp_path: Path, name: str, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        self.stopped[name] = trio.Event()
+        try:
+            with trio.CancelScope() as self.scopes[name]:
+                overrides = {"brokerName": name}
+                async with running_broker(tmp_path / name, self.namesrv, overrides=overrides) as (
+                    controller,
+                    addr,
+                ):
+                    self.brokers[name], self.controllers[name] = addr, controller
+                    task_status.started()
+                    await trio.sleep_forever()
+        finally:
+            self.stopped[name].set()
+
+
+@asynccontextmanager
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    with trio.fail_after(LIMIT):
+        async with running_namesrv() as namesrv, trio.open_nursery() as nursery:
+            c = Cluster(namesrv)
+            for name in ("broker-a", "broker-b"):
+                await nursery.start(c.run_broker, tmp_path, name)
+            await c.create_topic(TOPIC)
+            yield c
+            nursery.cancel_scope.cancel()
+
+
+async def read_all(consumer: PullConsumer, count: int) -> list[ReceivedMessage]:
+    got: list[ReceivedMessage] = []
+    while len(got) < count:
+        got += await consumer.poll()
+    return got
+
+
+def first_offset_consumer(namesrv: str, group: str = "cg", **kw: object) -> PullConsumer:
+    return PullConsumer(
+        group,
+        namesrv,
+        consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_send_and_pull_back_every_field(tmp_path: Path) -> None:
+    big = bytes(range(256)) * 40  # 10 KiB: compressed on the wire, transparent to the consumer
+    async with cluster(tmp_path) as c:
+        async with Producer("pg", c.namesrv) as producer:
+            results = []
+            for i in range(40):
+                body = big if i == 7 else b"body-%d" % i
+                msg = Message(TOPIC, body, tags=f"T{i % 3}", keys=[f"k{i}", "common"])
+                msg.properties["n"] = str(i)
+                results.append(await producer.send(msg))
+        assert {r.status for r in results} == {SendStatus.SEND_OK}
+        assert {r.queue.broker_name for r in results} == {"broker-a", "broker-b"}
+        assert len({r.msg_id for r in results}) == 40
+        async with first_offset_consumer(c.namesrv) as consumer:
+            queues = await consumer.fetch_queues(TOPIC)
+            assert len(queues) == 8
+            consumer.assign(queues)
+            got = await read_all(consumer, 40)
+    by_n = {int(m.properties["n"]): m for m in got}
+    assert sorted(by_n) == list(range(40))
+    for i, m in by_n.items():
+        assert m.body == (big if i == 7 else b"body-%d" % i)
+        assert m.tags == f"T{i % 3}"
+        assert m.keys == [f"k{i}", "common"]
+        assert m.msg_id == results[i].msg_id
+        assert m.offset_msg_id == results[i].offset_msg_id
+        assert m.queue == results[i].queue
+        assert m.queue_offset == results[i].queue_offset
+    assert by_n[7].sys_flag & MessageSysFlag.COMPRESSED_FLAG
+    assert zlib.compress(big, 5) != big  # the test would be vacuous otherwise
+
+
+async def test_batch_oneway_async_and_orderly(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        callbacks: list[tuple[object, object]] = []
+        done = trio.Event()
+
+        def callback(result: object, error: object) -> None:
+            callbacks.append((result, error))
+            done.set()
+
+        async with Producer("pg", c.namesrv) as producer:
+            batch = await producer.send_batch([Message(TOPIC, b"b%d" % i) for i in range(10)])
+            assert batch.status is SendStatus.SEND_OK
+            assert len(batch.msg_id.split(",")) == 10
+            await producer.send_oneway(Message(TOPIC, b"oneway"))
+            producer.send_async(Message(TOPIC, b"async"), callback)
+            await done.wait()
+            orderly = [
+                await producer.send_orderly(Message(TOPIC, b"o%d" % i), sharding_key="order-42")
+                for i in range(5)
+            ]
+        ((result, error),) = callbacks
+        assert error is None
+        assert result is not None
+        assert len({r.queue for r in orderly}) == 1
+        assert [r.queue_offset for r in orderly] == sorted(r.queue_offset for r in orderly)
+        async with first_offset_consumer(c.namesrv) as consumer:
+            consumer.assign(await consumer.fetch_queues(TOPIC))
+            got = await read_all(consumer, 17)
+        bodies = [m.body for m in got]
+        assert sorted(bodies) == sorted(
+            [b"b%d" % i for i in range(10)] + [b"oneway", b"async"] + [b"o%d" % i for i in range(5)]
+        )
+        orderly_bodies = {b"o%d" % i for i in range(5)}
+        in_queue = [m.body for m in got if m.body in orderly_bodies]
+        assert {m.queue for m in got if m.body in orderly_bodies} == {orderly[0].queue}
+        assert in_queue == [b"o%d" % i for i in range(5)]
+
+
+async def test_producer_fails_over_to_the_other_broker(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c, Producer("pg", c.namesrv) as producer:
+        await producer.send(Message(TOPIC, b"warm"))  # routes of both brokers are cached
+        await c.stop_broker("broker-a")
+        assert producer.instance.broker_addr("broker-a") is not None  # still routed to
+        results = [await producer.send(Message(TOPIC, b"after-%d" % i)) for i in range(20)]
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    assert {r.queue.broker_name for r in results} == {"broker-b"}
+
+
+async def test_commit_and_resume_with_seek_and_tag_filter(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        async with Producer("pg", c.namesrv) as producer:
+            mq = MessageQueue(TOPIC, "broker-a", 0)
+            for i in range(10):
+                await producer.send(Message(TOPIC, b"%d" % i, tags="A" if i % 2 else "B"), queue=mq)
+        async with first_offset_consumer(c.namesrv, auto_commit=False) as consumer:
+            consumer.assign([mq])
+            got = await read_all(consumer, 4)
+            assert [m.queue_offset for m in got[:4]] == [0, 1, 2, 3]
+            consumer.seek(mq, 2)
+            again = await consumer.poll(max_records=3)
+            assert [m.queue_offset for m in again] == [2, 3, 4]
+            assert consumer.position(mq) == 5
+            await consumer.commit()
+            assert await consumer.committed(mq) == 5
+        async with first_offset_consumer(c.namesrv, auto_commit=False) as consumer:
+            consumer.assign([mq], "A")
+            got = await read_all(consumer, 3)
+            assert [m.body for m in got] == [b"5", b"7", b"9"]
+            assert all(m.tags == "A" for m in got)
+
+
+async def test_long_poll_delivers_a_message_sent_after_the_poll_began(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        mq = MessageQueue(TOPIC, "broker-b", 1)
+        async with (
+            first_offset_consumer(c.namesrv, suspend_timeout_ms=60_000) as consumer,
+            Producer("pg", c.namesrv) as producer,
+        ):
+            consumer.assign([mq])
+            holds = c.controllers["broker-b"].holds
+            await wait_until(lambda: holds.parked_count(TOPIC, 1) > 0, "the pull to be held")
+            assert consumer.poll_nowait() == []
+            async with trio.open_nursery() as nursery:
+                got: list[ReceivedMessage] = []
+
+                async def poll() -> None:
+                    with trio.fail_after(LIMIT):  # far below the 60 s suspend
+                        got.extend(await consumer.poll())
+
+                nursery.start_soon(poll)
+                await producer.send(Message(TOPIC, b"late"), queue=mq)
+        assert [m.body for m in got] == [b"late"]
+
+
+async def test_invalid_messages_fail_before_any_network_call() -> None:
+    # the name server address is unroutable: validation must not need it
+    config = ClientConfig(namesrv_addrs=("127.0.0.1:1",), client_ip="127.0.0.1")
+    async with ClientInstance(config) as instance, Producer("pg", instance=instance) as p:
+        with pytest.raises(MessageInvalidError):
+            await p.send(Message("bad topic!", b"x"))
+        with pytest.raises(MessageInvalidError):
+            await p.send(Message(TOPIC, b""))
+        with pytest.raises(MessageInvalidError):
+            await p.send(Message(TOPIC, b"x" * (4 * 1024 * 1024 + 1)))
+        with pytest.raises(MessageInvalidError):
+            await p.send(Message("RMQ_SYS_TRANS_HALF_TOPIC", b"x"))
+        with pytest.raises(MQClientError, match="no name server answered"):
+            await p.send(Message(TOPIC, b"fine"))
