@@ -31,10 +31,10 @@ from store.bench.store_bench import (
 from store.bench.workload import (
     GIB,
     DiskSpaceError,
-    MachineInfo,
     NullProgress,
     ProgressHook,
     bench_dir,
+    machine_info,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -88,7 +88,7 @@ class Session:
         if not self.out.is_terminal:
             self.out.width = 160  # tables in logs and pipes stay on one line per row
         self.err = Console(stderr=True)
-        self.machine = MachineInfo.current()
+        self.machine = machine_info()
         self._machine_shown = False
 
     @contextlib.contextmanager

@@ -11,17 +11,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
+from common.benchkit import RichProgress
 from store.bench.store_bench import (
     BacklogResult,
     PutRunResult,
@@ -39,42 +31,7 @@ TARGET_READ_MSGS_S = 500_000
 TARGET_RECOVER_S = 5.0
 TARGET_BACKLOG_RSS_ANON = 150_000_000  # bytes (150 MB)
 
-
-class RichProgress:
-    """A :class:`~store.bench.workload.ProgressHook` drawing a rich progress bar on stderr.
-
-    It never refreshes on its own (no background thread): it redraws only when told, which the
-    workloads do between timed sections.
-    """
-
-    def __init__(self, console: Console) -> None:
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            auto_refresh=False,
-            transient=False,
-        )
-        self._task: TaskID | None = None
-
-    def __enter__(self) -> RichProgress:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def phase(self, description: str, total: int) -> None:
-        """Start a new bar."""
-        self._task = self._progress.add_task(description, total=total)
-        self._progress.refresh()
-
-    def advance(self, done: int) -> None:
-        """Move the current bar to ``done``."""
-        if self._task is not None:
-            self._progress.update(self._task, completed=done, refresh=True)
+__all__ = ["RichProgress", "Summary"]
 
 
 @dataclass(slots=True)

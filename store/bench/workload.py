@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import shutil
-import subprocess
 import tempfile
 import time
-from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-import numpy as np
-
+from common import benchkit
+from common.benchkit import (
+    LatencyRecorder,
+    MachineInfo,
+    NullProgress,
+    ProgressHook,
+    rss_anon_bytes,
+)
 from common.message import MessageConst
 from common.record import MessageRecord, record_length
 
@@ -30,25 +31,24 @@ DEFAULT_TOPIC = "BenchmarkTest"
 DEFAULT_TAG = "TagA"
 GIB = 1 << 30
 
-
-class ProgressHook(Protocol):
-    """Told how far a workload has got; only ever called outside timed sections."""
-
-    def phase(self, description: str, total: int) -> None:
-        """Start a new phase of ``total`` units."""
-
-    def advance(self, done: int) -> None:
-        """Set the number of units done in the current phase."""
-
-
-class NullProgress:
-    """A :class:`ProgressHook` that shows nothing (for ``--json``)."""
-
-    def phase(self, description: str, total: int) -> None:
-        """Ignore the phase."""
-
-    def advance(self, done: int) -> None:
-        """Ignore the progress."""
+__all__ = [
+    "DEFAULT_TAG",
+    "DEFAULT_TOPIC",
+    "GIB",
+    "DiskSpaceError",
+    "LatencyRecorder",
+    "MachineInfo",
+    "MessageFactory",
+    "NullProgress",
+    "ProgressHook",
+    "bench_dir",
+    "check_disk_space",
+    "estimate_store_bytes",
+    "evict_from_page_cache",
+    "machine_info",
+    "rss_anon_bytes",
+    "source_commit",
+]
 
 
 # -- messages ------------------------------------------------------------------------------
@@ -119,44 +119,6 @@ class MessageFactory:
             n = min(chunk, count - done)
             yield self.batches(n, batch)
             done += n
-
-
-# -- measurements --------------------------------------------------------------------------
-class LatencyRecorder:
-    """Per-call latencies in nanoseconds, kept compactly."""
-
-    def __init__(self) -> None:
-        self.samples = array("q")
-
-    def add(self, ns: int) -> None:
-        """Record one call."""
-        self.samples.append(ns)
-
-    def percentiles_us(self) -> dict[str, float]:
-        """p50, p99, p999, mean and max, in microseconds."""
-        if not self.samples:
-            return {"p50": 0.0, "p99": 0.0, "p999": 0.0, "mean": 0.0, "max": 0.0}
-        a = np.frombuffer(self.samples, dtype=np.int64) / 1000.0
-        p50, p99, p999 = np.percentile(a, [50, 99, 99.9])
-        return {
-            "p50": round(float(p50), 2),
-            "p99": round(float(p99), 2),
-            "p999": round(float(p999), 2),
-            "mean": round(float(a.mean()), 2),
-            "max": round(float(a.max()), 2),
-        }
-
-
-def rss_anon_bytes() -> int:
-    """This process's anonymous resident memory (``RssAnon`` in /proc/self/status), in bytes.
-
-    Mapped store files count as ``RssFile``/``RssShmem``, not here.
-    """
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("RssAnon not found in /proc/self/status")
 
 
 # -- directories and disk ------------------------------------------------------------------
@@ -233,37 +195,14 @@ def evict_from_page_cache(root: Path) -> int:
 
 
 # -- the machine -----------------------------------------------------------------------------
-@dataclass(slots=True)
-class MachineInfo:
-    """What a figure was measured on."""
-
-    date: str
-    nproc: int
-    cpu_model: str
-    python: str
-    platform: str
-    commit: str
-
-    @classmethod
-    def current(cls) -> MachineInfo:
-        """Describe this machine."""
-        model = "unknown"
-        with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-        return cls(
-            date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            nproc=len(os.sched_getaffinity(0)),
-            cpu_model=model,
-            python=f"{platform.python_implementation()} {platform.python_version()}",
-            platform=platform.platform(),
-            commit=source_commit(),
-        )
+STORE_SOURCES = ("store", "common")
+"""The code a store figure measures (for the commit in :class:`MachineInfo`)."""
+STORE_BENCH_EXCLUDE = ("store/bench",)
 
 
-_NOT_BENCH = ":(exclude)store/bench"
+def machine_info() -> MachineInfo:
+    """This machine, with the commit of store/ and common/ (store/bench does not count)."""
+    return MachineInfo.current(STORE_SOURCES, STORE_BENCH_EXCLUDE)
 
 
 def source_commit() -> str:
@@ -271,22 +210,4 @@ def source_commit() -> str:
 
     The benchmark's own package (store/bench) does not count.
     """
-    repo = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--", "store", "common", _NOT_BENCH],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("-dirty" if dirty else "")
+    return benchkit.source_commit(STORE_SOURCES, STORE_BENCH_EXCLUDE)

@@ -1,0 +1,199 @@
+"""The parent's side of the benchmarks: spawning worker processes, starting them together,
+collecting their results, and filling a topic (untimed) before a consume run.
+
+Workers are ``multiprocessing`` ``spawn`` processes (a clean interpreter each, no fork of the
+parent's threads). :class:`WorkerPool` waits for every worker's ``ready`` before sending
+``go`` to all, so connection set-up and warm-up are not timed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from types import TracebackType
+from typing import Any
+
+import trio
+
+from client import aio
+from common.benchkit import ProgressHook
+
+JOIN_TIMEOUT_S = 10.0
+WORKER_SILENCE_LIMIT_S = 120.0
+"""A worker that sends nothing (not even progress) for this long is considered hung."""
+
+
+class BenchError(RuntimeError):
+    """A benchmark worker failed."""
+
+
+class WorkerPool:
+    """Worker processes running ``target(spec, conn)`` for each spec; a context manager that
+    kills (by pid) any worker still alive when it exits."""
+
+    def __init__(self, name: str, target: Callable[[Any, Connection], None], specs: Sequence[Any]):
+        ctx = multiprocessing.get_context("spawn")
+        self.name = name
+        self.conns: list[Connection] = []
+        self.procs: list[BaseProcess] = []
+        self.progress = [0] * len(specs)
+        for i, spec in enumerate(specs):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=target, args=(spec, child), name=f"{name}-{i}", daemon=True)
+            self.procs.append(proc)
+            self.conns.append(parent)
+            proc.start()
+            child.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> list[int]:
+        """The workers' pids."""
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def send_all(self, kind: str, payload: Any = None) -> None:
+        """Send one message to every worker."""
+        for conn in self.conns:
+            conn.send((kind, payload))
+
+    def send(self, index: int, kind: str, payload: Any = None) -> None:
+        """Send one message to worker ``index``."""
+        self.conns[index].send((kind, payload))
+
+    def collect(self, kind: str, on_progress: Callable[[int], None] | None = None) -> list[Any]:
+        """Wait for every worker's ``kind`` message; return their payloads in worker order.
+
+        ``progress`` messages update :attr:`progress` and call ``on_progress(total)``.
+        """
+        out: dict[int, Any] = {}
+        index = {id(c): i for i, c in enumerate(self.conns)}
+        silent_since = time.monotonic()
+        while len(out) < len(self.conns):
+            pending = [c for i, c in enumerate(self.conns) if i not in out]
+            ready = wait(pending, timeout=1.0)
+            if not ready:
+                if time.monotonic() - silent_since > WORKER_SILENCE_LIMIT_S:
+                    raise BenchError(f"{self.name} workers silent for {WORKER_SILENCE_LIMIT_S} s")
+                continue
+            silent_since = time.monotonic()
+            for conn in ready:
+                assert isinstance(conn, Connection)
+                i = index[id(conn)]
+                try:
+                    got, payload = conn.recv()
+                except EOFError:
+                    raise BenchError(f"{self.name} worker {i} exited without a result") from None
+                if got == "error":
+                    raise BenchError(f"{self.name} worker {i} failed:\n{payload}")
+                if got == "progress":
+                    self.progress[i] = payload
+                    if on_progress is not None:
+                        on_progress(sum(self.progress))
+                elif got == kind:
+                    out[i] = payload
+                else:
+                    raise BenchError(f"{self.name} worker {i}: expected {kind}, got {got}")
+        return [out[i] for i in range(len(self.conns))]
+
+    def close(self) -> None:
+        """Join the workers; kill by pid any still running after ``JOIN_TIMEOUT_S``."""
+        for proc in self.procs:
+            proc.join(JOIN_TIMEOUT_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
+
+
+def shares(count: int, parts: int) -> list[int]:
+    """``count`` split into ``parts`` near-equal shares (the first ones take the remainder)."""
+    base, extra = divmod(count, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def bench_group(prefix: str) -> str:
+    """A group name unique to this run (no committed offsets, no other members)."""
+    return f"{prefix}_{os.getpid()}_{os.urandom(3).hex()}"
+
+
+def ensure_topic(namesrv: str, topic: str, body_size: int) -> None:
+    """Send one message of zero bytes (a zero latency stamp) so that the broker creates the
+    topic and the name servers know its route."""
+    trio.run(_send_one, namesrv, topic, bytes(max(body_size, 8)))
+
+
+async def _send_one(namesrv: str, topic: str, body: bytes) -> None:
+    async with aio.Producer(group=bench_group("bench_init"), namesrv=namesrv) as p:
+        await p.send(aio.Message(topic, body))
+
+
+# -- filling a topic (untimed) -----------------------------------------------------------------
+QueueRanges = dict[int, tuple[int, int]]
+"""Queue id -> ``[first, end)`` offsets of the messages a fill wrote."""
+
+
+def fill_topic(
+    namesrv: str,
+    topic: str,
+    count: int,
+    *,
+    body_size: int,
+    batch: int = 32,
+    inflight: int = 4,
+    progress: ProgressHook,
+) -> QueueRanges:
+    """Send ``count`` messages with batch sends, ``inflight`` batches at a time."""
+    return trio.run(_fill, namesrv, topic, count, body_size, batch, inflight, progress)
+
+
+async def _fill(
+    namesrv: str,
+    topic: str,
+    count: int,
+    body_size: int,
+    batch: int,
+    inflight: int,
+    progress: ProgressHook,
+) -> QueueRanges:
+    body = os.urandom(body_size)
+    ranges: QueueRanges = {}
+    left = count
+    done = 0
+    shown = 0.0
+    progress.phase(f"fill {topic}", count)
+    async with aio.Producer(group=bench_group("bench_fill"), namesrv=namesrv) as p:
+
+        async def sender() -> None:
+            nonlocal left, done, shown
+            while left > 0:
+                n = min(batch, left)
+                left -= n
+                r = await p.send_batch([aio.Message(topic, body) for _ in range(n)])
+                qid, first = r.queue.queue_id, r.queue_offset
+                b, e = ranges.get(qid, (first, first + n))
+                ranges[qid] = (min(b, first), max(e, first + n))
+                done += n
+                if time.monotonic() - shown > 0.1:
+                    shown = time.monotonic()
+                    progress.advance(done)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(inflight):
+                nursery.start_soon(sender)
+    progress.advance(done)
+    return ranges

@@ -1,0 +1,142 @@
+"""``mqbench`` client commands as real processes: each starts its own name server and broker,
+runs tiny workloads in worker processes and leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MQBENCH = str(Path(sys.executable).parent / "mqbench")
+SMALL = ["--commitlog-file-size", str(16 << 20), "--json"]
+LIMIT_S = 60
+
+
+def run_bench(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """Run ``mqbench <args>`` with a small started cluster; its one JSON object."""
+    proc = subprocess.run(
+        [MQBENCH, *args, *SMALL, "--dir", str(tmp_path / "clusters")],
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    out: dict[str, Any] = json.loads(lines[0])
+    return out
+
+
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def assert_cleaned_up(out: dict[str, Any], tmp_path: Path) -> None:
+    assert len(out["cluster_pids"]) == 2
+    for pid in [*out["cluster_pids"], *out["worker_pids"]]:
+        assert not alive(pid), pid
+    assert list((tmp_path / "clusters").iterdir()) == []  # the store was removed
+
+
+def assert_rates(out: dict[str, Any]) -> None:
+    assert out["seconds"] > 0
+    assert out["msgs_per_s"] > 0
+    assert out["mb_per_s"] >= 0
+    lat = out["latency_us"]
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+    assert out["machine"]["nproc"] >= 1
+    assert out["machine"]["commit"]
+
+
+def test_produce_batch_two_clients(tmp_path: Path) -> None:
+    out = run_bench(
+        tmp_path, "produce", "--clients", "2", "--mode", "batch", "--batch", "16",
+        "--inflight", "2", "--count", "200", "--flush", "SYNC_FLUSH",
+    )  # fmt: skip
+    assert out["workload"] == "produce"
+    cfg = out["config"]
+    assert (cfg["clients"], cfg["mode"], cfg["batch"], cfg["inflight"]) == (2, "batch", 16, 2)
+    assert (cfg["flush"], cfg["count"], cfg["api"], cfg["body_size"]) == (
+        "SYNC_FLUSH", 200, "aio", 128
+    )  # fmt: skip
+    assert out["msgs"] == 200
+    assert [c["msgs"] for c in out["clients_detail"]] == [100, 100]
+    assert out["requests"] == 2 * 7  # 100 = 6 x 16 + 4 per client
+    assert len({c["pid"] for c in out["clients_detail"]}) == 2
+    assert_rates(out)
+    assert_cleaned_up(out, tmp_path)
+
+
+def test_produce_blocking_sync(tmp_path: Path) -> None:
+    out = run_bench(tmp_path, "produce", "--api", "blocking", "--count", "200", "--inflight", "2")
+    assert out["config"]["api"] == "blocking"
+    assert out["msgs"] == out["requests"] == 200
+    assert_rates(out)
+    assert_cleaned_up(out, tmp_path)
+
+
+def test_consume_two_clients(tmp_path: Path) -> None:
+    out = run_bench(tmp_path, "consume", "--count", "200", "--clients", "2", "--pull-batch", "8")
+    assert out["workload"] == "consume"
+    assert out["config"]["pull_batch"] == 8
+    assert out["msgs"] == 200
+    assert sum(c["msgs"] for c in out["clients_detail"]) == 200
+    queues = [set(c["queues"]) for c in out["clients_detail"]]
+    assert queues[0]
+    assert queues[1]
+    assert not queues[0] & queues[1]
+    assert_rates(out)
+    assert_cleaned_up(out, tmp_path)
+
+
+def test_latency(tmp_path: Path) -> None:
+    out = run_bench(tmp_path, "latency", "--rate", "200", "--duration", "1", "--body-size", "64")
+    assert out["config"]["rate"] == 200
+    assert out["sent"] == 200
+    assert out["msgs"] == 200  # every stamped message received, warm-up ones excluded
+    assert out["lateness_us"]["max"] >= 0
+    assert out["send_latency_us"]["p50"] > 0
+    assert_rates(out)
+    assert_cleaned_up(out, tmp_path)
+
+
+def test_backlog_reports_broker_memory(tmp_path: Path) -> None:
+    out = run_bench(tmp_path, "backlog", "--count", "500")
+    assert out["msgs"] == 500
+    assert out["fill"]["msgs"] == 500
+    rss = out["broker_rss_anon"]
+    assert set(rss) == {"start", "after_fill", "after_consume", "peak"}
+    assert rss["peak"] >= max(rss["after_fill"], rss["after_consume"]) > 0
+    assert_cleaned_up(out, tmp_path)
+
+
+def test_namesrv_and_start_cluster_exclude_each_other() -> None:
+    proc = subprocess.run(
+        [MQBENCH, "produce", "--namesrv", "127.0.0.1:1", "--start-cluster"],
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "exclude each other" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["store", "stacks"])
+def test_store_commands_load_lazily(command: str) -> None:
+    code = (
+        "import sys, client.bench.cli\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('store', 'broker')]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=LIMIT_S, env=os.environ)
+    proc = subprocess.run(
+        [MQBENCH, command, "--help"], capture_output=True, text=True, timeout=LIMIT_S, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: mqbench " + command in proc.stdout
