@@ -1,4 +1,5 @@
-"""Real minimq processes for tests: start by module, read the boot line, stop by pid."""
+"""Real minimq processes for tests: start by module or console script, read the boot line, stop
+by pid."""
 
 from __future__ import annotations
 
@@ -19,6 +20,18 @@ BROKER_BOOT = re.compile(
     r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\. "
     r"serializeType=MSGPACK and name server is (.+)"
 )
+BROKER_BOOT_ANY = re.compile(
+    r"The broker\[([^,\]]+), 127\.0\.0\.1:(\d+)\] boot success\. "
+    r"serializeType=MSGPACK and name server is (.+)"
+)
+"""A broker boot line of any broker name: groups are name, port, name-server list."""
+
+
+def console_script(name: str) -> str:
+    """The path of the venv's console script ``name`` (``mqbroker``, ``mqnamesrv``)."""
+    path = Path(sys.executable).parent / name
+    assert path.exists(), f"console script {name} is not installed in {path.parent}"
+    return str(path)
 
 
 def read_log(path: Path) -> str:
@@ -42,9 +55,17 @@ async def start_process(
     args: list[str], stderr_path: Path, boot: re.Pattern[str]
 ) -> tuple[trio.Process, re.Match[str]]:
     """Start ``python -m <args>``; return it and the match of its boot line on stdout."""
+    return await start_command([sys.executable, "-m", *args], stderr_path, boot)
+
+
+async def start_command(
+    argv: list[str], stderr_path: Path, boot: re.Pattern[str]
+) -> tuple[trio.Process, re.Match[str]]:
+    """Start ``argv`` (stderr appended to ``stderr_path``); return the process and the match
+    of its first stdout line against ``boot`` (read within ``BOOT_LIMIT_S``)."""
     with stderr_path.open("ab") as stderr:
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=stderr
+            argv, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr
         )
     try:
         assert proc.stdout is not None
@@ -52,7 +73,7 @@ async def start_process(
         with trio.fail_after(BOOT_LIMIT_S):
             while b"\n" not in buf:
                 chunk = await proc.stdout.receive_some()
-                assert chunk, f"{args[0]} exited early: {read_log(stderr_path)}"
+                assert chunk, f"{argv} exited early: {read_log(stderr_path)}"
                 buf += chunk
         line = buf.split(b"\n", 1)[0].decode()
         match = boot.fullmatch(line)

@@ -1,0 +1,1 @@
+"""End-to-end tests: real ``mqnamesrv`` / ``mqbroker`` processes and the blocking client."""

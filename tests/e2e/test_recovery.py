@@ -1,0 +1,231 @@
+"""Brokers stopping and coming back, with real processes and the blocking client.
+
+- Offsets: a consumer commits part-way; ``broker-a`` stops on SIGTERM (exit 0) and restarts on
+  its store (on its old port when it can be bound again); a new consumer of the group starts at
+  exactly the committed offsets and reads exactly the rest.
+- Failure: ``broker-a`` (SYNC_FLUSH, so an acknowledged message is on disk) is SIGKILLed while
+  a producer sends; every send still succeeds, those started after the kill on ``broker-b``;
+  restarted on its store, ``broker-a`` serves every message it acknowledged.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from client import (
+    ConsumeFromWhere,
+    Message,
+    MessageQueue,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+)
+from tests.e2e.cluster import (
+    IdsSeen,
+    create_topic,
+    in_thread,
+    poll_until,
+    running_cluster,
+    wait_until,
+)
+from tests.processes import read_log
+
+
+def consumer(namesrv: str, group: str) -> PullConsumer:
+    """A manually committing consumer reading from the first offset."""
+    return PullConsumer(
+        group=group,
+        namesrv=namesrv,
+        consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        auto_commit=False,
+    )
+
+
+# --------------------------------------------------------------------------- offsets
+
+OFFSETS_TOPIC = "E2E_Offsets"
+OFFSETS_GROUP = "cg_e2e_offsets"
+OFFSETS_TOTAL = 400
+
+
+def send_numbered(namesrv: str, topic: str, count: int) -> dict[str, bytes]:
+    """Blocking: ``count`` sends; msg_id -> body."""
+    out: dict[str, bytes] = {}
+    with Producer(group="pg_e2e_offsets", namesrv=namesrv) as producer:
+        for i in range(count):
+            result = producer.send(Message(topic, f"n-{i}".encode()))
+            assert result.status is SendStatus.SEND_OK
+            out[result.msg_id] = f"n-{i}".encode()
+    return out
+
+
+def consume_and_commit(namesrv: str) -> tuple[dict[MessageQueue, int], list[ReceivedMessage]]:
+    """Blocking: read part of every queue, commit; returns the committed offsets (as the broker
+    reports them) and what was read."""
+    with consumer(namesrv, OFFSETS_GROUP) as c:
+        queues = c.fetch_queues(OFFSETS_TOPIC)
+        c.assign(queues)
+
+        def enough(got: list[ReceivedMessage]) -> bool:
+            return len(got) >= OFFSETS_TOTAL // 2 and {m.queue for m in got} == set(queues)
+
+        got = poll_until(c, enough, max_records=10)
+        assert enough(got)
+        positions = {mq: c.position(mq) for mq in queues}
+        c.commit()
+        committed = {mq: c.committed(mq) for mq in queues}
+        assert committed == positions
+        for mq in queues:
+            assert max(m.queue_offset for m in got if m.queue == mq) + 1 == positions[mq]
+    return {mq: off for mq, off in committed.items() if off is not None}, got
+
+
+def resume(namesrv: str, committed: dict[MessageQueue, int]) -> list[ReceivedMessage]:
+    """Blocking: a new consumer of the group sees the committed offsets and reads the rest."""
+    with consumer(namesrv, OFFSETS_GROUP) as c:
+        queues = c.fetch_queues(OFFSETS_TOPIC)
+        assert set(queues) == set(committed)
+        assert {mq: c.committed(mq) for mq in queues} == committed
+        c.assign(queues)
+        remaining = OFFSETS_TOTAL - sum(committed.values())
+        got = poll_until(c, lambda g: len(g) >= remaining)
+        assert len(got) == remaining
+        for mq in queues:
+            assert min(m.queue_offset for m in got if m.queue == mq) == committed[mq]
+    return got
+
+
+async def test_committed_offsets_survive_broker_restart(tmp_path: Path) -> None:
+    brokers: dict[str, dict[str, str]] = {"broker-a": {}, "broker-b": {}}
+    with trio.fail_after(90):
+        async with running_cluster(tmp_path, brokers) as cluster:
+            ns = cluster.namesrv_addr
+            for broker in cluster.brokers.values():
+                await create_topic(broker.addr, OFFSETS_TOPIC, 2)
+            sent = await in_thread(send_numbered, ns, OFFSETS_TOPIC, OFFSETS_TOTAL)
+            committed, first = await in_thread(consume_and_commit, ns)
+            assert any(mq.broker_name == "broker-a" and off > 0 for mq, off in committed.items())
+
+            broker_a = cluster.brokers["broker-a"]
+            old_port = broker_a.port
+            assert await cluster.terminate(broker_a) == 0, read_log(broker_a.log)
+            assert not (broker_a.store / "abort").exists()
+            reused = await cluster.restart_broker(broker_a)
+            assert reused == (broker_a.port == old_port)
+
+            rest = await in_thread(resume, ns, committed)
+            first_ids, rest_ids = {m.msg_id for m in first}, {m.msg_id for m in rest}
+            assert not first_ids & rest_ids
+            assert first_ids | rest_ids == set(sent)
+            assert {m.body for m in first + rest} == set(sent.values())
+
+
+# --------------------------------------------------------------------------- failure
+
+KILL_TOPIC = "E2E_Failover"
+
+
+@dataclass
+class SendLog:
+    """Every send of the producer thread: (monotonic ns when it started, result or error)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    entries: list[tuple[int, bytes, SendResult | MQClientError]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def add(self, started: int, body: bytes, outcome: SendResult | MQClientError) -> None:
+        """Record one send."""
+        with self.lock:
+            self.entries.append((started, body, outcome))
+
+    def snapshot(self) -> list[tuple[int, bytes, SendResult | MQClientError]]:
+        """A copy of the entries so far."""
+        with self.lock:
+            return list(self.entries)
+
+    def acked_by(self, broker_name: str) -> int:
+        """How many sends ``broker_name`` acknowledged."""
+        return sum(
+            1
+            for _, _, r in self.snapshot()
+            if isinstance(r, SendResult) and r.queue.broker_name == broker_name
+        )
+
+    def started_after(self, ns: int) -> list[SendResult | MQClientError]:
+        """Outcomes of the sends that started after ``ns``."""
+        return [r for started, _, r in self.snapshot() if started > ns]
+
+
+def produce(namesrv: str, log: SendLog) -> None:
+    """Blocking: send numbered messages one after another until ``log.stop`` is set."""
+    with Producer(group="pg_e2e_failover", namesrv=namesrv, send_timeout=10.0) as producer:
+        i = 0
+        while not log.stop.is_set():
+            body = f"f-{i}".encode()
+            started = time.monotonic_ns()
+            try:
+                outcome: SendResult | MQClientError = producer.send(Message(KILL_TOPIC, body))
+            except MQClientError as exc:
+                outcome = exc
+            log.add(started, body, outcome)
+            i += 1
+
+
+def read_back(namesrv: str, wanted: set[str]) -> list[ReceivedMessage]:
+    """Blocking: read every queue of the topic from the first offset until ``wanted`` arrived."""
+    with consumer(namesrv, "cg_e2e_failover") as c:
+        c.assign(c.fetch_queues(KILL_TOPIC))
+        return poll_until(c, IdsSeen(wanted), limit=30.0)
+
+
+async def test_producer_survives_broker_kill_and_acked_messages_survive(tmp_path: Path) -> None:
+    brokers = {"broker-a": {"flushDiskType": "SYNC_FLUSH"}, "broker-b": {}}
+    log = SendLog()
+    with trio.fail_after(90):
+        async with running_cluster(tmp_path, brokers) as cluster:
+            ns = cluster.namesrv_addr
+            for broker in cluster.brokers.values():
+                await create_topic(broker.addr, KILL_TOPIC, 4)
+            broker_a = cluster.brokers["broker-a"]
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(in_thread, produce, ns, log)
+                try:
+                    await wait_until(lambda: log.acked_by("broker-a") >= 100, "acks by broker-a")
+                    await cluster.kill(broker_a)
+                    killed = time.monotonic_ns()
+                    await wait_until(
+                        lambda: len(log.started_after(killed)) >= 200, "sends after the kill"
+                    )
+                finally:
+                    log.stop.set()
+            entries = log.snapshot()
+            errors = [r for _, _, r in entries if not isinstance(r, SendResult)]
+            assert errors == []
+            after = log.started_after(killed)
+            assert all(
+                isinstance(r, SendResult)
+                and r.status is SendStatus.SEND_OK
+                and r.queue.broker_name == "broker-b"
+                for r in after
+            )
+
+            await cluster.restart_broker(broker_a)
+            acked = {r.msg_id: body for _, body, r in entries if isinstance(r, SendResult)}
+            got = await in_thread(read_back, ns, set(acked))
+            received = {m.msg_id: m.body for m in got}
+            assert {i: received.get(i) for i in acked} == acked
+            on_a = {
+                r.msg_id
+                for _, _, r in entries
+                if isinstance(r, SendResult) and r.queue.broker_name == "broker-a"
+            }
+            assert len(on_a) >= 100
+            assert on_a <= {m.msg_id for m in got if m.queue.broker_name == "broker-a"}
