@@ -25,6 +25,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -40,6 +41,7 @@ from client.errors import (
     MQClientError,
     RemotingFailedError,
     RequestTimeoutError,
+    TopicRouteError,
 )
 from client.message import MessageQueue
 from client.queue_selector import publish_queues
@@ -249,7 +251,8 @@ class ClientInstance:
         """The master address of the queue's broker, refreshing the topic's route if needed."""
         addr = self.broker_addr(mq.broker_name)
         if addr is None:
-            await self.topic_route(mq.topic, refresh=True)
+            with contextlib.suppress(TopicRouteError):  # the broker may be known from elsewhere
+                await self.topic_route(mq.topic, refresh=True)
             addr = self.broker_addr(mq.broker_name)
         if addr is None:
             raise MQClientError(

@@ -183,6 +183,7 @@ class Producer:
         """
         uniq, body, sys_flag = self._prepare(msg)
         if queue is not None:
+            await self._queues(msg.topic)  # a new topic: learn the brokers from TBW102's route
             return await self._send_to(queue, msg, uniq, body, sys_flag, self.send_timeout)
         return await self._send_with_retries(msg, uniq, body, sys_flag)
 

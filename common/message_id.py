@@ -13,6 +13,7 @@ pid, address, hash and clock are injectable for tests.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import random
@@ -25,6 +26,7 @@ from datetime import datetime
 from typing import Final
 
 _OFFSET_TAIL: Final = struct.Struct(">iq")  # port, physical offset
+_PHYS: Final = struct.Struct(">q")
 _UNIQ_FIX: Final = struct.Struct(">Hi")  # short pid, int classLoaderHash
 _UNIQ_TAIL: Final = struct.Struct(">IH")  # ms since month start, counter
 _HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
@@ -50,11 +52,23 @@ def create_offset_msg_id(host: str, port: int, phys_offset: int) -> str:
         raise ValueError(f"port out of range: {port}")
     if not 0 <= phys_offset < 2**63:
         raise ValueError(f"physical offset out of range: {phys_offset}")
+    return (_packed_ip(host) + _OFFSET_TAIL.pack(port, phys_offset)).hex().upper()
+
+
+@functools.lru_cache(maxsize=1024)
+def _packed_ip(host: str) -> bytes:
     try:
-        addr = ipaddress.ip_address(host).packed
+        return ipaddress.ip_address(host).packed
     except ValueError as e:
         raise ValueError(f"not an IP address: {host!r}") from e
-    return (addr + _OFFSET_TAIL.pack(port, phys_offset)).hex().upper()
+
+
+def offset_msg_id_of_packed(store_host: bytes, phys_offset: int) -> str:
+    """:func:`create_offset_msg_id` from a record's packed STOREHOSTADDRESS (ip + int port).
+
+    The id is those bytes followed by the 8-byte offset, so no address parsing is needed.
+    """
+    return (store_host + _PHYS.pack(phys_offset)).hex().upper()
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:

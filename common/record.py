@@ -15,6 +15,7 @@ an 8-byte blank marker: ``int remaining | int BLANK_MAGIC_CODE``.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -65,13 +66,18 @@ def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
+@functools.lru_cache(maxsize=4096)
 def pack_host(host: str, port: int) -> bytes:
-    """Encode a socket address as RocketMQ does: 4 (or 16) address bytes and an int port."""
+    """Encode a socket address as RocketMQ does: 4 (or 16) address bytes and an int port.
+
+    Cached: a process sees few distinct addresses and this runs once per message.
+    """
     return ipaddress.ip_address(host).packed + _INT.pack(port)
 
 
+@functools.lru_cache(maxsize=4096)
 def unpack_host(raw: bytes) -> tuple[str, int]:
-    """Decode :func:`pack_host`'s bytes back to ``(host, port)``."""
+    """Decode :func:`pack_host`'s bytes back to ``(host, port)`` (cached, as pack_host)."""
     return str(ipaddress.ip_address(raw[:-4])), _INT.unpack_from(raw, len(raw) - 4)[0]
 
 

@@ -175,7 +175,9 @@ class Channel:
         """Hand a response to the call waiting for its opaque, or drop it."""
         slot = self._pending.get(response.opaque)
         if slot is None or slot.event.is_set():
-            log.warning(
+            # a call that timed out or was cancelled (a consumer seeking, say) gets its answer
+            # late: expected, not a fault
+            log.debug(
                 "dropping response code=%s opaque=%s from %s: no call waits for it",
                 response.code,
                 response.opaque,

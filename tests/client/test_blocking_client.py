@@ -1,0 +1,79 @@
+"""The blocking facade's own promises: timeouts, errors before the network, close() returns.
+
+The happy path of the blocking API runs against real processes in tests/e2e.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from client import (
+    ConsumeFromWhere,
+    Message,
+    MessageInvalidError,
+    MessageQueue,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    RequestTimeoutError,
+    blocking,
+)
+
+
+@pytest.fixture
+def silent_namesrv() -> Iterator[str]:
+    """A listening socket that accepts connections (via the backlog) but never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _loop_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("minimq-client[")]
+
+
+def test_send_times_out_against_a_silent_name_server(silent_namesrv: str) -> None:
+    with Producer("pg", silent_namesrv) as producer:
+        with pytest.raises(RequestTimeoutError):
+            producer.send(Message("Orders", b"x"), timeout=0.3)
+        with pytest.raises(MessageInvalidError):  # validation needs no network
+            producer.send(Message("bad topic", b"x"), timeout=0.3)
+    assert _loop_threads() == []
+
+
+def test_producer_and_consumer_share_one_loop_thread(silent_namesrv: str) -> None:
+    with Producer("pg", silent_namesrv), PullConsumer("cg", silent_namesrv):
+        assert len(_loop_threads()) == 1
+        assert blocking._shared[(silent_namesrv,)].users == 2
+    assert _loop_threads() == []
+    assert blocking._shared == {}
+
+
+def test_poll_returns_empty_after_its_timeout_and_close_returns(silent_namesrv: str) -> None:
+    consumer = PullConsumer(
+        "cg", silent_namesrv, consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    ).start()
+    try:
+        consumer.assign([MessageQueue("Orders", "broker-a", 0)])
+        assert consumer.poll(timeout=0.2) == []
+        with pytest.raises(MQClientError):
+            consumer.committed(MessageQueue("Orders", "broker-a", 0), timeout=0.3)
+    finally:
+        consumer.close()
+    consumer.close()  # idempotent
+    with pytest.raises(MQClientError):
+        consumer.poll(timeout=0.1)
+    assert _loop_threads() == []
+
+
+def test_unreachable_name_server_fails_fast() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{sock.getsockname()[1]}"
+    with Producer("pg", addr) as producer, pytest.raises(MQClientError, match="no name server"):
+        producer.send(Message("Orders", b"x"), timeout=5.0)
