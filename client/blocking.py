@@ -18,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import trio
 
@@ -98,6 +98,25 @@ class _BlockingBase:
         self._shared: _Shared | None = None
         self._closed = False
 
+    def start(self) -> Self:
+        """Join the shared client instance; returns self."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Leave the shared client instance; always returns."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
     def _loop(self) -> LoopThread:
         if self._shared is None or self._closed:
             raise ClientClosedError(self._what)
@@ -156,7 +175,7 @@ class Producer(_BlockingBase):
         self._async: aio_producer.Producer | None = None
         self.send_timeout: float = options.get("send_timeout", 3.0)
 
-    def start(self) -> Producer:
+    def start(self) -> Self:
         """Join the shared client instance and register the group; returns self."""
 
         def open_(shared: _Shared) -> None:
@@ -175,17 +194,6 @@ class Producer(_BlockingBase):
                 loop.run(self._async.__aexit__, None, None, None, timeout=CLOSE_TIMEOUT_S)
 
         self._close(close_)
-
-    def __enter__(self) -> Producer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _p(self) -> aio_producer.Producer:
         self._loop()
@@ -287,7 +295,7 @@ class PullConsumer(_BlockingBase):
         self._scope: trio.CancelScope | None = None
         self.request_timeout = 3.0 + SLACK_S
 
-    def start(self) -> PullConsumer:
+    def start(self) -> Self:
         """Join the shared client instance and start the consumer; returns self."""
 
         def open_(shared: _Shared) -> None:
@@ -308,17 +316,6 @@ class PullConsumer(_BlockingBase):
                 loop.run(_stop_consumer, self._scope, self._async, timeout=CLOSE_TIMEOUT_S)
 
         self._close(close_)
-
-    def __enter__(self) -> PullConsumer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _c(self) -> aio_consumer.PullConsumer:
         self._loop()

@@ -47,6 +47,7 @@ from common.message import MessageConst
 from common.message_id import UniqKeyGenerator
 from common.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
+from remoting.command import RemotingCommand
 
 log = logging.getLogger(__name__)
 
@@ -241,18 +242,7 @@ class Producer:
         batch: bool = False,
     ) -> SendResult:
         addr = await self._instance.find_broker_addr(mq)
-        cmd = api.send_request(
-            group=self.group,
-            topic=msg.topic,
-            queue_id=mq.queue_id,
-            body=body,
-            properties=encode_properties_str(msg.properties),
-            sys_flag=sys_flag,
-            flag=msg.flag,
-            born_timestamp=_now_ms(),
-            batch=batch,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-        )
+        cmd = self._request(mq, msg, body, sys_flag, batch=batch)
         resp = await self._instance.invoke(addr, cmd, budget_s)
         return api.parse_send(resp, mq, uniq, addr)
 
@@ -320,7 +310,13 @@ class Producer:
         queues = await self._queues(msg.topic)
         mq = self._fault.select_one(self._selector(msg.topic), queues, None, _now_ms())
         addr = await self._instance.find_broker_addr(mq)
-        cmd = api.send_request(
+        await self._instance.invoke_oneway(addr, self._request(mq, msg, body, sys_flag))
+
+    def _request(
+        self, mq: MessageQueue, msg: Message, body: bytes, sys_flag: int, *, batch: bool = False
+    ) -> RemotingCommand:
+        """The send request of ``msg`` (its prepared ``body``) to ``mq``."""
+        return api.send_request(
             group=self.group,
             topic=msg.topic,
             queue_id=mq.queue_id,
@@ -329,9 +325,9 @@ class Producer:
             sys_flag=sys_flag,
             flag=msg.flag,
             born_timestamp=_now_ms(),
+            batch=batch,
             default_topic_queue_nums=self.default_topic_queue_nums,
         )
-        await self._instance.invoke_oneway(addr, cmd)
 
     async def send_orderly(
         self,
