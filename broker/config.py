@@ -33,6 +33,28 @@ _NO_STORE_KEY = frozenset({"store_host"})
 _STORE_KEY_EXCEPTIONS = {"check_crc_on_recover": "checkCRCOnRecover"}
 
 
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+"""RocketMQ's ``messageDelayLevel``: delay levels 1..18."""
+_DELAY_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY_LEVEL = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """Parse ``messageDelayLevel`` ("1s 5s 2m 1h ...", units ms/s/m/h/d) into milliseconds.
+
+    ValueError (naming the key) when empty or when a level is not ``<positive int><unit>``.
+    """
+    out = []
+    for token in text.split():
+        match = _DELAY_LEVEL.fullmatch(token)
+        if match is None or int(match[1]) <= 0:
+            raise ValueError(f"messageDelayLevel: bad level {token!r} (expected e.g. 5s, 2m)")
+        out.append(int(match[1]) * _DELAY_UNITS_MS[match[2]])
+    if not out:
+        raise ValueError("messageDelayLevel must name at least one level")
+    return tuple(out)
+
+
 def _meta(key: str, kind: type) -> dict[str, Any]:
     return {"key": key, "type": kind}
 
@@ -83,6 +105,12 @@ class BrokerConfig:
         default=120_000, metadata=_meta("channelExpiredTimeout", int)
     )
     long_polling_enable: bool = field(default=True, metadata=_meta("longPollingEnable", bool))
+    message_delay_level: str = field(
+        default=DEFAULT_MESSAGE_DELAY_LEVEL, metadata=_meta("messageDelayLevel", str)
+    )
+    flush_delay_offset_interval_ms: int = field(
+        default=10_000, metadata=_meta("flushDelayOffsetInterval", int)
+    )
     metrics_port: int | None = field(default=None, metadata=_meta("metricsPort", int))
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
@@ -101,12 +129,14 @@ class BrokerConfig:
             ("flushConsumerOffsetInterval", self.flush_consumer_offset_interval_ms),
             ("registerNameServerPeriod", self.register_name_server_period_ms),
             ("channelExpiredTimeout", self.channel_expired_timeout_ms),
+            ("flushDelayOffsetInterval", self.flush_delay_offset_interval_ms),
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be > 0 ms, got {value}")
         if not self.broker_name or not self.broker_cluster_name:
             raise ValueError("brokerName and brokerClusterName must not be empty")
         self._parse_namesrv_addrs()
+        parse_delay_levels(self.message_delay_level)
         known = set(STORE_KEYS.values())
         for name, _ in self.store_settings:
             if name not in known:
@@ -131,6 +161,11 @@ class BrokerConfig:
                 raise ValueError(f"namesrvAddr: expected host:port, got {addr!r}")
             out.append(addr)
         return out
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """``messageDelayLevel`` in milliseconds; level ``n`` is ``delay_levels_ms[n - 1]``."""
+        return parse_delay_levels(self.message_delay_level)
 
     @property
     def namesrv_addrs(self) -> list[str]:

@@ -14,21 +14,28 @@
           │                      topic admin requests also run a round at once (register_now)
           ├─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
           ├─ scan_loop           drops clients silent for channelExpiredTimeout ms (every 10 s)
-          └─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
+          ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
+          └─ schedule.run        delayed-message delivery, one task per delay level, plus
+                                 delayOffset.json every flushDelayOffsetInterval ms
 
 Rules:
 
 - ``task_status.started(port)`` comes once the server is listening and one registration round
   (to every name server, concurrently) has been attempted.
 - A failed registration is logged and retried next period; it never stops the broker.
-- ``store.arrival_listener`` wakes parked pulls (chained after any listener already set) for
-  as long as the net nursery runs; a closed connection drops its clients at once
-  (RemotingServer's ``on_close`` hook) and its parked pulls (their tasks are cancelled).
+- ``store.arrival_listener`` wakes parked pulls and the schedule service's levels (chained
+  after any listener already set) for as long as the net nursery runs; a closed connection
+  drops its clients at once (RemotingServer's ``on_close`` hook) and its parked pulls (their
+  tasks are cancelled).
+- A consumer group in a heartbeat gets its subscription config (auto-created when
+  ``autoCreateSubscriptionGroup``) and its ``%RETRY%<group>`` topic (``retryQueueNums`` queues,
+  read|write); a newly created retry topic triggers one registration round at once.
 - Shutdown is cancellation. Order: the net nursery stops (accepting, requests, loops), then
   UNREGISTER_BROKER goes to every name server (shielded, at most ``UNREGISTER_TIMEOUT_S``), then
-  the store services are cancelled (they drain under their own bounded shield), then offsets are
-  persisted and ``store.close()`` runs in a worker thread, shielded so that a second
-  cancellation cannot interrupt it (``to_thread.run_sync`` never abandons its thread).
+  the store services are cancelled (they drain under their own bounded shield), then consumer
+  and delay offsets are persisted and ``store.close()`` runs in a worker thread, shielded so
+  that a second cancellation cannot interrupt it (``to_thread.run_sync`` never abandons its
+  thread).
 """
 
 from __future__ import annotations
@@ -44,10 +51,18 @@ from broker.json_store import write_json_atomic
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable
 from broker.processors.admin import AdminProcessor
 from broker.processors.client import ClientService
+from broker.processors.group_admin import GroupAdminProcessor
+from broker.processors.lock import LockProcessor
 from broker.processors.pull import make_pull_handlers
 from broker.processors.send import make_send_handlers
+from broker.processors.send_back import RETRY_PERM, SendBackProcessor, create_topic_in_send_back
+from broker.rebalance_lock import RebalanceLockManager
+from broker.schedule import ScheduleMessageService
+from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from common.topic import retry_topic
 from remoting.client import RemotingClient
+from remoting.client_bodies import ConsumerData, LockedQueue
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
@@ -81,6 +96,11 @@ class BrokerController:
         """Safety-net re-check period of parked pulls (set before :meth:`run`)."""
         self.clients = ClientService(ClientManager(config.channel_expired_timeout_ms))
         """Producer and consumer groups seen in heartbeats."""
+        self.clients.on_consumer_group = self._consumer_group_seen
+        self.groups: SubscriptionGroupManager | None = None
+        self.schedule: ScheduleMessageService | None = None
+        self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
+        """Queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
         self._client: RemotingClient | None = None
 
     @property
@@ -102,7 +122,17 @@ class BrokerController:
                 self.config.auto_create_topic_enable,
             )
             self.offsets = ConsumerOffsetManager(config_dir)
+            self.groups = SubscriptionGroupManager(
+                config_dir, auto_create=self.config.auto_create_subscription_group
+            )
             services = StoreServices(store)
+            self.schedule = ScheduleMessageService(
+                store,
+                services,
+                self.config.delay_levels_ms,
+                config_dir,
+                flush_interval_ms=self.config.flush_delay_offset_interval_ms,
+            )
             async with trio.open_nursery() as store_nursery:
                 store_scope: trio.CancelScope = await store_nursery.start(_run_shielded, services)
                 try:
@@ -119,6 +149,8 @@ class BrokerController:
         try:
             if self.offsets is not None:
                 self.offsets.persist_if_dirty()
+            if self.schedule is not None and self.schedule.dirty:
+                self.schedule.persist()
         finally:
             assert self.store is not None
             self.store.close()
@@ -128,6 +160,18 @@ class BrokerController:
         assert self.store is not None
         assert self.topics is not None
         assert self.offsets is not None
+        assert self.groups is not None
+        assert self.schedule is not None
+        schedule = self.schedule
+        send_back = SendBackProcessor(
+            self.store,
+            services,
+            self.topics,
+            self.groups,
+            self.config,
+            schedule.transform,
+            self.register_now,
+        )
         admin = AdminProcessor(
             self.store,
             self.topics,
@@ -136,7 +180,14 @@ class BrokerController:
             put_tps=lambda: services.put_rate,
         )
         handlers = {
-            **make_send_handlers(self.store, services, self.topics, self.config, self.register_now),
+            **make_send_handlers(
+                self.store,
+                services,
+                self.topics,
+                self.config,
+                self.register_now,
+                schedule.transform,
+            ),
             **make_pull_handlers(
                 self.store,
                 self.offsets,
@@ -144,9 +195,14 @@ class BrokerController:
                 self.holds,
                 long_polling=self.config.long_polling_enable,
                 check_interval_s=self.hold_check_interval_s,
+                groups=self.groups,
             ),
             **self.clients.handlers(),
             **admin.handlers(),
+            **send_back.handlers(),
+            **GroupAdminProcessor(self.groups).handlers(),
+            **LockProcessor(self.locks).handlers(),
+            **schedule.handlers(),
         }
         server = RemotingServer(
             handlers,
@@ -155,7 +211,9 @@ class BrokerController:
             on_close=self.clients.channel_closed,
         )
         previous_listener = self.store.arrival_listener
-        self.store.arrival_listener = _chain(previous_listener, self.holds.notify)
+        self.store.arrival_listener = _chain(
+            _chain(previous_listener, self.holds.notify), schedule.notify
+        )
         async with RemotingClient(default_timeout_s=REGISTER_TIMEOUT_S) as client:
             self._client = client
             try:
@@ -168,6 +226,7 @@ class BrokerController:
                     net.start_soon(self.persist_loop)
                     net.start_soon(self.clients.scan_loop)
                     net.start_soon(self.clients.notify_loop)
+                    await net.start(schedule.run)
                     log.info("broker %s serving on %s", self.config.broker_name, self.broker_addr)
                     task_status.started(self.port)
             finally:
@@ -175,6 +234,21 @@ class BrokerController:
                 self.store.arrival_listener = previous_listener
                 if self.port is not None:
                     await self.unregister_all()
+
+    async def _consumer_group_seen(self, consumer: ConsumerData) -> None:
+        """Heartbeat hook: the group's config and retry topic exist afterwards (when allowed)."""
+        if self.groups is None or self.topics is None:
+            return
+        config = self.groups.find(consumer.group_name)
+        if config is None or config.retry_queue_nums <= 0:
+            return
+        topic = retry_topic(consumer.group_name)
+        _, created = create_topic_in_send_back(
+            self.topics, topic, config.retry_queue_nums, RETRY_PERM
+        )
+        if created:
+            log.info("created retry topic %s", topic)
+            await self.register_now()
 
     # ------------------------------------------------------------------ name servers
 

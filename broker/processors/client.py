@@ -11,6 +11,8 @@
 Rules:
 
 - The table is :class:`broker.client_manager.ClientManager` over live :class:`Channel` objects.
+- A heartbeat awaits :attr:`ClientService.on_consumer_group` (when set) for each consumer group
+  first: the controller ensures the group's subscription config and ``%RETRY%<group>`` topic.
 - When a consumer group's membership changes (join, leave, expiry, closed connection) every
   remaining member gets a oneway NOTIFY_CONSUMER_IDS_CHANGED (header ``consumerGroup``) on its
   own connection. Handlers and close hooks only queue the group; :meth:`ClientService.notify_loop`
@@ -24,14 +26,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import trio
 
 from broker.client_manager import ClientChannelInfo, ClientManager
 from remoting.channel import Channel, Handler
-from remoting.client_bodies import decode_heartbeat, encode_consumer_list
+from remoting.client_bodies import ConsumerData, decode_heartbeat, encode_consumer_list
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
@@ -61,6 +63,9 @@ class ClientService:
     ) -> None:
         self.manager: ClientManager[Channel] = manager or ClientManager()
         self.clock_ms = clock_ms
+        self.on_consumer_group: Callable[[ConsumerData], Awaitable[None]] | None = None
+        """Awaited for every consumer group in a heartbeat, before it is registered (the
+        controller creates the group's config and retry topic there)."""
         self._to_notify: set[str] = set()
         self._notify_wakeup = trio.Event()
 
@@ -78,6 +83,8 @@ class ClientService:
         for group in data.producer_groups:
             self.manager.register_producer(group, info())
         for consumer in data.consumers:
+            if self.on_consumer_group is not None:
+                await self.on_consumer_group(consumer)
             if self.manager.register_consumer(consumer, info()):
                 log.info("consumer %s joined group %s", data.client_id, consumer.group_name)
                 self._queue_notify({consumer.group_name})

@@ -20,11 +20,14 @@ Pull codes and ``nextBeginOffset`` come from :mod:`broker.status_codes` only. Ta
 (facts §4): ``"*"`` or empty matches everything; otherwise the ``||``-separated tags' Java hash
 codes filter the consume queue units (the client re-checks the exact tag).
 
-PULL_MESSAGE first checks the topic as RocketMQ's ``PullMessageProcessor``: unknown topic ->
-TOPIC_NOT_EXIST, no read permission -> NO_PERMISSION, ``queueId`` outside ``readQueueNums`` ->
-SYSTEM_ERROR. Long polling (:mod:`broker.long_polling`): a pull answered PULL_NOT_FOUND with
-``suspendTimeoutMillis`` > 0 is parked until a matching message arrives in its queue or the
-suspend time elapses, then the read is re-run and answered.
+PULL_MESSAGE first checks the subscription group when a
+:class:`broker.subscription_group.SubscriptionGroupManager` is given (unknown and not
+auto-creatable -> SUBSCRIPTION_GROUP_NOT_EXIST, ``consumeEnable`` false -> NO_PERMISSION
+"subscription group no permission, <group>"), then the topic as RocketMQ's
+``PullMessageProcessor``: unknown topic -> TOPIC_NOT_EXIST, no read permission -> NO_PERMISSION,
+``queueId`` outside ``readQueueNums`` -> SYSTEM_ERROR. Long polling (:mod:`broker.long_polling`):
+a pull answered PULL_NOT_FOUND with ``suspendTimeoutMillis`` > 0 is parked until a matching
+message arrives in its queue or the suspend time elapses, then the read is re-run and answered.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable, hold, suspend_seconds
 from broker.status_codes import pull_response_code
+from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.hashing import java_string_hash
 from common.record import RecordError
@@ -66,7 +70,10 @@ class PullProcessor:
         *,
         long_polling: bool = True,
         check_interval_s: float = CHECK_INTERVAL_S,
+        groups: SubscriptionGroupManager | None = None,
     ) -> None:
+        self.groups = groups
+        """Subscription groups checked before a pull (None: no group check)."""
         self.store = store
         self.offsets = offsets
         self.topics = topics
@@ -91,7 +98,9 @@ class PullProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"illegal pull: queueId={queue_id} queueOffset={offset} maxMsgNums={max_msgs}",
             )
-        refused = self._check_topic(request, topic, queue_id, group)
+        refused = self._check_group(request, group) or self._check_topic(
+            request, topic, queue_id, group
+        )
         if refused is not None:
             return refused
         codes = subscription_tag_codes(subscription)
@@ -129,6 +138,23 @@ class PullProcessor:
             ext_fields=fields,
             body=b"".join(result.records),
         )
+
+    def _check_group(self, request: RemotingCommand, group: str) -> RemotingCommand | None:
+        """The refusal of a pull by an unknown group or one with consumeEnable off, else None."""
+        if self.groups is None:
+            return None
+        config = self.groups.find(group)
+        if config is None:
+            return error(
+                request,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{group}] does not exist",
+            )
+        if not config.consume_enable:
+            return error(
+                request, ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
+            )
+        return None
 
     def _check_topic(
         self, request: RemotingCommand, topic: str, queue_id: int, group: str
@@ -282,6 +308,7 @@ def make_pull_handlers(
     *,
     long_polling: bool = True,
     check_interval_s: float = CHECK_INTERVAL_S,
+    groups: SubscriptionGroupManager | None = None,
 ) -> dict[int, Handler]:
     """The pull/offset/query handler table over the real store, offsets and topic table.
 
@@ -296,5 +323,6 @@ def make_pull_handlers(
         holds,
         long_polling=long_polling,
         check_interval_s=check_interval_s,
+        groups=groups,
     )
     return processor.handlers()

@@ -16,7 +16,10 @@ Checks, in order, all before the store is touched: topic name (MESSAGE_ILLEGAL),
 clients may not send to (NO_PERMISSION, as RocketMQ), topic exists or is auto-created
 (TOPIC_NOT_EXIST), write permission (NO_PERMISSION), queue id range (SYSTEM_ERROR, as RocketMQ's
 ``msgCheck``), properties parse and size (MESSAGE_ILLEGAL), body size <= maxMessageSize
-(MESSAGE_ILLEGAL). The put outcome is mapped by :func:`broker.status_codes.put_response_code`.
+(MESSAGE_ILLEGAL). A message with a DELAY property is redirected to ``SCHEDULE_TOPIC_XXXX`` by
+the ``transform`` hook (:mod:`broker.schedule`; a non-integer DELAY is MESSAGE_ILLEGAL); a batch
+carrying DELAY is MESSAGE_ILLEGAL, as RocketMQ's. The put outcome is mapped by
+:func:`broker.status_codes.put_response_code`.
 
 Response header: msgId (offsetMsgId of the store host and physical offset; comma-separated for a
 batch), queueId, queueOffset (of the first message).
@@ -35,6 +38,7 @@ import msgpack
 from broker.config import BrokerConfig
 from broker.status_codes import put_response_code
 from broker.topic_config import TopicConfigManager
+from common.message import MessageConst
 from common.message_id import create_offset_msg_id
 from common.record import (
     MAX_PROPERTIES_LENGTH,
@@ -164,8 +168,12 @@ class SendProcessor:
         topic_config: TopicConfigManager,
         broker_config: BrokerConfig,
         on_topic_created: Callable[[], Awaitable[None]] | None = None,
+        transform: Callable[[MessageRecord], object] | None = None,
     ) -> None:
         self.on_topic_created = on_topic_created
+        self.transform = transform
+        """Applied to every single message before the put (the delay-level redirect of
+        :mod:`broker.schedule`); a ValueError from it answers MESSAGE_ILLEGAL."""
         self.store = store
         self.services = services
         self.topic_config = topic_config
@@ -258,6 +266,9 @@ class SendProcessor:
             )
             for body, e_props, e_flag in entries
         ]
+        refused = self._apply_transform(request, msgs, batch)
+        if refused is not None:
+            return refused
         result = await self.services.put_messages(msgs)
         code, remark = put_response_code(result.status)
         if not result.phys_offsets:  # not stored: no id to give
@@ -271,6 +282,26 @@ class SendProcessor:
         return RemotingCommand.response_to(
             request, code, remark=result.remark or remark, ext_fields=fields
         )
+
+    def _apply_transform(
+        self, request: RemotingCommand, msgs: list[MessageRecord], batch: bool
+    ) -> RemotingCommand | None:
+        """Run :attr:`transform` on a single message; refuse a batch carrying DELAY."""
+        if batch:
+            if any(MessageConst.DELAY in m.properties for m in msgs):
+                return error(
+                    request,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "TimeDelayLevel is not supported for batching",
+                )
+            return None
+        if self.transform is not None:
+            try:
+                for m in msgs:
+                    self.transform(m)
+            except ValueError as exc:
+                return error(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        return None
 
     def handlers(self) -> dict[int, Handler]:
         """The ``{request code: handler}`` table."""
@@ -288,12 +319,17 @@ def make_send_handlers(
     topic_config: TopicConfigManager,
     broker_config: BrokerConfig,
     on_topic_created: Callable[[], Awaitable[None]] | None = None,
+    transform: Callable[[MessageRecord], object] | None = None,
 ) -> dict[int, Handler]:
     """The send handler table over the real store and topic manager.
 
-    ``on_topic_created`` is awaited after a send auto-created its topic, before the answer.
+    ``on_topic_created`` is awaited after a send auto-created its topic, before the answer;
+    ``transform`` is applied to each non-batch message before the put (delay levels).
     """
-    return SendProcessor(store, services, topic_config, broker_config, on_topic_created).handlers()
+    processor = SendProcessor(
+        store, services, topic_config, broker_config, on_topic_created, transform
+    )
+    return processor.handlers()
 
 
 __all__ = [

@@ -1,0 +1,195 @@
+"""CONSUMER_SEND_MSG_BACK (RocketMQ's ``AbstractSendMessageProcessor#consumerSendMsgBack``).
+
+::
+
+    CONSUMER_SEND_MSG_BACK  36  offset (commitlog offset of the failed message) group
+                                [delayLevel 0] [originMsgId] [originTopic] [unitMode]
+                                [maxReconsumeTimes] -> SUCCESS | error
+
+Steps, as RocketMQ's:
+
+1. The group's subscription config (auto-created when allowed), else SUBSCRIPTION_GROUP_NOT_EXIST;
+   a broker without write permission answers NO_PERMISSION; ``retryQueueNums`` 0 answers
+   SUCCESS and stores nothing.
+2. ``%RETRY%<group>`` is created on demand (``retryQueueNums`` queues, read|write) and must be
+   writable (else NO_PERMISSION); the original record is looked up by commitlog offset (else
+   SYSTEM_ERROR "look message by offset failed, <offset>").
+3. The new message copies body, flag, sysFlag, born timestamp/host and properties (UNIQ_KEY
+   included) with ``reconsumeTimes + 1``; RETRY_TOPIC = the original topic unless already set;
+   ORIGIN_MESSAGE_ID = the one already set, else the UNIQ_KEY, else the record's offset id.
+4. When ``reconsumeTimes >= maxReconsumeTimes`` (the header's if given and >= 0, else the
+   group's ``retryMaxTimes``) or ``delayLevel < 0`` it goes to ``%DLQ%<group>`` (created on
+   demand: 1 queue, read|write as RocketMQ 4.9+/5.x; DELAY removed). Otherwise to a random
+   retry queue with DELAY = ``3 + reconsumeTimes`` when ``delayLevel`` is 0, else
+   ``delayLevel`` (then clamped and redirected by :mod:`broker.schedule`).
+5. A new retry / DLQ topic is registered with the name servers before the put; the put goes
+   through :class:`store.services.StoreServices` (SYNC_FLUSH waits as for a send). PUT_OK
+   answers SUCCESS, anything else SYSTEM_ERROR with the put status as remark (as RocketMQ: the
+   client then consumes the message again locally).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+
+from broker.config import BrokerConfig
+from broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager
+from common.message import MessageConst
+from common.message_id import offset_msg_id_of_packed
+from common.record import MessageRecord, RecordError, decode_record
+from common.route import PermName, TopicConfig
+from common.topic import dlq_topic, retry_topic
+from remoting.channel import Channel, Handler
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import error, guarded, header_int, header_str, opt_int
+from store import MessageStore, PutStatus
+from store.services import StoreServices
+
+DLQ_NUMS_PER_GROUP = 1
+"""Queues of a dead-letter topic (RocketMQ's ``DLQ_NUMS_PER_GROUP``)."""
+RETRY_PERM = PermName.PERM_READ | PermName.PERM_WRITE
+DLQ_PERM = PermName.PERM_READ | PermName.PERM_WRITE
+"""RocketMQ 4.9+/5.x create the DLQ read|write (older releases: write only)."""
+
+
+def create_topic_in_send_back(
+    topics: TopicConfigManager, topic: str, queue_nums: int, perm: int
+) -> tuple[TopicConfig, bool]:
+    """The topic's config, created with ``queue_nums`` queues and ``perm`` when absent
+    (RocketMQ's ``createTopicInSendMessageBackMethod``); True when it was created."""
+    existing = topics.select(topic)
+    if existing is not None:
+        return existing, False
+    config = TopicConfig(topic, queue_nums, queue_nums, perm)
+    topics.create_or_update(config)
+    return config, True
+
+
+def send_back_properties(rec: MessageRecord, store_host: bytes | None = None) -> dict[str, str]:
+    """``rec``'s properties with RETRY_TOPIC and ORIGIN_MESSAGE_ID set as RocketMQ does."""
+    props = dict(rec.properties)
+    props.setdefault(MessageConst.RETRY_TOPIC, rec.topic)
+    origin = props.get(MessageConst.ORIGIN_MESSAGE_ID) or rec.uniq_key
+    if not origin:
+        origin = offset_msg_id_of_packed(store_host or rec.store_host, rec.physical_offset)
+    props[MessageConst.ORIGIN_MESSAGE_ID] = origin
+    return props
+
+
+class SendBackProcessor:
+    """Stores failed messages again in the group's retry topic or its dead-letter topic."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        services: StoreServices,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        broker_config: BrokerConfig,
+        transform: Callable[[MessageRecord], object],
+        on_topic_created: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.services = services
+        self.topics = topics
+        self.groups = groups
+        self.broker_config = broker_config
+        self.transform = transform
+        """Applied to the new message before the put (the delay-level redirect)."""
+        self.on_topic_created = on_topic_created
+
+    async def send_back(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK; see the module docstring."""
+        offset = header_int(request, "offset")
+        group = header_str(request, "group")
+        delay_level = opt_int(request, "delayLevel", 0)
+        max_reconsume = opt_int(request, "maxReconsumeTimes", -1)
+        config = self.groups.find(group)
+        if config is None:
+            return error(
+                request,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group}",
+            )
+        if not self.broker_config.broker_permission & PermName.PERM_WRITE:
+            return error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.broker_config.broker_ip1}] sending message is forbidden",
+            )
+        if config.retry_queue_nums <= 0:
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+        retry = retry_topic(group)
+        retry_config, created = create_topic_in_send_back(
+            self.topics, retry, config.retry_queue_nums, RETRY_PERM
+        )
+        if not retry_config.perm & PermName.PERM_WRITE:
+            return error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{retry}] sending message is forbidden",
+            )
+        rec = self._lookup(offset)
+        if rec is None:
+            return error(
+                request, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
+            )
+        max_times = max_reconsume if max_reconsume >= 0 else config.retry_max_times
+        msg, dlq_created = self._build(rec, config, retry_config, delay_level, max_times)
+        if (created or dlq_created) and self.on_topic_created is not None:
+            await self.on_topic_created()
+        result = await self.services.put_message(msg)
+        if result.status is PutStatus.PUT_OK:
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+        return error(request, ResponseCode.SYSTEM_ERROR, result.status.value)
+
+    def _lookup(self, offset: int) -> MessageRecord | None:
+        if offset < 0:
+            return None
+        try:
+            raw = self.store.lookup_message_by_offset(offset)
+            return None if raw is None else decode_record(raw)
+        except (RecordError, ValueError):
+            return None
+
+    def _build(
+        self,
+        rec: MessageRecord,
+        config: SubscriptionGroupConfig,
+        retry_config: TopicConfig,
+        delay_level: int,
+        max_times: int,
+    ) -> tuple[MessageRecord, bool]:
+        """The message to store and whether a DLQ topic was created for it."""
+        props = send_back_properties(rec)
+        created = False
+        if rec.reconsume_times >= max_times or delay_level < 0:
+            topic = dlq_topic(config.group_name)
+            _, created = create_topic_in_send_back(self.topics, topic, DLQ_NUMS_PER_GROUP, DLQ_PERM)
+            queue_id = 0
+            props.pop(MessageConst.DELAY, None)
+        else:
+            topic = retry_config.topic_name
+            queue_id = random.randrange(config.retry_queue_nums)
+            level = 3 + rec.reconsume_times if delay_level == 0 else delay_level
+            props[MessageConst.DELAY] = str(level)
+        msg = MessageRecord(
+            topic,
+            rec.body,
+            queue_id=queue_id,
+            flag=rec.flag,
+            properties=props,
+            sys_flag=rec.sys_flag,
+            born_timestamp=rec.born_timestamp,
+            born_host=rec.born_host,
+            reconsume_times=rec.reconsume_times + 1,
+        )
+        self.transform(msg)
+        return msg, created
+
+    def handlers(self) -> dict[int, Handler]:
+        """The ``{request code: handler}`` table."""
+        return {int(RequestCode.CONSUMER_SEND_MSG_BACK): guarded(self.send_back)}
