@@ -9,8 +9,19 @@
 Importing this package never imports pyspark.
 """
 
-from client.blocking import Producer, PullConsumer
+from client.allocate import (
+    AllocateMachineRoomNearby,
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueByConfig,
+    AllocateMessageQueueByMachineRoom,
+    AllocateMessageQueueConsistentHash,
+    AllocateMessageQueueStrategy,
+    MachineRoomResolver,
+)
+from client.blocking import Producer, PullConsumer, PushConsumer
 from client.compression import decompress_if_needed, maybe_compress
+from client.consume_service import ConsumeResult
 from client.errors import (
     ClientClosedError,
     GroupInvalidError,
@@ -37,21 +48,33 @@ from client.queue_selector import (
     select_by_key,
 )
 from client.validation import validate_group, validate_message
-from remoting.client_bodies import ConsumeFromWhere
+from remoting.client_bodies import ConsumeFrom, ConsumeFromWhere, MessageModel
 
 __all__ = [
+    "AllocateMachineRoomNearby",
+    "AllocateMessageQueueAveragely",
+    "AllocateMessageQueueAveragelyByCircle",
+    "AllocateMessageQueueByConfig",
+    "AllocateMessageQueueByMachineRoom",
+    "AllocateMessageQueueConsistentHash",
+    "AllocateMessageQueueStrategy",
     "ClientClosedError",
+    "ConsumeFrom",
     "ConsumeFromWhere",
+    "ConsumeResult",
     "GroupInvalidError",
     "LatencyFaultTolerance",
     "MQBrokerError",
     "MQClientError",
     "MQFaultStrategy",
+    "MachineRoomResolver",
     "Message",
     "MessageInvalidError",
+    "MessageModel",
     "MessageQueue",
     "Producer",
     "PullConsumer",
+    "PushConsumer",
     "ReceivedMessage",
     "RemotingFailedError",
     "RequestTimeoutError",

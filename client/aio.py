@@ -12,19 +12,43 @@ Bound any call with trio's cancel scopes (``with trio.fail_after(2): ...``). Pas
 connections, routes and heartbeats.
 """
 
+from client.allocate import (
+    AllocateMachineRoomNearby,
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueByConfig,
+    AllocateMessageQueueByMachineRoom,
+    AllocateMessageQueueConsistentHash,
+    AllocateMessageQueueStrategy,
+    MachineRoomResolver,
+)
+from client.consume_service import ConsumeResult
 from client.instance import ClientInstance
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
-from remoting.client_bodies import ConsumeFromWhere
+from client.push_consumer import PushConsumer
+from remoting.client_bodies import ConsumeFrom, ConsumeFromWhere, MessageModel
 
 __all__ = [
+    "AllocateMachineRoomNearby",
+    "AllocateMessageQueueAveragely",
+    "AllocateMessageQueueAveragelyByCircle",
+    "AllocateMessageQueueByConfig",
+    "AllocateMessageQueueByMachineRoom",
+    "AllocateMessageQueueConsistentHash",
+    "AllocateMessageQueueStrategy",
     "ClientInstance",
+    "ConsumeFrom",
     "ConsumeFromWhere",
+    "ConsumeResult",
+    "MachineRoomResolver",
     "Message",
+    "MessageModel",
     "MessageQueue",
     "Producer",
     "PullConsumer",
+    "PushConsumer",
     "ReceivedMessage",
     "SendResult",
     "SendStatus",

@@ -16,6 +16,13 @@ from client.message import MessageQueue, ReceivedMessage, SendResult, SendStatus
 from common.record import RecordError, decode_records
 from common.route import PermName, TopicRouteData
 from common.subscription import SubscriptionData
+from remoting.client_bodies import (
+    LockBatchBody,
+    LockedQueue,
+    decode_consumer_list,
+    decode_lock_batch_response,
+    encode_lock_batch,
+)
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.headers import BadRequestError
@@ -286,3 +293,66 @@ __all__: Sequence[str] = (
     "route_request",
     "send_request",
 )
+
+
+# ---------------------------------------------------------------------- consumer groups
+
+
+def consumer_list_request(group: str) -> RemotingCommand:
+    """GET_CONSUMER_LIST_BY_GROUP."""
+    return RemotingCommand.request(
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}, opaque=0
+    )
+
+
+def parse_consumer_list(resp: RemotingCommand, addr: str) -> list[str]:
+    """The group's client ids (an empty list when the broker knows no member)."""
+    if resp.code != ResponseCode.SUCCESS:
+        raise _fail(resp, addr)
+    try:
+        return decode_consumer_list(resp.body)
+    except BadRequestError as exc:
+        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad consumer list: {exc}", addr) from None
+
+
+def send_back_request(
+    group: str, msg: ReceivedMessage, delay_level: int, max_reconsume_times: int
+) -> RemotingCommand:
+    """CONSUMER_SEND_MSG_BACK: store ``msg`` (by its commitlog offset) in the group's retry
+    topic at ``delay_level`` (0: the broker picks ``3 + reconsume times``; -1: straight to the
+    dead-letter queue)."""
+    header: dict[str, ExtValue] = {
+        "offset": msg.commitlog_offset,
+        "group": group,
+        "delayLevel": delay_level,
+        "originMsgId": msg.msg_id,
+        "originTopic": msg.topic,
+        "unitMode": False,
+        "maxReconsumeTimes": max_reconsume_times,
+    }
+    return RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header, opaque=0)
+
+
+def lock_batch_request(
+    code: RequestCode, group: str, client_id: str, mqs: Sequence[MessageQueue]
+) -> RemotingCommand:
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ for ``mqs`` (all on one broker)."""
+    body = encode_lock_batch(
+        LockBatchBody(
+            consumer_group=group,
+            client_id=client_id,
+            mqs=tuple(LockedQueue(m.topic, m.broker_name, m.queue_id) for m in mqs),
+        )
+    )
+    return RemotingCommand.request(code, {}, body, opaque=0)
+
+
+def parse_lock_batch(resp: RemotingCommand, addr: str) -> set[MessageQueue]:
+    """The queues a LOCK_BATCH_MQ answer says are locked to us."""
+    if resp.code != ResponseCode.SUCCESS:
+        raise _fail(resp, addr)
+    try:
+        locked = decode_lock_batch_response(resp.body)
+    except BadRequestError as exc:
+        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad lock answer: {exc}", addr) from None
+    return {MessageQueue(q.topic, q.broker_name, q.queue_id) for q in locked}

@@ -24,7 +24,9 @@ import trio
 
 from client import producer as aio_producer
 from client import pull_consumer as aio_consumer
+from client import push_consumer as aio_push
 from client.config import ClientConfig, parse_namesrv
+from client.consume_service import Handler
 from client.errors import ClientClosedError, RequestTimeoutError
 from client.instance import ClientInstance
 from client.loop_thread import LoopThread
@@ -376,5 +378,76 @@ class PullConsumer(_BlockingBase):
 
 
 async def _stop_consumer(scope: trio.CancelScope, consumer: aio_consumer.PullConsumer) -> None:
+    scope.cancel()
+    await consumer.closed.wait()
+
+
+class PushConsumer(_BlockingBase):
+    """Blocking push consumer: ``with PushConsumer(group="cg", namesrv=...) as c:`` then
+    ``c.subscribe(topic, expression, handler)``; messages are consumed in the background until
+    ``close()``.
+
+    Handlers are plain functions ``handler(msgs) -> ConsumeResult``; they run in a pool of
+    ``consume_thread_max`` worker threads (orderly: one queue at a time each). Options are
+    those of :class:`client.aio.PushConsumer`.
+    """
+
+    def __init__(
+        self, group: str, namesrv: str | Sequence[str] | None = None, **options: Any
+    ) -> None:
+        super().__init__(namesrv)
+        self._what = f"push consumer {group}"
+        self.group = group
+        self._options = options
+        self._async: aio_push.PushConsumer | None = None
+        self._scope: trio.CancelScope | None = None
+        self.request_timeout = 3.0 + SLACK_S
+
+    def start(self) -> Self:
+        """Join the shared client instance and start consuming; returns self."""
+
+        def open_(shared: _Shared) -> None:
+            consumer = aio_push.PushConsumer(self.group, instance=shared.instance, **self._options)
+            self._scope = shared.loop.start_service(consumer.run, timeout=CLOSE_TIMEOUT_S)
+            self._async = consumer
+
+        self._start(open_)
+        return self
+
+    def close(self) -> None:
+        """Stop pulling, persist offsets, release orderly locks, leave; always returns."""
+
+        def close_(loop: LoopThread) -> None:
+            if self._async is not None and self._scope is not None:
+                loop.run(_stop_push, self._scope, self._async, timeout=2 * CLOSE_TIMEOUT_S)
+
+        self._close(close_)
+
+    def _c(self) -> aio_push.PushConsumer:
+        self._loop()
+        assert self._async is not None
+        return self._async
+
+    def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
+        """Consume ``topic``'s messages matching ``expression`` with ``handler``."""
+        self._run(
+            _call_sync,
+            self._c().subscribe,
+            topic,
+            expression,
+            handler,
+            timeout=self.request_timeout,
+        )
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic``."""
+        self._run(_call_sync, self._c().unsubscribe, topic, timeout=self.request_timeout)
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this member consumes now."""
+        return self._run(_call_sync, self._c().assignment, timeout=self.request_timeout)
+
+
+async def _stop_push(scope: trio.CancelScope, consumer: aio_push.PushConsumer) -> None:
     scope.cancel()
     await consumer.closed.wait()

@@ -110,13 +110,14 @@ class ClientInstance:
     ) -> None:
         assert self._nursery is not None
         assert self._nursery_cm is not None
-        self._closed = True
         try:
             with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True):
                 await self._unregister_everywhere()
+            self._closed = True
             self._nursery.cancel_scope.cancel()
             await self._nursery_cm.__aexit__(None, None, None)
         finally:
+            self._closed = True
             await self._remoting.__aexit__(None, None, None)
 
     async def run(self, *, task_status: trio.TaskStatus[ClientInstance]) -> None:

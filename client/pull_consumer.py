@@ -22,6 +22,8 @@ Rules:
   never ends the consumer.
 - The broker filters by tag hash code; messages whose exact tag is not subscribed are dropped
   here and only move the position.
+- Group mode: :meth:`subscribe` instead of :meth:`assign` shares the topic's queues with the
+  group's other members (:mod:`client.rebalance`); a queue leaving commits its position first.
 - :meth:`commit` sends each changed position to its queue's broker. With ``auto_commit``
   positions are also committed periodically and when the consumer closes.
 """
@@ -29,6 +31,7 @@ Rules:
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -37,7 +40,8 @@ from types import TracebackType
 
 import trio
 
-from client import api
+from client import api, rebalance
+from client.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from client.config import ClientConfig
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
 from client.instance import ClientInstance
@@ -93,6 +97,8 @@ class PullConsumer:
         auto_commit_interval: float = 5.0,
         suspend_timeout_ms: int = 15_000,
         pull_retry_delay: float = 1.0,
+        allocate_strategy: AllocateMessageQueueStrategy | None = None,
+        rebalance_interval: float = 20.0,
     ) -> None:
         validate_group(group)
         if not 0 < pull_batch_size <= 1024:
@@ -109,6 +115,14 @@ class PullConsumer:
         self.auto_commit_interval = auto_commit_interval
         self.suspend_timeout_ms = suspend_timeout_ms
         self.pull_retry_delay = pull_retry_delay
+        self.strategy: AllocateMessageQueueStrategy = (
+            allocate_strategy or AllocateMessageQueueAveragely()
+        )
+        self.rebalance_interval = rebalance_interval
+        self._subscriptions: dict[str, str] = {}
+        self._rebalance_wakeup = trio.Event()
+        self.rebalanced = trio.Event()
+        """Group mode: set after every rebalance round."""
         self._own_instance = instance is None
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
         self._states: dict[MessageQueue, _QueueState] = {}
@@ -132,6 +146,7 @@ class PullConsumer:
             await self._instance.__aenter__()
         try:
             self._instance.register_consumer(self.group, self.consumer_data)
+            self._instance.consumer_ids_changed.append(self._on_ids_changed)
             cm = trio.open_nursery()
             self._nursery = await cm.__aenter__()
         except BaseException:
@@ -158,6 +173,8 @@ class PullConsumer:
                     with trio.move_on_after(COMMIT_ON_CLOSE_TIMEOUT_S):
                         await self._commit_logged()
                 self._instance.unregister_consumer(self.group)
+                with contextlib.suppress(ValueError):
+                    self._instance.consumer_ids_changed.remove(self._on_ids_changed)
                 if not self._own_instance:
                     await self._instance.unregister_client(consumer_group=self.group)
             self._nursery.cancel_scope.cancel()
@@ -180,6 +197,7 @@ class PullConsumer:
     def consumer_data(self) -> ConsumerData:
         """This consumer's heartbeat entry."""
         subs = {s.subscription.topic: s.subscription for s in self._states.values()}
+        subs.update({t: build_subscription(t, e) for t, e in self._subscriptions.items()})
         return ConsumerData(
             group_name=self.group,
             consume_type=ConsumeType.CONSUME_ACTIVELY,
@@ -202,14 +220,64 @@ class PullConsumer:
     def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
         """Read exactly ``queues`` from now on, filtered by the TAG ``expression``.
 
-        Queues already assigned keep their position; dropped queues stop at once.
+        Queues already assigned keep their position; dropped queues stop at once. Not allowed
+        once :meth:`subscribe` put the consumer in group mode.
+        """
+        if self._subscriptions:
+            raise MQClientError(CLIENT_ERROR, "assign() cannot be mixed with subscribe()")
+        wanted = set(queues)
+        self._assign(wanted, {mq.topic: expression for mq in wanted})
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Group mode: share ``topic``'s queues with the group's other members (rebalance).
+
+        Queues come and go as members join and leave; positions start at the group's
+        committed offsets (else ``consume_from``) and are committed as usual.
         """
         nursery = self._check_running()
-        wanted = set(queues)
-        subs: dict[str, SubscriptionData] = {}
-        for mq in sorted(wanted):
-            if mq.topic not in subs:
-                subs[mq.topic] = build_subscription(mq.topic, expression)
+        if self._states and not self._subscriptions:
+            raise MQClientError(CLIENT_ERROR, "subscribe() cannot be mixed with assign()")
+        build_subscription(topic, expression)  # validates the expression now
+        first = not self._subscriptions
+        self._subscriptions[topic] = expression
+        if first:
+            nursery.start_soon(
+                rebalance.rebalance_loop,
+                self._instance,
+                lambda: list(self._subscriptions),
+                self.do_rebalance,
+                self._fresh_wakeup,
+                self.rebalance_interval,
+            )
+        else:
+            self._instance.heartbeat_soon()
+            self._rebalance_wakeup.set()
+
+    def _fresh_wakeup(self) -> trio.Event:
+        self._rebalance_wakeup = trio.Event()
+        return self._rebalance_wakeup
+
+    def _on_ids_changed(self, group: str) -> None:
+        if group == self.group and self._subscriptions:
+            self._rebalance_wakeup.set()
+
+    async def do_rebalance(self) -> None:
+        """Group mode: one rebalance round; dropped queues commit their position first."""
+        wanted = await rebalance.wanted_queues(
+            self._instance, self.group, self.strategy, list(self._subscriptions), self._states
+        )
+        dropped = {mq: s.position for mq, s in self._states.items() if mq not in wanted}
+        commits = {mq: p for mq, p in dropped.items() if p is not None}
+        if commits and self._running:
+            await self._commit_logged(commits)
+        if self._running:
+            self._assign(wanted, dict(self._subscriptions))
+        self.rebalanced.set()
+        self.rebalanced = trio.Event()
+
+    def _assign(self, wanted: set[MessageQueue], expressions: Mapping[str, str]) -> None:
+        nursery = self._check_running()
+        subs = {t: build_subscription(t, e) for t, e in expressions.items()}
         for mq in list(self._states):
             if mq not in wanted:
                 self._states.pop(mq).scope.cancel()
@@ -424,9 +492,9 @@ class PullConsumer:
         if state is not None:
             state.committed = offset
 
-    async def _commit_logged(self) -> None:
+    async def _commit_logged(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         try:
-            await self._commit()
+            await self._commit(offsets)
         except MQClientError as exc:
             log.warning("committing offsets of %s failed: %s", self.group, exc)
 

@@ -43,6 +43,10 @@ class ConsumeFromWhere(enum.Enum):
     CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
     CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+    # short aliases (the same members): ConsumeFrom.FIRST_OFFSET is CONSUME_FROM_FIRST_OFFSET
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,3 +205,80 @@ def decode_consumer_list(body: bytes) -> list[str]:
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise BadRequestError("consumer list body: 'consumerIdList' must be a list of str")
     return ids
+
+
+# ---------------------------------------------------------------------- queue locks (orderly)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LockedQueue:
+    """A queue in a LOCK_BATCH_MQ / UNLOCK_BATCH_MQ body."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchBody:
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ request body (``LockBatchRequestBody``)."""
+
+    consumer_group: str
+    client_id: str
+    mqs: tuple[LockedQueue, ...]
+
+
+def _queues_to_wire(mqs: Sequence[LockedQueue]) -> list[dict[str, Any]]:
+    return [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id} for q in mqs]
+
+
+def _queues_from_wire(wire: Mapping[str, Any], key: str, what: str) -> tuple[LockedQueue, ...]:
+    return tuple(
+        LockedQueue(
+            _field(q, "topic", str, what),
+            _field(q, "brokerName", str, what),
+            _field(q, "queueId", int, what),
+        )
+        for q in _maps(wire, key, what)
+    )
+
+
+def encode_lock_batch(body: LockBatchBody) -> bytes:
+    """The LOCK_BATCH_MQ / UNLOCK_BATCH_MQ request body."""
+    return _pack(
+        {
+            "consumerGroup": body.consumer_group,
+            "clientId": body.client_id,
+            "mqSet": _queues_to_wire(body.mqs),
+        }
+    )
+
+
+def decode_lock_batch(body: bytes) -> LockBatchBody:
+    """Parse a LOCK_BATCH_MQ / UNLOCK_BATCH_MQ request body."""
+    wire = _unpack(body, "LOCK_BATCH_MQ")
+    if not isinstance(wire, dict):
+        raise BadRequestError("LOCK_BATCH_MQ body must be a map")
+    what = "lock batch"
+    return LockBatchBody(
+        consumer_group=_field(wire, "consumerGroup", str, what),
+        client_id=_field(wire, "clientId", str, what),
+        mqs=_queues_from_wire(wire, "mqSet", what),
+    )
+
+
+def encode_lock_batch_response(locked: Sequence[LockedQueue]) -> bytes:
+    """The LOCK_BATCH_MQ response body: ``{"lockOKMQSet": [...]}``."""
+    return _pack({"lockOKMQSet": _queues_to_wire(locked)})
+
+
+def decode_lock_batch_response(body: bytes) -> tuple[LockedQueue, ...]:
+    """Parse a LOCK_BATCH_MQ response body."""
+    wire = _unpack(body, "LOCK_BATCH_MQ response")
+    if not isinstance(wire, dict):
+        raise BadRequestError("LOCK_BATCH_MQ response body must be a map")
+    return _queues_from_wire(wire, "lockOKMQSet", "lock batch response")
+
+
+ConsumeFrom = ConsumeFromWhere
+"""The name the push consumer's API uses (``ConsumeFrom.FIRST_OFFSET``)."""

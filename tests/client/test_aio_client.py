@@ -3,80 +3,18 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import trio
 
-from broker.controller import BrokerController
 from client.aio import ClientInstance, ConsumeFromWhere, Producer, PullConsumer
 from client.config import ClientConfig
 from client.errors import MessageInvalidError, MQClientError
 from client.message import Message, MessageQueue, ReceivedMessage, SendStatus
 from common.message import MessageSysFlag
-from remoting.client import RemotingClient
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from tests.broker.inprocess import running_broker, running_namesrv, wait_until
-
-LIMIT = 30.0
-TOPIC = "Orders"
-
-
-@dataclass
-class Cluster:
-    namesrv: str
-    brokers: dict[str, str] = field(default_factory=dict)
-    controllers: dict[str, BrokerController] = field(default_factory=dict)
-    scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
-    stopped: dict[str, trio.Event] = field(default_factory=dict)
-
-    async def stop_broker(self, name: str) -> None:
-        self.scopes[name].cancel()
-        await self.stopped[name].wait()
-
-    async def create_topic(self, topic: str, queues: int = 4) -> None:
-        async with RemotingClient() as client:
-            for addr in self.brokers.values():
-                cmd = RemotingCommand.request(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6},
-                    opaque=0,
-                )
-                resp = await client.invoke(addr, cmd)
-                assert resp.code == ResponseCode.SUCCESS, resp.remark
-
-    async def run_broker(
-        self, tmp_path: Path, name: str, *, task_status: trio.TaskStatus[None]
-    ) -> None:
-        self.stopped[name] = trio.Event()
-        try:
-            with trio.CancelScope() as self.scopes[name]:
-                overrides = {"brokerName": name}
-                async with running_broker(tmp_path / name, self.namesrv, overrides=overrides) as (
-                    controller,
-                    addr,
-                ):
-                    self.brokers[name], self.controllers[name] = addr, controller
-                    task_status.started()
-                    await trio.sleep_forever()
-        finally:
-            self.stopped[name].set()
-
-
-@asynccontextmanager
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    with trio.fail_after(LIMIT):
-        async with running_namesrv() as namesrv, trio.open_nursery() as nursery:
-            c = Cluster(namesrv)
-            for name in ("broker-a", "broker-b"):
-                await nursery.start(c.run_broker, tmp_path, name)
-            await c.create_topic(TOPIC)
-            yield c
-            nursery.cancel_scope.cancel()
+from tests.broker.inprocess import wait_until
+from tests.client.inproc_cluster import LIMIT, TOPIC, cluster
 
 
 async def read_all(consumer: PullConsumer, count: int) -> list[ReceivedMessage]:

@@ -1,0 +1,255 @@
+"""Running a push consumer's handler over pulled messages (RocketMQ's
+``ConsumeMessageConcurrentlyService`` and ``ConsumeMessageOrderlyService``).
+
+Concurrent rules:
+
+- Pulled messages are cut into batches of ``consume_message_batch_max_size`` and queued to a
+  fixed pool of ``consume_thread_max`` worker tasks. A sync handler runs in a worker thread
+  (it may block); an ``async def`` handler runs in the loop.
+- ``SUCCESS`` acknowledges the whole batch (ackIndex = last); ``RECONSUME_LATER`` or an
+  exception acknowledges nothing (ackIndex = -1). In ``CLUSTERING`` each unacknowledged
+  message is sent back to the broker (``CONSUMER_SEND_MSG_BACK``: the group's retry topic at
+  delay level ``3 + reconsume times``, or the dead-letter queue after ``max_reconsume_times``);
+  one whose send-back fails is consumed again here after ``RETRY_LOCALLY_AFTER_S``. In
+  ``BROADCASTING`` failures are only logged, as in RocketMQ.
+- Then the messages leave the process queue and the queue's commit offset (the smallest offset
+  still in flight) is recorded.
+
+Orderly rules:
+
+- One task per queue consumes its messages one batch at a time in offset order, and only while
+  the queue is locked to this client at the broker.
+- ``SUCCESS`` commits the batch. A failure puts the batch back and retries it after
+  ``suspend_current_queue_ms``; once a message has been tried ``max_reconsume_times`` times it
+  goes to the dead-letter queue and the queue moves on.
+- Before a message reaches the handler, a message from the retry topic gets back its original
+  topic (``RETRY_TOPIC`` property).
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+import trio
+
+from client.message import MessageQueue, ReceivedMessage
+from common.message import MessageConst
+from common.topic import RETRY_GROUP_TOPIC_PREFIX
+
+if TYPE_CHECKING:
+    from client.process_queue import ProcessQueue
+
+log = logging.getLogger(__name__)
+
+RETRY_LOCALLY_AFTER_S = 5.0
+"""A message whose send-back failed is consumed again here after this long."""
+
+
+class ConsumeResult(enum.Enum):
+    """What a handler returns (RocketMQ's ``ConsumeConcurrentlyStatus``; for orderly
+    consumption ``RECONSUME_LATER`` means ``SUSPEND_CURRENT_QUEUE_A_MOMENT``)."""
+
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+Handler: TypeAlias = Callable[
+    [list[ReceivedMessage]], "ConsumeResult | Awaitable[ConsumeResult] | None"
+]
+"""``handler(msgs) -> ConsumeResult`` (sync or ``async def``); None counts as SUCCESS."""
+
+
+@dataclass(eq=False)
+class QueueSlot:
+    """What the consume side needs of one assigned queue."""
+
+    mq: MessageQueue
+    pq: ProcessQueue
+    wakeup: trio.Event
+    consuming: trio.Lock
+
+
+def restore_retry_topic(msgs: Sequence[ReceivedMessage], group: str) -> None:
+    """Give messages from ``%RETRY%<group>`` their original topic back (``resetRetryTopic``)."""
+    retry = RETRY_GROUP_TOPIC_PREFIX + group
+    for m in msgs:
+        original = m.properties.get(MessageConst.RETRY_TOPIC)
+        if original and m.topic == retry:
+            m.topic = original
+
+
+class Consumption:
+    """Calls the handler and settles the outcome; shared by both services."""
+
+    def __init__(
+        self,
+        handler_of: Callable[[str], Handler | None],
+        send_back: Callable[[ReceivedMessage, int], Awaitable[bool]],
+        record_offset: Callable[[QueueSlot, int], None],
+        *,
+        group: str,
+        consume_thread_max: int,
+        clustering: bool,
+        max_reconsume_times: int,
+    ) -> None:
+        self.handler_of = handler_of
+        self.send_back = send_back
+        self.record_offset = record_offset
+        self.group = group
+        self.clustering = clustering
+        self.max_reconsume_times = max_reconsume_times
+        self.limiter = trio.CapacityLimiter(consume_thread_max)
+
+    async def call(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> ConsumeResult:
+        """Run the handler of each topic in ``msgs`` (a retried message is handled by its
+        original topic's handler); SUCCESS only if every call succeeded."""
+        restore_retry_topic(msgs, self.group)
+        by_topic: dict[str, list[ReceivedMessage]] = {}
+        for m in msgs:
+            by_topic.setdefault(m.topic, []).append(m)
+        outcome = ConsumeResult.SUCCESS
+        for topic, group in by_topic.items():
+            handler = self.handler_of(topic)
+            if handler is None:
+                log.error("no handler for topic %s any more: reconsuming later", topic)
+                outcome = ConsumeResult.RECONSUME_LATER
+            elif await self._call_one(slot, handler, group) is not ConsumeResult.SUCCESS:
+                outcome = ConsumeResult.RECONSUME_LATER
+        return outcome
+
+    async def _call_one(
+        self, slot: QueueSlot, handler: Handler, msgs: list[ReceivedMessage]
+    ) -> ConsumeResult:
+        """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
+        try:
+            if inspect.iscoroutinefunction(handler):
+                result = await handler(msgs)
+            else:
+                result = await trio.to_thread.run_sync(handler, msgs, limiter=self.limiter)
+                if inspect.isawaitable(result):
+                    result = await result
+        except Exception:
+            log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
+            return ConsumeResult.RECONSUME_LATER
+        if result is None:
+            return ConsumeResult.SUCCESS
+        if not isinstance(result, ConsumeResult):
+            log.error("handler returned %r, not a ConsumeResult: reconsuming later", result)
+            return ConsumeResult.RECONSUME_LATER
+        return result
+
+
+class ConcurrentService:
+    """Worker pool consuming batches of any queue, in any order."""
+
+    def __init__(self, consumption: Consumption, batch_max: int, workers: int) -> None:
+        self.c = consumption
+        self.batch_max = batch_max
+        self.workers = workers
+        self._send, self._receive = trio.open_memory_channel[
+            tuple[QueueSlot, list[ReceivedMessage]]
+        ](math.inf)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The worker pool; runs until cancelled."""
+        async with trio.open_nursery() as nursery:
+            for _ in range(self.workers):
+                nursery.start_soon(self._worker)
+            task_status.started()
+
+    def submit(self, slot: QueueSlot, msgs: Sequence[ReceivedMessage]) -> None:
+        """Queue freshly pulled messages for consumption."""
+        for i in range(0, len(msgs), self.batch_max):
+            self._send.send_nowait((slot, list(msgs[i : i + self.batch_max])))
+
+    async def _worker(self) -> None:
+        async for slot, msgs in self._receive:
+            if slot.pq.dropped:
+                continue
+            result = await self.c.call(slot, msgs)
+            await self._settle(slot, msgs, result)
+
+    async def _settle(
+        self, slot: QueueSlot, msgs: list[ReceivedMessage], result: ConsumeResult
+    ) -> None:
+        ack_index = len(msgs) - 1 if result is ConsumeResult.SUCCESS else -1
+        done = msgs[: ack_index + 1]
+        failed = msgs[ack_index + 1 :]
+        retry_here: list[ReceivedMessage] = []
+        if failed and self.c.clustering and not slot.pq.dropped:
+            for m in failed:
+                if await self.c.send_back(m, 0):
+                    done.append(m)
+                else:
+                    m.reconsume_times += 1
+                    retry_here.append(m)
+        elif failed:
+            log.warning("broadcasting: %d message(s) of %s failed, dropped", len(failed), slot.mq)
+            done.extend(failed)
+        offset = slot.pq.remove(done)
+        if offset >= 0 and not slot.pq.dropped:
+            self.c.record_offset(slot, offset)
+        if retry_here:
+            await trio.sleep(RETRY_LOCALLY_AFTER_S)
+            if not slot.pq.dropped:
+                self.submit(slot, retry_here)
+
+
+class OrderlyService:
+    """Per-queue, in-order consumption under the broker's queue lock."""
+
+    def __init__(self, consumption: Consumption, batch_max: int, suspend_s: float) -> None:
+        self.c = consumption
+        self.batch_max = batch_max
+        self.suspend_s = suspend_s
+
+    async def run_queue(self, slot: QueueSlot, is_locked: Callable[[], bool]) -> None:
+        """Consume ``slot``'s queue whenever woken, until cancelled."""
+        while True:
+            await slot.wakeup.wait()
+            slot.wakeup = trio.Event()
+            async with slot.consuming:
+                while not slot.pq.dropped and is_locked():
+                    msgs = slot.pq.take(self.batch_max)
+                    if not msgs:
+                        break
+                    await self._consume(slot, msgs)
+
+    async def _consume(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> None:
+        result = await self.c.call(slot, msgs)
+        if result is ConsumeResult.SUCCESS:
+            self._commit(slot)
+            return
+        if any(m.reconsume_times + 1 >= self.c.max_reconsume_times for m in msgs):
+            for m in msgs:
+                if not await self.c.send_back(m, -1):  # -1: straight to the DLQ
+                    log.error("could not move %s of %s to the DLQ; retrying it", m.msg_id, slot.mq)
+                    break
+            else:
+                self._commit(slot)
+                return
+        for m in msgs:
+            m.reconsume_times += 1
+        slot.pq.return_taken(msgs)
+        await trio.sleep(self.suspend_s)
+
+    def _commit(self, slot: QueueSlot) -> None:
+        offset = slot.pq.commit_taken()
+        if offset >= 0 and not slot.pq.dropped:
+            self.c.record_offset(slot, offset)
+
+
+__all__ = [
+    "ConcurrentService",
+    "ConsumeResult",
+    "Consumption",
+    "Handler",
+    "OrderlyService",
+    "QueueSlot",
+]

@@ -1,0 +1,162 @@
+"""Where a push consumer keeps its progress (RocketMQ's ``OffsetStore``).
+
+- :class:`RemoteOffsetStore` (``CLUSTERING``): the offsets live on each queue's broker. Local
+  updates go to a table; :meth:`RemoteOffsetStore.persist` sends them
+  (``UPDATE_CONSUMER_OFFSET``) every ``persist_interval`` and when a queue is dropped or the
+  consumer closes.
+- :class:`LocalFileOffsetStore` (``BROADCASTING``): every member keeps its own offsets in
+  ``<dir>/<client id>/<group>/offsets.json`` (written atomically, with a ``.bak``), because
+  each member reads every message.
+
+``update(mq, offset, increase_only=True)`` never moves an offset backwards unless told to
+(a reset does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from client import api
+from client.errors import MQClientError
+from client.instance import ClientInstance
+from client.message import MessageQueue
+from common.json_store import load_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOCAL_OFFSET_DIR = Path.home() / ".minimq_offsets"
+
+
+class OffsetStore(Protocol):
+    """What the push consumer needs of an offset store."""
+
+    async def read(self, mq: MessageQueue) -> int | None:
+        """The stored offset of ``mq`` (None: the group has none)."""
+        ...
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
+        """Record progress locally."""
+        ...
+
+    async def persist(self, mqs: Iterable[MessageQueue]) -> None:
+        """Make the recorded progress of ``mqs`` durable."""
+        ...
+
+    def remove(self, mq: MessageQueue) -> None:
+        """Forget ``mq`` (after it was persisted and released)."""
+        ...
+
+
+class RemoteOffsetStore:
+    """Offsets on the brokers (clustering)."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        self.instance = instance
+        self.group = group
+        self.table: dict[MessageQueue, int] = {}
+        self._persisted: dict[MessageQueue, int] = {}
+
+    async def read(self, mq: MessageQueue) -> int | None:
+        """The broker's committed offset (QUERY_CONSUMER_OFFSET); remembered locally."""
+        addr = await self.instance.find_broker_addr(mq)
+        resp = await self.instance.invoke(addr, api.query_offset_request(self.group, mq))
+        offset = api.parse_query_offset(resp, addr)
+        if offset is not None:
+            self.table[mq] = offset
+            self._persisted[mq] = offset
+        return offset
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
+        """Record ``offset`` for ``mq``."""
+        if offset < 0:
+            return
+        current = self.table.get(mq)
+        if current is None or not increase_only or offset > current:
+            self.table[mq] = offset
+
+    async def persist(self, mqs: Iterable[MessageQueue]) -> None:
+        """Send every changed offset of ``mqs`` to its broker, concurrently; failures logged."""
+        async with trio.open_nursery() as nursery:
+            for mq in mqs:
+                offset = self.table.get(mq)
+                if offset is not None and self._persisted.get(mq) != offset:
+                    nursery.start_soon(self._persist_one, mq, offset)
+
+    async def _persist_one(self, mq: MessageQueue, offset: int) -> None:
+        try:
+            addr = await self.instance.find_broker_addr(mq)
+            resp = await self.instance.invoke(
+                addr, api.update_offset_request(self.group, mq, offset)
+            )
+            api.check_success(resp, addr)
+        except MQClientError as exc:
+            log.warning("persisting offset %d of %s for %s failed: %s", offset, mq, self.group, exc)
+            return
+        self._persisted[mq] = offset
+
+    def remove(self, mq: MessageQueue) -> None:
+        """Forget ``mq``."""
+        self.table.pop(mq, None)
+        self._persisted.pop(mq, None)
+
+
+def _key(mq: MessageQueue) -> str:
+    return f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"
+
+
+def _parse_key(key: str) -> MessageQueue | None:
+    topic, _, rest = key.partition("@")
+    broker, _, qid = rest.rpartition("@")
+    if not topic or not broker or not qid.isdigit():
+        return None
+    return MessageQueue(topic, broker, int(qid))
+
+
+class LocalFileOffsetStore:
+    """Offsets in a local file per client id and group (broadcasting)."""
+
+    def __init__(self, client_id: str, group: str, directory: Path | None = None) -> None:
+        base = DEFAULT_LOCAL_OFFSET_DIR if directory is None else Path(directory)
+        safe_id = client_id.replace("/", "_").replace("#", "_").replace(":", "_")
+        self.path = base / safe_id / group / "offsets.json"
+        self.table: dict[MessageQueue, int] = {}
+        self._loaded = False
+
+    def load(self) -> None:
+        """Read the file (or its ``.bak``); a missing file means no offsets yet."""
+        self._loaded = True
+        doc = load_json(self.path)
+        table = doc.get("offsetTable", {}) if isinstance(doc, dict) else {}
+        for key, offset in table.items():
+            mq = _parse_key(str(key))
+            if mq is not None and isinstance(offset, int) and offset >= 0:
+                self.table[mq] = offset
+
+    async def read(self, mq: MessageQueue) -> int | None:
+        """The offset from the file (loaded once)."""
+        if not self._loaded:
+            await trio.to_thread.run_sync(self.load)
+        return self.table.get(mq)
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
+        """Record ``offset`` for ``mq``."""
+        if offset < 0:
+            return
+        current = self.table.get(mq)
+        if current is None or not increase_only or offset > current:
+            self.table[mq] = offset
+
+    async def persist(self, mqs: Iterable[MessageQueue]) -> None:
+        """Write the whole table (``mqs`` are all in it) atomically, off the event loop."""
+        del mqs
+        doc = {"offsetTable": {_key(mq): off for mq, off in sorted(self.table.items())}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        await trio.to_thread.run_sync(write_json_atomic, self.path, doc)
+
+    def remove(self, mq: MessageQueue) -> None:
+        """Broadcasting keeps every queue's offset; nothing to forget."""

@@ -1,0 +1,584 @@
+"""The trio-native push consumer (RocketMQ's ``DefaultMQPushConsumer``); the blocking one
+wraps it.
+
+Task tree (``async with PushConsumer(group=..., namesrv=...) as consumer:``)::
+
+    PushConsumer
+    └─ nursery
+       ├─ rebalance_loop        every rebalance_interval (20 s), at start, on subscribe and when
+       │                        a broker says the group's members changed
+       ├─ persist_loop          offsets to the brokers (or the local file) every 5 s
+       ├─ lock_loop             orderly only: renew the broker-side queue locks every 20 s
+       ├─ consume service       concurrent: a pool of consume_thread_max workers
+       └─ per assigned queue    a pull task (long polling, flow control); orderly: a consume task
+
+Rebalance (seed 000): for each subscribed topic, the readable queues (from the cached route)
+and the group's client ids (asked of a broker) are sorted and given to the allocation strategy
+(``AllocateMessageQueueAveragely`` by default; in ``BROADCASTING`` every member takes every
+queue). Queues no longer ours are dropped (pulling stops, the offset is persisted, an orderly
+lock is released); new queues start at the stored offset, or at ``consume_from`` when the group
+has none; a queue whose pulls stalled for 120 s is re-created. In ``CLUSTERING`` the group's
+retry topic ``%RETRY%<group>`` is subscribed automatically.
+
+Broadcasting offsets live in ``<offset_dir>/<ip>@<instance_name>/<group>/offsets.json``
+(``~/.minimq_offsets`` and ``DEFAULT`` by default), so a restarted member resumes.
+
+Offsets: each queue records the smallest offset still being consumed (one past the last when
+none), kept locally and persisted every ``persist_interval``, when a queue is dropped and when
+the consumer closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import trio
+
+from client import api, rebalance
+from client.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from client.config import ClientConfig
+from client.consume_service import (
+    ConcurrentService,
+    Consumption,
+    Handler,
+    OrderlyService,
+    QueueSlot,
+)
+from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
+from client.instance import ClientInstance
+from client.message import MessageQueue, ReceivedMessage
+from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from client.process_queue import ProcessQueue
+from client.validation import validate_group
+from common.subscription import SubscriptionData, build_subscription
+from common.topic import retry_topic
+from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
+from remoting.codes import RequestCode
+
+log = logging.getLogger(__name__)
+
+PULL_RETRY_DELAY_S = 1.0
+"""Pause after a failed pull (``pullTimeDelayMillsWhenException`` is 3 s in RocketMQ)."""
+FLOW_CONTROL_PAUSE_S = 0.05
+"""Pause of a queue's pulls while it is over a flow-control limit."""
+LOCK_RENEW_INTERVAL_S = 20.0
+"""Orderly: broker-side locks are renewed this often (they expire after 60 s there)."""
+LOCK_RETRY_S = 0.5
+"""Orderly: a queue the broker would not lock to us is tried again this often."""
+CLOSE_TIMEOUT_S = 5.0
+"""Upper bound of persisting offsets and releasing locks when the consumer closes."""
+DROP_WAIT_S = 1.0
+"""Orderly: how long a dropped queue waits for its in-flight batch before letting go."""
+
+
+@dataclass(eq=False)
+class _Queue:
+    """One assigned queue: its process queue, pull position and tasks."""
+
+    slot: QueueSlot
+    subscription: SubscriptionData
+    next_offset: int
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    lock_changed: trio.Event = field(default_factory=trio.Event)
+
+
+def _now_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+class PushConsumer:
+    """Consumes subscribed topics in the background; see the module docstring."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        instance: ClientInstance | None = None,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp_ms: int = 0,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        orderly: bool = False,
+        allocate_strategy: AllocateMessageQueueStrategy | None = None,
+        consume_thread_max: int = 20,
+        consume_message_batch_max_size: int = 1,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue_mib: int = 100,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = 16,
+        suspend_timeout_ms: int = 15_000,
+        suspend_current_queue_ms: int = 1000,
+        persist_interval: float = 5.0,
+        rebalance_interval: float = 20.0,
+        offset_dir: Path | None = None,
+        instance_name: str = "DEFAULT",
+    ) -> None:
+        validate_group(group)
+        if consume_thread_max <= 0 or not 0 < consume_message_batch_max_size <= 1024:
+            raise ValueError("consume_thread_max and consume_message_batch_max_size must be > 0")
+        self.group = group
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.message_model = message_model
+        self.orderly = orderly
+        self.strategy: AllocateMessageQueueStrategy = (
+            allocate_strategy or AllocateMessageQueueAveragely()
+        )
+        self.consume_thread_max = consume_thread_max
+        self.batch_max = consume_message_batch_max_size
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size = pull_threshold_size_for_queue_mib * 1024 * 1024
+        self.max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_timeout_ms = suspend_timeout_ms
+        self.suspend_current_queue_s = suspend_current_queue_ms / 1000
+        self.persist_interval = persist_interval
+        self.rebalance_interval = rebalance_interval
+        self.offset_dir = offset_dir
+        self.instance_name = instance_name
+        self._own_instance = instance is None
+        self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
+        self._subs: dict[str, tuple[SubscriptionData, Handler | None]] = {}
+        self._queues: dict[MessageQueue, _Queue] = {}
+        self._rebalance_wakeup = trio.Event()
+        self._rebalance_lock = trio.Lock()
+        self._offsets: OffsetStore
+        self._consumption: Consumption | None = None
+        self._concurrent: ConcurrentService | None = None
+        self._orderly: OrderlyService | None = None
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._running = False
+        self.rebalanced = trio.Event()
+        """Set after every rebalance round (tests and tools wait on it)."""
+        self.closed = trio.Event()
+        """Set once the consumer has fully closed."""
+
+    @property
+    def instance(self) -> ClientInstance:
+        """The client instance this consumer uses."""
+        return self._instance
+
+    @property
+    def clustering(self) -> bool:
+        """True in ``CLUSTERING`` (the default), False in ``BROADCASTING``."""
+        return self.message_model is MessageModel.CLUSTERING
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
+        """Consume ``topic``'s messages matching the TAG ``expression`` with ``handler``.
+
+        Allowed before or after the consumer starts; the next rebalance (at once if running)
+        assigns the topic's queues.
+        """
+        if handler is None and topic != retry_topic(self.group):
+            raise MQClientError(CLIENT_ERROR, f"subscribe({topic!r}) needs a handler")
+        self._subs[topic] = (build_subscription(topic, expression, _now_ms_safe()), handler)
+        if self._running:
+            self._instance.heartbeat_soon()
+            self.rebalance_soon()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic`` (its queues are dropped at the next rebalance)."""
+        self._subs.pop(topic, None)
+        if self._running:
+            self.rebalance_soon()
+
+    def _handler_of(self, topic: str) -> Handler | None:
+        """The handler subscribed for ``topic`` (None if it is no longer subscribed)."""
+        entry = self._subs.get(topic)
+        return None if entry is None else entry[1]
+
+    def consumer_data(self) -> ConsumerData:
+        """This consumer's heartbeat entry."""
+        return ConsumerData(
+            group_name=self.group,
+            consume_type=ConsumeType.CONSUME_PASSIVELY,
+            message_model=self.message_model,
+            consume_from_where=self.consume_from,
+            subscriptions=tuple(sub for _, (sub, _) in sorted(self._subs.items())),
+        )
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this member consumes now, sorted."""
+        return sorted(self._queues)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> PushConsumer:
+        if self._own_instance:
+            await self._instance.__aenter__()
+        try:
+            await self._start()
+        except BaseException:
+            if self._own_instance:
+                await self._instance.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        instance = self._instance
+        if self.clustering:
+            self._offsets = RemoteOffsetStore(instance, self.group)
+            self._subs.setdefault(
+                retry_topic(self.group), (build_subscription(retry_topic(self.group), "*"), None)
+            )
+        else:
+            # keyed by ip@instance_name, stable across restarts (RocketMQ keeps "DEFAULT" too)
+            stable_id = f"{instance.config.client_ip}@{self.instance_name}"
+            self._offsets = LocalFileOffsetStore(stable_id, self.group, self.offset_dir)
+        self._consumption = Consumption(
+            self._handler_of,
+            self._send_back,
+            self._record_offset,
+            group=self.group,
+            consume_thread_max=self.consume_thread_max,
+            clustering=self.clustering,
+            max_reconsume_times=self.max_reconsume_times,
+        )
+        instance.register_consumer(self.group, self.consumer_data)
+        instance.consumer_ids_changed.append(self._on_ids_changed)
+        cm = trio.open_nursery()
+        self._nursery = await cm.__aenter__()
+        self._nursery_cm = cm
+        self._running = True
+        if self.orderly:
+            self._orderly = OrderlyService(
+                self._consumption, self.batch_max, self.suspend_current_queue_s
+            )
+            self._nursery.start_soon(self.lock_loop)
+        else:
+            self._concurrent = ConcurrentService(
+                self._consumption, self.batch_max, self.consume_thread_max
+            )
+            await self._nursery.start(self._concurrent.run)
+        self._nursery.start_soon(self.rebalance_loop)
+        self._nursery.start_soon(self.persist_loop)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._nursery is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+                    async with self._rebalance_lock:  # no rebalance round half-way
+                        self._running = False
+                        await self._release_all()
+                self._nursery.cancel_scope.cancel()
+                assert self._nursery_cm is not None
+                await self._nursery_cm.__aexit__(None, None, None)
+            self._running = False
+            with contextlib.suppress(ValueError):
+                self._instance.consumer_ids_changed.remove(self._on_ids_changed)
+            self._instance.unregister_consumer(self.group)
+            if not self._own_instance:
+                with trio.CancelScope(shield=True):
+                    await self._instance.unregister_client(consumer_group=self.group)
+        finally:
+            try:
+                if self._own_instance:
+                    await self._instance.__aexit__(exc_type, exc, tb)
+            finally:
+                self.closed.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        """Enter, report a scope whose cancellation closes the consumer, and serve."""
+        with trio.CancelScope() as scope:
+            async with self:
+                task_status.started(scope)
+                await trio.sleep_forever()
+
+    def _check_running(self) -> trio.Nursery:
+        if not self._running or self._nursery is None:
+            raise ClientClosedError(f"push consumer {self.group}")
+        return self._nursery
+
+    async def _release_all(self) -> None:
+        """Closing: stop every queue, persist every offset, release orderly locks."""
+        for mq in list(self._queues):
+            await self._remove_queue(mq)
+
+    # ------------------------------------------------------------------ rebalance
+
+    def _on_ids_changed(self, group: str) -> None:
+        if group == self.group:
+            self.rebalance_soon()
+
+    def rebalance_soon(self) -> None:
+        """Run a rebalance round now instead of at the next period."""
+        self._rebalance_wakeup.set()
+
+    async def rebalance_loop(self) -> None:
+        """Rebalance at start, every ``rebalance_interval`` and when woken; never returns."""
+        await rebalance.rebalance_loop(
+            self._instance,
+            lambda: list(self._subs),
+            self.do_rebalance,
+            self._fresh_wakeup,
+            self.rebalance_interval,
+        )
+
+    def _fresh_wakeup(self) -> trio.Event:
+        self._rebalance_wakeup = trio.Event()
+        return self._rebalance_wakeup
+
+    async def do_rebalance(self) -> None:
+        """One rebalance round over every subscribed topic."""
+        async with self._rebalance_lock:
+            wanted = await rebalance.wanted_queues(
+                self._instance,
+                self.group,
+                self.strategy,
+                list(self._subs),
+                self._queues,
+                clustering=self.clustering,
+            )
+            await self._apply(wanted)
+            self.rebalanced.set()
+            self.rebalanced = trio.Event()
+
+    async def _apply(self, wanted: set[MessageQueue]) -> None:
+        now = _now_ms()
+        for mq, q in list(self._queues.items()):
+            if mq not in wanted or q.slot.pq.is_pull_expired(now):
+                await self._remove_queue(mq)
+        added = sorted(wanted - set(self._queues))
+        if not added:
+            return
+        locked = await self._lock(added) if self.orderly else set()
+        for mq in added:
+            await self._add_queue(mq, mq in locked)
+
+    async def _add_queue(self, mq: MessageQueue, locked: bool) -> None:
+        try:
+            offset = await self._start_offset(mq)
+        except MQClientError as exc:
+            log.warning("cannot start %s yet (next rebalance retries): %s", mq, exc)
+            return
+        if not self._running or self._nursery is None or mq.topic not in self._subs:
+            return
+        nursery = self._nursery
+        sub, _ = self._subs[mq.topic]
+        pq = ProcessQueue(_now_ms())
+        pq.locked, pq.last_lock_ms = locked, _now_ms()
+        slot = QueueSlot(mq, pq, trio.Event(), trio.Lock())
+        q = _Queue(slot, sub, offset)
+        self._queues[mq] = q
+        self._offsets.update(mq, offset, increase_only=False)
+        nursery.start_soon(self._queue_tasks, q)
+        log.info("%s: consuming %s from offset %d", self.group, mq, offset)
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        """The stored offset, else where ``consume_from`` says (``computePullFromWhere``)."""
+        stored = await self._offsets.read(mq)
+        if stored is not None:
+            return stored
+        if mq.topic == retry_topic(self.group):
+            return 0
+        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+            return await self._broker_offset(RequestCode.GET_MIN_OFFSET, mq)
+        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            return await self._broker_offset(
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, self.consume_timestamp_ms
+            )
+        return await self._broker_offset(RequestCode.GET_MAX_OFFSET, mq)
+
+    async def _broker_offset(self, code: RequestCode, mq: MessageQueue, ts: int = 0) -> int:
+        addr = await self._instance.find_broker_addr(mq)
+        resp = await self._instance.invoke(addr, api.offset_request(code, mq, ts))
+        return api.parse_offset(resp, addr)
+
+    async def _remove_queue(self, mq: MessageQueue) -> None:
+        q = self._queues.pop(mq, None)
+        if q is None:
+            return
+        q.slot.pq.dropped = True
+        q.scope.cancel()
+        if self.orderly:
+            with trio.move_on_after(DROP_WAIT_S):
+                await q.slot.consuming.acquire()
+                q.slot.consuming.release()
+        await self._offsets.persist([mq])
+        self._offsets.remove(mq)
+        if self.orderly:
+            await self._unlock([mq])
+        log.info("%s: released %s", self.group, mq)
+
+    # ------------------------------------------------------------------ pulling
+
+    async def _queue_tasks(self, q: _Queue) -> None:
+        with q.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pull_loop, q)
+                if self._orderly is not None:
+                    nursery.start_soon(self._orderly.run_queue, q.slot, lambda: self._locked(q))
+
+    def _locked(self, q: _Queue) -> bool:
+        pq = q.slot.pq
+        return pq.locked and not pq.is_lock_expired(_now_ms())
+
+    async def _pull_loop(self, q: _Queue) -> None:
+        while True:
+            try:
+                await self._pull_once(q)
+            except MQClientError as exc:
+                log.warning("pull from %s failed, retrying: %s", q.slot.mq, exc)
+                await trio.sleep(PULL_RETRY_DELAY_S)
+
+    def _over_limits(self, pq: ProcessQueue) -> bool:
+        if pq.count > self.pull_threshold_for_queue or pq.size_bytes > self.pull_threshold_size:
+            return True
+        return not self.orderly and pq.span > self.max_span
+
+    async def _pull_once(self, q: _Queue) -> None:
+        slot = q.slot
+        pq = slot.pq
+        if self._over_limits(pq):
+            await trio.sleep(FLOW_CONTROL_PAUSE_S)
+            return
+        if self.orderly and not self._locked(q):
+            await self._try_lock(q)
+            return
+        addr = await self._instance.find_broker_addr(slot.mq)
+        cmd = api.pull_request(
+            group=self.group,
+            mq=slot.mq,
+            offset=q.next_offset,
+            max_msgs=self.pull_batch_size,
+            subscription=q.subscription,
+            suspend_timeout_ms=self.suspend_timeout_ms,
+        )
+        timeout = self.suspend_timeout_ms / 1000 + self._instance.config.request_timeout_s
+        resp = await self._instance.invoke(addr, cmd, timeout)
+        result = api.parse_pull(resp, slot.mq, q.subscription, addr)
+        pq.last_pull_ms = _now_ms()
+        if pq.dropped:
+            return
+        if result.status is api.PullStatus.OFFSET_ILLEGAL:
+            log.warning(
+                "offset %d of %s is illegal; moving to %d",
+                q.next_offset,
+                slot.mq,
+                result.next_begin_offset,
+            )
+            self._offsets.update(slot.mq, result.next_begin_offset, increase_only=False)
+        q.next_offset = result.next_begin_offset
+        if result.messages:
+            pq.put(result.messages)
+            if self._concurrent is not None:
+                self._concurrent.submit(slot, result.messages)
+            else:
+                slot.wakeup.set()
+        elif pq.count == 0:
+            self._offsets.update(slot.mq, result.next_begin_offset)
+
+    # ------------------------------------------------------------------ offsets and send-back
+
+    def _record_offset(self, slot: QueueSlot, offset: int) -> None:
+        self._offsets.update(slot.mq, offset)
+
+    async def persist_loop(self) -> None:
+        """Persist every assigned queue's offset every ``persist_interval``; never returns."""
+        while True:
+            await trio.sleep(self.persist_interval)
+            await self._offsets.persist(list(self._queues))
+
+    async def _send_back(self, msg: ReceivedMessage, delay_level: int) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the message's broker; True when it was stored."""
+        try:
+            addr = await self._instance.find_broker_addr(msg.queue)
+            cmd = api.send_back_request(self.group, msg, delay_level, self.max_reconsume_times)
+            api.check_success(await self._instance.invoke(addr, cmd), addr)
+        except MQClientError as exc:
+            log.warning("sending %s back to the broker failed: %s", msg.msg_id, exc)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ orderly locks
+
+    async def _lock(self, mqs: Sequence[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ at each queue's broker; the queues now locked to us."""
+        locked: set[MessageQueue] = set()
+        for broker, group in _by_broker(mqs).items():
+            addr = self._instance.broker_addr(broker)
+            if addr is None:
+                continue
+            cmd = api.lock_batch_request(
+                RequestCode.LOCK_BATCH_MQ, self.group, self._instance.client_id, group
+            )
+            try:
+                locked |= api.parse_lock_batch(await self._instance.invoke(addr, cmd), addr)
+            except MQClientError as exc:
+                log.warning("locking queues on %s failed: %s", broker, exc)
+        return locked
+
+    async def _unlock(self, mqs: Sequence[MessageQueue]) -> None:
+        for broker, group in _by_broker(mqs).items():
+            addr = self._instance.broker_addr(broker)
+            if addr is None:
+                continue
+            cmd = api.lock_batch_request(
+                RequestCode.UNLOCK_BATCH_MQ, self.group, self._instance.client_id, group
+            )
+            try:
+                api.check_success(await self._instance.invoke(addr, cmd), addr)
+            except MQClientError as exc:
+                log.warning("unlocking queues on %s failed: %s", broker, exc)
+
+    async def _try_lock(self, q: _Queue) -> None:
+        """Orderly: lock one queue now (a previous owner may still hold it); pause if refused."""
+        if q.slot.mq in await self._lock([q.slot.mq]):
+            q.slot.pq.locked, q.slot.pq.last_lock_ms = True, _now_ms()
+            q.slot.wakeup.set()
+            return
+        with trio.move_on_after(LOCK_RETRY_S):
+            await q.lock_changed.wait()
+
+    async def lock_loop(self) -> None:
+        """Orderly: renew the locks of every assigned queue every 20 s; never returns."""
+        while True:
+            await trio.sleep(LOCK_RENEW_INTERVAL_S)
+            await self.lock_all()
+
+    async def lock_all(self) -> None:
+        """Lock (or renew) every assigned queue; queues refused are paused."""
+        queues = dict(self._queues)
+        locked = await self._lock(list(queues))
+        now = _now_ms()
+        for mq, q in queues.items():
+            pq = q.slot.pq
+            was = self._locked(q)
+            pq.locked = mq in locked
+            if pq.locked:
+                pq.last_lock_ms = now
+            if self._locked(q) != was:
+                q.lock_changed.set()
+                q.lock_changed = trio.Event()
+                q.slot.wakeup.set()
+
+
+def _by_broker(mqs: Sequence[MessageQueue]) -> dict[str, list[MessageQueue]]:
+    out: dict[str, list[MessageQueue]] = {}
+    for mq in mqs:
+        out.setdefault(mq.broker_name, []).append(mq)
+    return out
+
+
+def _now_ms_safe() -> int:
+    """The trio clock in ms inside a run, else 0 (subscriptions made before the loop runs)."""
+    try:
+        return _now_ms()
+    except RuntimeError:
+        return 0
