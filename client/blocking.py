@@ -82,7 +82,12 @@ def _release(shared: _Shared) -> None:
             return
         if _shared.get(shared.key) is shared:
             del _shared[shared.key]
-    shared.loop.stop(CLOSE_TIMEOUT_S)
+    try:  # unregister from the brokers while the connections still work, then stop the loop
+        shared.loop.run(shared.instance.shutdown, timeout=CLOSE_TIMEOUT_S)
+    except Exception:
+        log.exception("closing the client instance failed")
+    finally:
+        shared.loop.stop(CLOSE_TIMEOUT_S)
 
 
 async def _call_sync(fn: Callable[..., T], *args: Any) -> T:

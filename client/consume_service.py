@@ -152,6 +152,7 @@ class ConcurrentService:
         self.c = consumption
         self.batch_max = batch_max
         self.workers = workers
+        self._nursery: trio.Nursery | None = None
         self._send, self._receive = trio.open_memory_channel[
             tuple[QueueSlot, list[ReceivedMessage]]
         ](math.inf)
@@ -159,6 +160,7 @@ class ConcurrentService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The worker pool; runs until cancelled."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             for _ in range(self.workers):
                 nursery.start_soon(self._worker)
             task_status.started()
@@ -195,10 +197,14 @@ class ConcurrentService:
         offset = slot.pq.remove(done)
         if offset >= 0 and not slot.pq.dropped:
             self.c.record_offset(slot, offset)
-        if retry_here:
-            await trio.sleep(RETRY_LOCALLY_AFTER_S)
-            if not slot.pq.dropped:
-                self.submit(slot, retry_here)
+        if retry_here and self._nursery is not None:
+            self._nursery.start_soon(self._resubmit_later, slot, retry_here)
+
+    async def _resubmit_later(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> None:
+        """A failed send-back: consume the messages here again after a pause (not a worker's)."""
+        await trio.sleep(RETRY_LOCALLY_AFTER_S)
+        if not slot.pq.dropped:
+            self.submit(slot, msgs)
 
 
 class OrderlyService:

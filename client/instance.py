@@ -86,6 +86,9 @@ class ClientInstance:
         self._producer_groups: dict[str, int] = {}
         self._consumers: dict[str, Callable[[], ConsumerData]] = {}
         self._heartbeat_wakeup = trio.Event()
+        self._stop_requested = trio.Event()
+        self.stopped = trio.Event()
+        """Set when :meth:`run` has ended."""
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._closed = False
@@ -121,10 +124,20 @@ class ClientInstance:
             await self._remoting.__aexit__(None, None, None)
 
     async def run(self, *, task_status: trio.TaskStatus[ClientInstance]) -> None:
-        """Enter the instance, report it started, and serve until cancelled (blocking facade)."""
-        async with self:
-            task_status.started(self)
-            await trio.sleep_forever()
+        """Enter the instance, report it started, and serve until :meth:`shutdown` (or
+        cancellation); the blocking facade runs it as a service of its loop thread."""
+        try:
+            async with self:
+                task_status.started(self)
+                await self._stop_requested.wait()
+        finally:
+            self.stopped.set()
+
+    async def shutdown(self) -> None:
+        """Make :meth:`run` leave its block (unregistering while connections still work) and
+        wait until it has."""
+        self._stop_requested.set()
+        await self.stopped.wait()
 
     @property
     def running(self) -> bool:

@@ -540,6 +540,9 @@ class PushConsumer:
     async def _try_lock(self, q: _Queue) -> None:
         """Orderly: lock one queue now (a previous owner may still hold it); pause if refused."""
         if q.slot.mq in await self._lock([q.slot.mq]):
+            # the previous owner may have committed more since we read the offset
+            q.next_offset = await self._start_offset(q.slot.mq)
+            self._offsets.update(q.slot.mq, q.next_offset, increase_only=False)
             q.slot.pq.locked, q.slot.pq.last_lock_ms = True, _now_ms()
             q.slot.wakeup.set()
             return
