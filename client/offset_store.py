@@ -155,8 +155,11 @@ class LocalFileOffsetStore:
         """Write the whole table (``mqs`` are all in it) atomically, off the event loop."""
         del mqs
         doc = {"offsetTable": {_key(mq): off for mq, off in sorted(self.table.items())}}
+        await trio.to_thread.run_sync(self._write, doc)
+
+    def _write(self, doc: dict[str, dict[str, int]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        await trio.to_thread.run_sync(write_json_atomic, self.path, doc)
+        write_json_atomic(self.path, doc)
 
     def remove(self, mq: MessageQueue) -> None:
         """Broadcasting keeps every queue's offset; nothing to forget."""

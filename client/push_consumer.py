@@ -111,6 +111,8 @@ class PushConsumer:
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue_mib: int = 100,
+        pull_threshold_for_topic: int = -1,
+        pull_threshold_size_for_topic_mib: int = -1,
         consume_concurrently_max_span: int = 2000,
         max_reconsume_times: int = 16,
         suspend_timeout_ms: int = 15_000,
@@ -136,6 +138,12 @@ class PushConsumer:
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size = pull_threshold_size_for_queue_mib * 1024 * 1024
+        self.pull_threshold_for_topic = pull_threshold_for_topic
+        self.pull_threshold_size_for_topic = (
+            pull_threshold_size_for_topic_mib * 1024 * 1024
+            if pull_threshold_size_for_topic_mib > 0
+            else -1
+        )
         self.max_span = consume_concurrently_max_span
         self.max_reconsume_times = max_reconsume_times
         self.suspend_timeout_ms = suspend_timeout_ms
@@ -437,15 +445,28 @@ class PushConsumer:
                 log.warning("pull from %s failed, retrying: %s", q.slot.mq, exc)
                 await trio.sleep(PULL_RETRY_DELAY_S)
 
-    def _over_limits(self, pq: ProcessQueue) -> bool:
-        if pq.count > self.pull_threshold_for_queue or pq.size_bytes > self.pull_threshold_size:
+    def _queue_limits(self, topic: str) -> tuple[int, int]:
+        """Per-queue (count, bytes) limits; topic-level limits, when set, are shared out
+        among the topic's assigned queues (``messageQueueChanged``)."""
+        count, size = self.pull_threshold_for_queue, self.pull_threshold_size
+        if self.pull_threshold_for_topic > 0 or self.pull_threshold_size_for_topic > 0:
+            n = max(1, sum(1 for mq in self._queues if mq.topic == topic))
+            if self.pull_threshold_for_topic > 0:
+                count = max(1, self.pull_threshold_for_topic // n)
+            if self.pull_threshold_size_for_topic > 0:
+                size = max(1, self.pull_threshold_size_for_topic // n)
+        return count, size
+
+    def _over_limits(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        count, size = self._queue_limits(mq.topic)
+        if pq.count > count or pq.size_bytes > size:
             return True
         return not self.orderly and pq.span > self.max_span
 
     async def _pull_once(self, q: _Queue) -> None:
         slot = q.slot
         pq = slot.pq
-        if self._over_limits(pq):
+        if self._over_limits(slot.mq, pq):
             await trio.sleep(FLOW_CONTROL_PAUSE_S)
             return
         if self.orderly and not self._locked(q):
