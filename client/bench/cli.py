@@ -1,6 +1,7 @@
 """``mqbench``: the benchmark command line (client benchmarks, plus the store's, lazily).
 
-``mqbench produce|consume|latency|backlog`` run clients in worker processes against a running
+``mqbench produce|consume|latency|backlog`` (and ``push|rebalance``, from
+:mod:`client.bench.push_cli`) run clients in worker processes against a running
 cluster (``--namesrv``) or a local one started for the run (``--start-cluster``, the default).
 ``mqbench store ...`` and ``mqbench stacks`` are the store benchmarks of :mod:`store.bench.cli`,
 imported only when invoked (the client does not depend on the store). ``--json`` prints one
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.table import Table
 
 from client.bench import stats
 from client.bench.cluster import FLUSH_TYPES, ClusterError, LocalCluster, local_cluster
@@ -57,6 +59,8 @@ WARMUP_MSGS = 300
 LAZY_COMMANDS = {
     "store": ("store.bench.cli", "store_group"),
     "stacks": ("store.bench.cli", "stacks_command"),
+    "push": ("client.bench.push_cli", "push_command"),
+    "rebalance": ("client.bench.push_cli", "rebalance_command"),
 }
 
 
@@ -120,14 +124,26 @@ class Session:
         except ClusterError as exc:
             raise click.ClickException(str(exc)) from exc
 
-    def emit(self, obj: dict[str, Any], rows: list[tuple[str, dict[str, Any]]]) -> None:
-        """Print the run's JSON object, or its table."""
+    def emit(
+        self,
+        obj: dict[str, Any],
+        rows: list[tuple[str, dict[str, Any]]],
+        *,
+        latency: bool = True,
+        table: Table | None = None,
+    ) -> None:
+        """Print the run's JSON object, or its table (``table``, else a rate table of
+        ``rows``, with latency columns if ``latency``)."""
         if self.json:
             click.echo(stats.to_json(obj))
             return
         self.out.print(stats.machine_line(self.machine), style="dim")
         caption = stats.config_caption(obj["config"])
-        self.out.print(stats.rate_table(obj["workload"], rows, caption))
+        if table is None:
+            table = stats.rate_table(obj["workload"], rows, caption, latency=latency)
+        else:
+            table.caption = caption
+        self.out.print(table)
 
 
 @contextlib.contextmanager
@@ -195,8 +211,8 @@ def _pids(cluster: LocalCluster | None) -> list[int]:
 
 @click.group(cls=LazyGroup)
 def main() -> None:
-    """minimq benchmarks: clients against a cluster (produce, consume, latency, backlog);
-    the message store alone (store ...); py-spy profile summaries (stacks)."""
+    """minimq benchmarks: clients against a cluster (produce, consume, latency, backlog, push,
+    rebalance); the message store alone (store ...); py-spy profile summaries (stacks)."""
 
 
 # -- produce ---------------------------------------------------------------------------------

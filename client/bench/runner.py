@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
@@ -19,12 +19,16 @@ from typing import Any
 
 import trio
 
-from client import aio
+from client import aio, rebalance
+from client.config import ClientConfig
+from client.instance import ClientInstance
 from common.benchkit import ProgressHook
 
 JOIN_TIMEOUT_S = 10.0
 WORKER_SILENCE_LIMIT_S = 120.0
 """A worker that sends nothing (not even progress) for this long is considered hung."""
+STALL_LIMIT_S = 30.0
+"""Workers whose progress does not grow for this long have stalled."""
 
 
 class BenchError(RuntimeError):
@@ -80,34 +84,63 @@ class WorkerPool:
         ``progress`` messages update :attr:`progress` and call ``on_progress(total)``.
         """
         out: dict[int, Any] = {}
-        index = {id(c): i for i, c in enumerate(self.conns)}
         silent_since = time.monotonic()
         while len(out) < len(self.conns):
-            pending = [c for i, c in enumerate(self.conns) if i not in out]
-            ready = wait(pending, timeout=1.0)
-            if not ready:
+            got = self._receive([i for i in range(len(self.conns)) if i not in out], on_progress)
+            if got is None:
                 if time.monotonic() - silent_since > WORKER_SILENCE_LIMIT_S:
                     raise BenchError(f"{self.name} workers silent for {WORKER_SILENCE_LIMIT_S} s")
                 continue
             silent_since = time.monotonic()
-            for conn in ready:
-                assert isinstance(conn, Connection)
-                i = index[id(conn)]
-                try:
-                    got, payload = conn.recv()
-                except EOFError:
-                    raise BenchError(f"{self.name} worker {i} exited without a result") from None
-                if got == "error":
-                    raise BenchError(f"{self.name} worker {i} failed:\n{payload}")
-                if got == "progress":
-                    self.progress[i] = payload
-                    if on_progress is not None:
-                        on_progress(sum(self.progress))
-                elif got == kind:
-                    out[i] = payload
-                else:
-                    raise BenchError(f"{self.name} worker {i}: expected {kind}, got {got}")
+            for i, what, payload in got:
+                if what != kind:
+                    raise BenchError(f"{self.name} worker {i}: expected {kind}, got {what}")
+                out[i] = payload
         return [out[i] for i in range(len(self.conns))]
+
+    def until_progress(
+        self,
+        total: int,
+        on_progress: Callable[[int], None] | None = None,
+        stall_s: float = STALL_LIMIT_S,
+    ) -> None:
+        """Read the workers' ``progress`` until their sum reaches ``total``; BenchError when
+        it does not grow for ``stall_s`` seconds or a worker sends anything else."""
+        grown_at, best = time.monotonic(), sum(self.progress)
+        while sum(self.progress) < total:
+            for i, what, _ in self._receive(range(len(self.conns)), on_progress) or []:
+                raise BenchError(f"{self.name} worker {i}: expected progress, got {what}")
+            if sum(self.progress) > best:
+                grown_at, best = time.monotonic(), sum(self.progress)
+            elif time.monotonic() - grown_at > stall_s:
+                raise BenchError(f"{self.name} workers stalled at {best}/{total} for {stall_s} s")
+
+    def _receive(
+        self, indexes: Iterable[int], on_progress: Callable[[int], None] | None
+    ) -> list[tuple[int, str, Any]] | None:
+        """One round of reading workers ``indexes`` (up to 1 s): their messages other than
+        ``progress`` (None when nothing arrived); errors and exits raise BenchError."""
+        index = {id(self.conns[i]): i for i in indexes}
+        ready = wait([self.conns[i] for i in index.values()], timeout=1.0)
+        if not ready:
+            return None
+        out = []
+        for conn in ready:
+            assert isinstance(conn, Connection)
+            i = index[id(conn)]
+            try:
+                got, payload = conn.recv()
+            except EOFError:
+                raise BenchError(f"{self.name} worker {i} exited without a result") from None
+            if got == "error":
+                raise BenchError(f"{self.name} worker {i} failed:\n{payload}")
+            if got == "progress":
+                self.progress[i] = payload
+                if on_progress is not None:
+                    on_progress(sum(self.progress))
+            else:
+                out.append((i, got, payload))
+        return out
 
     def close(self) -> None:
         """Join the workers; kill by pid any still running after ``JOIN_TIMEOUT_S``."""
@@ -131,14 +164,16 @@ def bench_group(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{os.urandom(3).hex()}"
 
 
-def ensure_topic(namesrv: str, topic: str, body_size: int) -> None:
+def ensure_topic(namesrv: str, topic: str, body_size: int, queues: int = 4) -> None:
     """Send one message of zero bytes (a zero latency stamp) so that the broker creates the
-    topic and the name servers know its route."""
-    trio.run(_send_one, namesrv, topic, bytes(max(body_size, 8)))
+    topic (with ``queues`` queues, if it is new) and the name servers know its route."""
+    trio.run(_send_one, namesrv, topic, bytes(max(body_size, 8)), queues)
 
 
-async def _send_one(namesrv: str, topic: str, body: bytes) -> None:
-    async with aio.Producer(group=bench_group("bench_init"), namesrv=namesrv) as p:
+async def _send_one(namesrv: str, topic: str, body: bytes, queues: int) -> None:
+    async with aio.Producer(
+        group=bench_group("bench_init"), namesrv=namesrv, default_topic_queue_nums=queues
+    ) as p:
         await p.send(aio.Message(topic, body))
 
 
@@ -156,9 +191,11 @@ def fill_topic(
     batch: int = 32,
     inflight: int = 4,
     progress: ProgressHook,
+    queues: int = 4,
 ) -> QueueRanges:
-    """Send ``count`` messages with batch sends, ``inflight`` batches at a time."""
-    return trio.run(_fill, namesrv, topic, count, body_size, batch, inflight, progress)
+    """Send ``count`` messages with batch sends, ``inflight`` batches at a time (a new topic
+    is created with ``queues`` queues)."""
+    return trio.run(_fill, namesrv, topic, count, body_size, batch, inflight, progress, queues)
 
 
 async def _fill(
@@ -169,6 +206,7 @@ async def _fill(
     batch: int,
     inflight: int,
     progress: ProgressHook,
+    queues: int,
 ) -> QueueRanges:
     body = os.urandom(body_size)
     ranges: QueueRanges = {}
@@ -176,7 +214,9 @@ async def _fill(
     done = 0
     shown = 0.0
     progress.phase(f"fill {topic}", count)
-    async with aio.Producer(group=bench_group("bench_fill"), namesrv=namesrv) as p:
+    async with aio.Producer(
+        group=bench_group("bench_fill"), namesrv=namesrv, default_topic_queue_nums=queues
+    ) as p:
 
         async def sender() -> None:
             nonlocal left, done, shown
@@ -197,3 +237,33 @@ async def _fill(
                 nursery.start_soon(sender)
     progress.advance(done)
     return ranges
+
+
+# -- group members and queues (parent side) ------------------------------------------------------
+MEMBERS_WAIT_S = 15.0
+
+
+def wait_members(namesrv: str, group: str, topic: str, members: int) -> None:
+    """Wait (up to ``MEMBERS_WAIT_S``) until the broker of ``topic`` lists ``members`` clients
+    in ``group``, so that every member's first allocation already sees them all."""
+    trio.run(_wait_members, namesrv, group, topic, members)
+
+
+async def _wait_members(namesrv: str, group: str, topic: str, members: int) -> None:
+    async with ClientInstance(ClientConfig.create(namesrv)) as instance:
+        with trio.move_on_after(MEMBERS_WAIT_S):
+            while True:
+                if len(await rebalance.consumer_ids(instance, group, topic)) >= members:
+                    return
+                await trio.sleep(0.05)
+    raise BenchError(f"{group} did not reach {members} members in {MEMBERS_WAIT_S:g} s")
+
+
+def topic_queues(namesrv: str, topic: str) -> list[aio.MessageQueue]:
+    """The readable queues of ``topic``, sorted."""
+    return trio.run(_topic_queues, namesrv, topic)
+
+
+async def _topic_queues(namesrv: str, topic: str) -> list[aio.MessageQueue]:
+    async with ClientInstance(ClientConfig.create(namesrv)) as instance:
+        return sorted(await instance.subscribe_queues(topic))

@@ -67,10 +67,16 @@ def _lat_cells(lat: dict[str, float]) -> list[str]:
     return [f"{lat['p50']:,.0f}", f"{lat['p99']:,.0f}", f"{lat['p999']:,.0f}", f"{lat['max']:,.0f}"]
 
 
-def rate_table(title: str, rows: Sequence[tuple[str, dict[str, Any]]], caption: str) -> Table:
-    """One row per (label, :func:`aggregate` result): msgs/s, MB/s and latency in µs."""
+def rate_table(
+    title: str, rows: Sequence[tuple[str, dict[str, Any]]], caption: str, *, latency: bool = True
+) -> Table:
+    """One row per (label, :func:`aggregate` result): msgs/s, MB/s and (if ``latency``)
+    latency in µs."""
     t = Table(title=title, caption=caption)
-    for col in ("", "msgs", "seconds", "msgs/s", "MB/s", "p50 µs", "p99 µs", "p999 µs", "max µs"):
+    cols = ["", "msgs", "seconds", "msgs/s", "MB/s"]
+    if latency:
+        cols += ["p50 µs", "p99 µs", "p999 µs", "max µs"]
+    for col in cols:
         t.add_column(col, justify="right")
     for label, r in rows:
         t.add_row(
@@ -79,8 +85,19 @@ def rate_table(title: str, rows: Sequence[tuple[str, dict[str, Any]]], caption: 
             f"{r['seconds']:.2f}",
             f"{r['msgs_per_s']:,.0f}",
             f"{r['mb_per_s']:,.1f}",
-            *_lat_cells(r["latency_us"]),
+            *(_lat_cells(r["latency_us"]) if latency else []),
         )
+    return t
+
+
+def rebalance_table(rounds: Sequence[dict[str, float]], target_s: float) -> Table:
+    """One row per rebalance round: seconds until every queue had one owner, per change."""
+    changes = list(dict.fromkeys(k for r in rounds for k in r))
+    t = Table(title=f"seconds to one owner per queue (target {target_s:g} s)")
+    for col in ("round", *changes):
+        t.add_column(col, justify="right")
+    for i, r in enumerate(rounds, 1):
+        t.add_row(str(i), *(f"{r[c]:.3f}" if c in r else "" for c in changes))
     return t
 
 

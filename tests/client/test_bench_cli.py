@@ -116,6 +116,56 @@ def test_backlog_reports_broker_memory(tmp_path: Path) -> None:
     assert_cleaned_up(out, tmp_path)
 
 
+def assert_push(out: dict[str, Any], count: int) -> None:
+    assert out["workload"] == "push"
+    assert out["msgs"] == count
+    assert sum(c["msgs"] for c in out["clients_detail"]) == count
+    assert out["queues"] == list(range(8))  # an 8-queue topic, each queue owned once
+    assert out["seconds"] > 0
+    assert out["msgs_per_s"] > 0
+    assert out["mb_per_s"] > 0
+    assert "latency_us" not in out
+
+
+def test_push_concurrent_aio(tmp_path: Path) -> None:
+    out = run_bench(tmp_path, "push", "--count", "500")
+    cfg = out["config"]
+    assert (cfg["count"], cfg["orderly"], cfg["clients"], cfg["api"]) == (500, False, 1, "aio")
+    assert (cfg["batch_size"], cfg["threads"]) == (1, 20)
+    assert_push(out, 500)
+    assert_cleaned_up(out, tmp_path)
+
+
+def test_push_orderly_blocking_two_clients(tmp_path: Path) -> None:
+    out = run_bench(
+        tmp_path, "push", "--count", "500", "--orderly", "--api", "blocking", "--clients", "2",
+        "--batch-size", "4", "--threads", "2",
+    )  # fmt: skip
+    cfg = out["config"]
+    assert (cfg["orderly"], cfg["api"], cfg["clients"]) == (True, "blocking", 2)
+    assert (cfg["batch_size"], cfg["threads"]) == (4, 2)
+    assert_push(out, 500)
+    assert [len(c["queues"]) for c in out["clients_detail"]] == [4, 4]
+    assert len({c["pid"] for c in out["clients_detail"]}) == 2
+    assert_cleaned_up(out, tmp_path)
+
+
+def test_rebalance_one_round(tmp_path: Path) -> None:
+    out = run_bench(tmp_path, "rebalance", "--members", "2", "--rounds", "1")
+    assert out["workload"] == "rebalance"
+    assert (out["config"]["members"], out["config"]["rounds"]) == (2, 1)
+    assert out["queues"] == 8
+    assert out["initial_s"] >= 0
+    [round_] = out["rounds"]
+    assert list(round_) == ["join", "leave", "kill", "rejoin"]
+    assert all(v >= 0 for v in round_.values())
+    assert out["max_s"] == max(round_.values())
+    assert out["target_s"] == 2.0
+    assert out["within_target"] == (out["max_s"] <= 2.0)
+    assert len(out["worker_pids"]) == 4  # two members, one joining, one rejoining
+    assert_cleaned_up(out, tmp_path)
+
+
 def test_namesrv_and_start_cluster_exclude_each_other() -> None:
     proc = subprocess.run(
         [MQBENCH, "produce", "--namesrv", "127.0.0.1:1", "--start-cluster"],
