@@ -452,6 +452,11 @@ class PushConsumer(_BlockingBase):
         """The queues this member consumes now."""
         return self._run(_call_sync, self._c().assignment, timeout=self.request_timeout)
 
+    @property
+    def client_id(self) -> str:
+        """This member's client id (``ip@instance``), as the brokers list it."""
+        return self._c().instance.client_id
+
 
 async def _stop_push(scope: trio.CancelScope, consumer: aio_push.PushConsumer) -> None:
     scope.cancel()

@@ -74,7 +74,8 @@ LOCK_RETRY_S = 0.5
 CLOSE_TIMEOUT_S = 5.0
 """Upper bound of persisting offsets and releasing locks when the consumer closes."""
 DROP_WAIT_S = 1.0
-"""Orderly: how long a dropped queue waits for its in-flight batch before letting go."""
+"""Orderly: how long a dropped queue waits for its in-flight batch before persisting its offset
+(its broker lock is kept until the batch ends)."""
 
 
 @dataclass(eq=False)
@@ -414,15 +415,28 @@ class PushConsumer:
             return
         q.slot.pq.dropped = True
         q.scope.cancel()
+        idle = True
         if self.orderly:
+            idle = False
             with trio.move_on_after(DROP_WAIT_S):
-                await q.slot.consuming.acquire()
-                q.slot.consuming.release()
+                async with q.slot.consuming:
+                    idle = True
         await self._offsets.persist([mq])
         self._offsets.remove(mq)
-        if self.orderly:
+        if idle and self.orderly:
             await self._unlock([mq])
+        elif self.orderly and self._nursery is not None:
+            # a handler is still on this queue: keep the broker lock until it returns (as
+            # RocketMQ does), or the new owner would consume the queue at the same time
+            self._nursery.start_soon(self._unlock_when_idle, q)
         log.info("%s: released %s", self.group, mq)
+
+    async def _unlock_when_idle(self, q: _Queue) -> None:
+        """Orderly: unlock a dropped queue once its in-flight handler has returned."""
+        async with q.slot.consuming:
+            pass
+        if q.slot.mq not in self._queues:  # not assigned to us again meanwhile
+            await self._unlock([q.slot.mq])
 
     # ------------------------------------------------------------------ pulling
 
