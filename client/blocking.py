@@ -18,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import trio
 
@@ -36,6 +36,17 @@ from client.producer import DEFAULT_PRODUCER_GROUP, QueueSelector, SendCallback
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class _AsyncConsumer(Protocol):
+    """What the blocking facade needs of a trio-native consumer."""
+
+    closed: trio.Event
+
+    async def run(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None: ...
+
+
+C = TypeVar("C", bound=_AsyncConsumer)
 
 CLOSE_TIMEOUT_S = 5.0
 """Upper bound of ``close()``."""
@@ -285,20 +296,24 @@ def _deliver(future: concurrent.futures.Future[SendResult], callback: SendCallba
         log.exception("send callback raised")
 
 
-class PullConsumer(_BlockingBase):
-    """Blocking pull consumer: ``with PullConsumer(group="cg", namesrv=...) as c:``.
+class _ServiceConsumer(_BlockingBase, Generic[C]):
+    """A trio-native consumer run as a service of the shared loop thread."""
 
-    Options are those of :class:`client.aio.PullConsumer`.
-    """
+    _kind = "consumer"
 
     def __init__(
-        self, group: str, namesrv: str | Sequence[str] | None = None, **options: Any
+        self,
+        factory: Callable[..., C],
+        group: str,
+        namesrv: str | Sequence[str] | None,
+        options: dict[str, Any],
     ) -> None:
         super().__init__(namesrv)
-        self._what = f"pull consumer {group}"
+        self._what = f"{self._kind} {group}"
         self.group = group
+        self._factory = factory
         self._options = options
-        self._async: aio_consumer.PullConsumer | None = None
+        self._async: C | None = None
         self._scope: trio.CancelScope | None = None
         self.request_timeout = 3.0 + SLACK_S
 
@@ -306,9 +321,7 @@ class PullConsumer(_BlockingBase):
         """Join the shared client instance and start the consumer; returns self."""
 
         def open_(shared: _Shared) -> None:
-            consumer = aio_consumer.PullConsumer(
-                self.group, instance=shared.instance, **self._options
-            )
+            consumer = self._factory(self.group, instance=shared.instance, **self._options)
             self._scope = shared.loop.start_service(consumer.run, timeout=CLOSE_TIMEOUT_S)
             self._async = consumer
 
@@ -316,18 +329,33 @@ class PullConsumer(_BlockingBase):
         return self
 
     def close(self) -> None:
-        """Commit (with auto commit), stop fetching, leave the shared instance; always returns."""
+        """Stop the consumer (committing or persisting its offsets) and leave the shared
+        instance; always returns."""
 
         def close_(loop: LoopThread) -> None:
             if self._async is not None and self._scope is not None:
-                loop.run(_stop_consumer, self._scope, self._async, timeout=CLOSE_TIMEOUT_S)
+                loop.run(_stop_service, self._scope, self._async, timeout=2 * CLOSE_TIMEOUT_S)
 
         self._close(close_)
 
-    def _c(self) -> aio_consumer.PullConsumer:
+    def _c(self) -> C:
         self._loop()
         assert self._async is not None
         return self._async
+
+
+class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
+    """Blocking pull consumer: ``with PullConsumer(group="cg", namesrv=...) as c:``.
+
+    Options are those of :class:`client.aio.PullConsumer`.
+    """
+
+    _kind = "pull consumer"
+
+    def __init__(
+        self, group: str, namesrv: str | Sequence[str] | None = None, **options: Any
+    ) -> None:
+        super().__init__(aio_consumer.PullConsumer, group, namesrv, options)
 
     def _t(self, timeout: float | None) -> float:
         return self.request_timeout if timeout is None else timeout
@@ -382,12 +410,12 @@ class PullConsumer(_BlockingBase):
         self._run(self._c().commit, offsets, timeout=self._t(timeout))
 
 
-async def _stop_consumer(scope: trio.CancelScope, consumer: aio_consumer.PullConsumer) -> None:
+async def _stop_service(scope: trio.CancelScope, consumer: _AsyncConsumer) -> None:
     scope.cancel()
     await consumer.closed.wait()
 
 
-class PushConsumer(_BlockingBase):
+class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     """Blocking push consumer: ``with PushConsumer(group="cg", namesrv=...) as c:`` then
     ``c.subscribe(topic, expression, handler)``; messages are consumed in the background until
     ``close()``.
@@ -397,41 +425,12 @@ class PushConsumer(_BlockingBase):
     those of :class:`client.aio.PushConsumer`.
     """
 
+    _kind = "push consumer"
+
     def __init__(
         self, group: str, namesrv: str | Sequence[str] | None = None, **options: Any
     ) -> None:
-        super().__init__(namesrv)
-        self._what = f"push consumer {group}"
-        self.group = group
-        self._options = options
-        self._async: aio_push.PushConsumer | None = None
-        self._scope: trio.CancelScope | None = None
-        self.request_timeout = 3.0 + SLACK_S
-
-    def start(self) -> Self:
-        """Join the shared client instance and start consuming; returns self."""
-
-        def open_(shared: _Shared) -> None:
-            consumer = aio_push.PushConsumer(self.group, instance=shared.instance, **self._options)
-            self._scope = shared.loop.start_service(consumer.run, timeout=CLOSE_TIMEOUT_S)
-            self._async = consumer
-
-        self._start(open_)
-        return self
-
-    def close(self) -> None:
-        """Stop pulling, persist offsets, release orderly locks, leave; always returns."""
-
-        def close_(loop: LoopThread) -> None:
-            if self._async is not None and self._scope is not None:
-                loop.run(_stop_push, self._scope, self._async, timeout=2 * CLOSE_TIMEOUT_S)
-
-        self._close(close_)
-
-    def _c(self) -> aio_push.PushConsumer:
-        self._loop()
-        assert self._async is not None
-        return self._async
+        super().__init__(aio_push.PushConsumer, group, namesrv, options)
 
     def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
         """Consume ``topic``'s messages matching ``expression`` with ``handler``."""
@@ -456,8 +455,3 @@ class PushConsumer(_BlockingBase):
     def client_id(self) -> str:
         """This member's client id (``ip@instance``), as the brokers list it."""
         return self._c().instance.client_id
-
-
-async def _stop_push(scope: trio.CancelScope, consumer: aio_push.PushConsumer) -> None:
-    scope.cancel()
-    await consumer.closed.wait()
