@@ -46,6 +46,7 @@ from client.errors import (
 from client.message import MessageQueue
 from client.queue_selector import publish_queues
 from common.route import MASTER_ID, TopicRouteData
+from remoting.admin_bodies import decode_reset_offset
 from remoting.channel import Channel, Handler
 from remoting.client import RemotingClient
 from remoting.client_bodies import ConsumerData, HeartbeatData, encode_heartbeat
@@ -69,8 +70,12 @@ class ClientInstance:
         self.client_id = config.client_id
         self.consumer_ids_changed: list[Callable[[str], None]] = []
         """Called with the group when a broker says its member list changed (rebalance)."""
+        self.offset_reset: list[Callable[[str, str, dict[MessageQueue, int]], None]] = []
+        """Called with ``(group, topic, {queue: offset})`` when a broker says an admin reset
+        the group's offsets (RESET_CONSUMER_CLIENT_OFFSET)."""
         table: dict[int, Handler] = {
-            int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED): self._on_consumer_ids_changed
+            int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED): self._on_consumer_ids_changed,
+            int(RequestCode.RESET_CONSUMER_CLIENT_OFFSET): self._on_reset_offset,
         }
         table.update(handlers or {})
         self._remoting = RemotingClient(
@@ -161,6 +166,30 @@ class ClientInstance:
                 listener(group)
             except Exception:
                 log.exception("consumer-ids-changed listener failed")
+        return None
+
+    async def _on_reset_offset(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | None:
+        """RESET_CONSUMER_CLIENT_OFFSET (oneway, headers topic group, body ResetOffsetBody)."""
+        group = str(request.ext_fields.get("group", ""))
+        topic = str(request.ext_fields.get("topic", ""))
+        try:
+            entries = decode_reset_offset(request.body)
+        except ValueError as exc:
+            log.warning("bad offset reset from %s: %s", channel.remote_addr, exc)
+            return None
+        offsets = {
+            MessageQueue(e.topic, e.broker_name, e.queue_id): e.offset
+            for e in entries
+            if e.topic == topic
+        }
+        log.info("offsets of %s on %s reset by %s: %s", group, topic, channel.remote_addr, offsets)
+        for listener in self.offset_reset:
+            try:
+                listener(group, topic, offsets)
+            except Exception:
+                log.exception("offset-reset listener failed")
         return None
 
     # ------------------------------------------------------------------ calls

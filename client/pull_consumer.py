@@ -147,6 +147,7 @@ class PullConsumer:
         try:
             self._instance.register_consumer(self.group, self.consumer_data)
             self._instance.consumer_ids_changed.append(self._on_ids_changed)
+            self._instance.offset_reset.append(self._on_offset_reset)
             cm = trio.open_nursery()
             self._nursery = await cm.__aenter__()
         except BaseException:
@@ -175,6 +176,8 @@ class PullConsumer:
                 self._instance.unregister_consumer(self.group)
                 with contextlib.suppress(ValueError):
                     self._instance.consumer_ids_changed.remove(self._on_ids_changed)
+                with contextlib.suppress(ValueError):
+                    self._instance.offset_reset.remove(self._on_offset_reset)
                 if not self._own_instance:
                     await self._instance.unregister_client(consumer_group=self.group)
             self._nursery.cancel_scope.cancel()
@@ -260,6 +263,14 @@ class PullConsumer:
     def _on_ids_changed(self, group: str) -> None:
         if group == self.group and self._subscriptions:
             self._rebalance_wakeup.set()
+
+    def _on_offset_reset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """An admin reset the group's offsets: seek the assigned queues among ``offsets``."""
+        if group != self.group or not self._running:
+            return
+        for mq, offset in sorted(offsets.items()):
+            if mq in self._states:
+                self.seek(mq, offset)
 
     async def do_rebalance(self) -> None:
         """Group mode: one rebalance round; dropped queues commit their position first."""

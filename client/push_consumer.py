@@ -256,6 +256,7 @@ class PushConsumer:
         )
         instance.register_consumer(self.group, self.consumer_data)
         instance.consumer_ids_changed.append(self._on_ids_changed)
+        instance.offset_reset.append(self._on_offset_reset)
         cm = trio.open_nursery()
         self._nursery = await cm.__aenter__()
         self._nursery_cm = cm
@@ -291,6 +292,8 @@ class PushConsumer:
             self._running = False
             with contextlib.suppress(ValueError):
                 self._instance.consumer_ids_changed.remove(self._on_ids_changed)
+            with contextlib.suppress(ValueError):
+                self._instance.offset_reset.remove(self._on_offset_reset)
             self._instance.unregister_consumer(self.group)
             if not self._own_instance:
                 with trio.CancelScope(shield=True):
@@ -324,6 +327,24 @@ class PushConsumer:
     def _on_ids_changed(self, group: str) -> None:
         if group == self.group:
             self.rebalance_soon()
+
+    def _on_offset_reset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        if group == self.group and self._running and self._nursery is not None:
+            self._nursery.start_soon(self.reset_offsets, offsets)
+
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """Move assigned queues to new offsets (an admin reset): each queue in ``offsets`` that
+        is ours drops what it buffered, stores the offset and pulls again from there."""
+        async with self._rebalance_lock:
+            for mq, offset in sorted(offsets.items()):
+                if mq not in self._queues or not self._running:
+                    continue
+                await self._remove_queue(mq)
+                self._offsets.update(mq, offset, increase_only=False)
+                await self._offsets.persist([mq])
+                self._offsets.remove(mq)
+                await self._add_queue(mq, locked=False)
+                log.info("%s: %s reset to offset %d", self.group, mq, offset)
 
     def rebalance_soon(self) -> None:
         """Run a rebalance round now instead of at the next period."""

@@ -17,10 +17,10 @@ Steps, as RocketMQ's:
 3. The new message copies body, flag, sysFlag, born timestamp/host and properties (UNIQ_KEY
    included) with ``reconsumeTimes + 1``; RETRY_TOPIC = the original topic unless already set;
    ORIGIN_MESSAGE_ID = the one already set, else the UNIQ_KEY, else the record's offset id.
-4. When ``reconsumeTimes >= maxReconsumeTimes`` (the header's if given and >= 0, else the
-   group's ``retryMaxTimes``) or ``delayLevel < 0`` it goes to ``%DLQ%<group>`` (created on
-   demand: 1 queue, read|write as RocketMQ 4.9+/5.x; DELAY removed). Otherwise to a random
-   retry queue with DELAY = ``3 + reconsumeTimes`` when ``delayLevel`` is 0, else
+4. When ``reconsumeTimes >= maxReconsumeTimes`` (the group's ``retryMaxTimes``, or the
+   header's when given, >= 0 and smaller) or ``delayLevel < 0`` it goes to ``%DLQ%<group>``
+   (created on demand: 1 queue, read|write as RocketMQ 4.9+/5.x; DELAY removed). Otherwise to a
+   random retry queue with DELAY = ``3 + reconsumeTimes`` when ``delayLevel`` is 0, else
    ``delayLevel`` (then clamped and redirected by :mod:`broker.schedule`).
 5. A new retry / DLQ topic is registered with the name servers before the put; the put goes
    through :class:`store.services.StoreServices` (SYNC_FLUSH waits as for a send). PUT_OK
@@ -137,7 +137,10 @@ class SendBackProcessor:
             return error(
                 request, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
             )
-        max_times = max_reconsume if max_reconsume >= 0 else config.retry_max_times
+        # the group's retryMaxTimes (mqadmin updateSubGroup -r) caps what the client asks for
+        max_times = config.retry_max_times
+        if max_reconsume >= 0:
+            max_times = min(max_reconsume, max_times)
         msg, dlq_created = self._build(rec, config, retry_config, delay_level, max_times)
         if (created or dlq_created) and self.on_topic_created is not None:
             await self.on_topic_created()

@@ -1,0 +1,348 @@
+"""Admin requests behind ``mqadmin``'s statistics, connection, offset and config commands (the
+rest of RocketMQ's ``AdminBrokerProcessor`` that minimq implements).
+
+::
+
+    GET_TOPIC_STATS_INFO          202  topic -> TopicStatsTable | TOPIC_NOT_EXIST
+    GET_CONSUME_STATS             208  consumerGroup [topic] -> ConsumeStats (possibly empty)
+    GET_CONSUMER_CONNECTION_LIST  203  consumerGroup -> ConsumerConnection | CONSUMER_NOT_ONLINE
+    GET_PRODUCER_CONNECTION_LIST  204  producerGroup -> ProducerConnection | SYSTEM_ERROR
+    UPDATE_BROKER_CONFIG           25  body = ``key=value`` lines -> SUCCESS | SYSTEM_ERROR
+    INVOKE_BROKER_TO_RESET_OFFSET 222  topic group timestamp [isForce] -> ResetOffsetBody
+    CLONE_GROUP_OFFSET            314  srcGroup destGroup [topic] [offline] -> SUCCESS
+
+Bodies: :mod:`remoting.admin_bodies`.
+
+Rules:
+
+- Topic stats cover the topic's ``writeQueueNums`` queues (as RocketMQ's); the last update time of
+  a queue is the store time of its newest message (0 when empty).
+- Consume stats cover the topics the group has committed offsets for plus the topics its online
+  members subscribe to, or only ``topic`` when given; a queue without a committed offset shows
+  consumer offset 0; ``lastTimestamp`` is the store time of the last consumed message.
+  ``consumeTps`` is not measured and is always 0.
+- UPDATE_BROKER_CONFIG applies only :data:`LIVE_KEYS` (in memory: they take effect at once and
+  are lost at restart); any other key, or a bad value, is refused and nothing is changed.
+- A reset finds, per queue of the topic, the first offset stored at or after ``timestamp``
+  (``-1``: the queue's max offset, i.e. skip everything); without ``isForce`` (default true) a
+  queue only moves backwards. The broker commits the new offsets itself (so an offline group is
+  reset too) and sends a oneway RESET_CONSUMER_CLIENT_OFFSET (header ``topic group timestamp
+  isForce``, body = the offsets) to every online member, whose consumers drop what they buffered
+  and continue from there.
+- CLONE_GROUP_OFFSET copies ``srcGroup``'s committed offsets (of ``topic``, or of every topic it
+  has) to ``destGroup``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Final
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.processors.client import ClientService
+from broker.subscription_group import SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager
+from common.properties import convert_value, parse_properties
+from remoting.admin_bodies import (
+    Connection,
+    ConsumerConnection,
+    ConsumeStats,
+    QueueConsumeStats,
+    QueueOffset,
+    TopicOffset,
+    encode_consume_stats,
+    encode_consumer_connection,
+    encode_producer_connection,
+    encode_reset_offset,
+    encode_topic_stats,
+)
+from remoting.channel import Channel, Handler
+from remoting.codes import LanguageCode, RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+from remoting.errors import RemotingError
+from remoting.headers import error, guarded, header_int, header_str, opt_bool, opt_str
+from store import MessageStore
+
+log = logging.getLogger(__name__)
+
+LIVE_KEYS: Final = {
+    "autoCreateTopicEnable": "auto_create_topic_enable",
+    "defaultTopicQueueNums": "default_topic_queue_nums",
+    "autoCreateSubscriptionGroup": "auto_create_subscription_group",
+    "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
+    "registerNameServerPeriod": "register_name_server_period_ms",
+    "channelExpiredTimeout": "channel_expired_timeout_ms",
+}
+"""Broker keys UPDATE_BROKER_CONFIG changes at runtime -> BrokerConfig field."""
+RESET_NOTIFY_TIMEOUT_S: Final = 3.0
+"""Upper bound of one RESET_CONSUMER_CLIENT_OFFSET send."""
+
+
+class AdminStatsProcessor:
+    """Stats, connections, offset resets and runtime config; see the module rules."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        groups: SubscriptionGroupManager,
+        clients: ClientService,
+        config: BrokerConfig,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.groups = groups
+        self.clients = clients
+        self.config = config
+
+    # ------------------------------------------------------------------ helpers
+
+    def _store_time(self, topic: str, queue_id: int, logical: int) -> int:
+        """Store timestamp of the message at ``logical`` (0 if unknown)."""
+        cq = self.store.find_consume_queue(topic, queue_id)
+        unit = cq.unit_at(logical) if cq is not None and logical >= 0 else None
+        if unit is None or unit[0] < self.store.commitlog.min_offset:
+            return 0
+        return self.store.commitlog.store_timestamp_at(unit[0])
+
+    def _queue_ids(self, topic: str) -> range:
+        config = self.topics.select(topic)
+        return range(config.write_queue_nums if config is not None else 0)
+
+    # ------------------------------------------------------------------ stats
+
+    async def topic_stats(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_TOPIC_STATS_INFO."""
+        topic = header_str(request, "topic")
+        if self.topics.select(topic) is None:
+            return error(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        rows = []
+        for qid in self._queue_ids(topic):
+            hi = self.store.get_max_offset_in_queue(topic, qid)
+            rows.append(
+                TopicOffset(
+                    topic,
+                    self.config.broker_name,
+                    qid,
+                    self.store.get_min_offset_in_queue(topic, qid),
+                    hi,
+                    self._store_time(topic, qid, hi - 1) if hi > 0 else 0,
+                )
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, body=encode_topic_stats(rows)
+        )
+
+    async def consume_stats(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_CONSUME_STATS."""
+        group = header_str(request, "consumerGroup")
+        topic = opt_str(request, "topic", "")
+        if topic:
+            topics = {topic}
+        else:
+            topics = self.offsets.which_topics_by_group(group)
+            data = self.clients.manager.consumer_data(group)
+            if data is not None:
+                topics |= {s.topic for s in data.subscriptions}
+        rows: list[QueueConsumeStats] = []
+        for t in sorted(topics):
+            committed = self.offsets.query_offsets(group, t)
+            for qid in self._queue_ids(t):
+                consumer = max(0, committed.get(qid, 0))
+                rows.append(
+                    QueueConsumeStats(
+                        t,
+                        self.config.broker_name,
+                        qid,
+                        self.store.get_max_offset_in_queue(t, qid),
+                        consumer,
+                        self._store_time(t, qid, consumer - 1) if consumer > 0 else 0,
+                    )
+                )
+        body = encode_consume_stats(ConsumeStats(tuple(rows)))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    # ------------------------------------------------------------------ connections
+
+    async def consumer_connections(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST."""
+        group = header_str(request, "consumerGroup")
+        info = self.clients.manager.consumers.get(group)
+        if info is None or not info.clients:
+            return error(
+                request,
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group[{group}] not online",
+            )
+        data = info.data
+        cc = ConsumerConnection(
+            _connections(info.clients.values()),
+            {s.topic: s.sub_string for s in data.subscriptions},
+            data.consume_type.value,
+            data.message_model.value,
+            data.consume_from_where.value,
+        )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, body=encode_consumer_connection(cc)
+        )
+
+    async def producer_connections(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST."""
+        group = header_str(request, "producerGroup")
+        clients = self.clients.manager.producers.get(group)
+        if not clients:
+            return error(
+                request, ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
+            )
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SUCCESS,
+            body=encode_producer_connection(_connections(clients.values())),
+        )
+
+    # ------------------------------------------------------------------ config
+
+    async def update_broker_config(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG: apply :data:`LIVE_KEYS` in memory."""
+        try:
+            props = parse_properties(request.body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return error(request, ResponseCode.SYSTEM_ERROR, f"bad config body: {exc}")
+        if not props:
+            return error(request, ResponseCode.SYSTEM_ERROR, "no key=value in the body")
+        kinds: dict[str, type] = {
+            f.name: f.metadata["type"] for f in dataclasses.fields(BrokerConfig) if f.metadata
+        }
+        changes: dict[str, Any] = {}
+        try:
+            for key, raw in props.items():
+                name = LIVE_KEYS.get(key)
+                if name is None:
+                    live = ", ".join(sorted(LIVE_KEYS))
+                    return error(
+                        request,
+                        ResponseCode.SYSTEM_ERROR,
+                        f"{key} cannot be changed at runtime (set it in broker.conf and "
+                        f"restart); runtime keys: {live}",
+                    )
+                changes[name] = convert_value(key, raw, kinds[name])
+            dataclasses.replace(self.config, **changes)  # validates the combination
+        except ValueError as exc:
+            return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        self._apply(changes)
+        log.info("broker config updated at runtime: %s", props)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def _apply(self, changes: dict[str, Any]) -> None:
+        """Change the shared config in place (every holder reads it at use time) and the
+        managers that copied a value at start."""
+        for name, value in changes.items():
+            object.__setattr__(self.config, name, value)
+        self.topics.auto_create_enable = self.config.auto_create_topic_enable
+        self.topics.default_queue_nums = self.config.default_topic_queue_nums
+        self.groups.auto_create = self.config.auto_create_subscription_group
+        self.clients.manager.expired_ms = self.config.channel_expired_timeout_ms
+
+    # ------------------------------------------------------------------ offsets
+
+    async def reset_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET (see the module rules)."""
+        topic = header_str(request, "topic")
+        group = header_str(request, "group")
+        timestamp = header_int(request, "timestamp")
+        force = opt_bool(request, "isForce", True)
+        if self.topics.select(topic) is None:
+            return error(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        entries: list[QueueOffset] = []
+        for qid in self._queue_ids(topic):
+            if timestamp == -1:
+                offset = self.store.get_max_offset_in_queue(topic, qid)
+            else:
+                offset = self.store.get_offset_in_queue_by_time(topic, qid, timestamp)
+            current = self.offsets.query_offset(group, topic, qid)
+            if not force and 0 <= current < offset:
+                offset = current
+            self.offsets.commit_offset(group, topic, qid, offset)
+            entries.append(QueueOffset(topic, self.config.broker_name, qid, offset))
+        body = encode_reset_offset(entries)
+        fields: dict[str, ExtValue] = {
+            "topic": topic,
+            "group": group,
+            "timestamp": str(timestamp),
+            "isForce": str(force).lower(),
+        }
+        members = self.clients.manager.consumer_channels(group)
+        log.info(
+            "reset %s of %s to %s; notifying %d member(s)", topic, group, entries, len(members)
+        )
+        async with trio.open_nursery() as nursery:
+            for member in members:
+                nursery.start_soon(_notify_reset, member, fields, body)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def clone_group_offset(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """CLONE_GROUP_OFFSET."""
+        src = header_str(request, "srcGroup")
+        dst = header_str(request, "destGroup")
+        topic = opt_str(request, "topic", "")
+        topics = [topic] if topic else sorted(self.offsets.which_topics_by_group(src))
+        for t in topics:
+            self.offsets.clone_offset(src, dst, t)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def handlers(self) -> dict[int, Handler]:
+        """The ``{request code: handler}`` table."""
+        return {
+            int(RequestCode.GET_TOPIC_STATS_INFO): guarded(self.topic_stats),
+            int(RequestCode.GET_CONSUME_STATS): guarded(self.consume_stats),
+            int(RequestCode.GET_CONSUMER_CONNECTION_LIST): guarded(self.consumer_connections),
+            int(RequestCode.GET_PRODUCER_CONNECTION_LIST): guarded(self.producer_connections),
+            int(RequestCode.UPDATE_BROKER_CONFIG): guarded(self.update_broker_config),
+            int(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET): guarded(self.reset_offset),
+            int(RequestCode.CLONE_GROUP_OFFSET): guarded(self.clone_group_offset),
+        }
+
+
+def _language(code: int) -> str:
+    try:
+        return LanguageCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def _connections(infos: Any) -> tuple[Connection, ...]:
+    """``Connection`` rows of ClientChannelInfo objects, sorted by client id."""
+    return tuple(
+        Connection(i.client_id, i.channel.remote_addr, _language(i.language), i.version)
+        for i in sorted(infos, key=lambda i: i.client_id)
+    )
+
+
+async def _notify_reset(member: Channel, fields: dict[str, ExtValue], body: bytes) -> None:
+    """One oneway RESET_CONSUMER_CLIENT_OFFSET; a failure is logged."""
+    cmd = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, fields, body, opaque=0)
+    try:
+        with trio.fail_after(RESET_NOTIFY_TIMEOUT_S):
+            await member.invoke_oneway(cmd)
+    except (
+        RemotingError,
+        OSError,
+        trio.TooSlowError,
+        trio.BrokenResourceError,
+        trio.ClosedResourceError,
+    ) as exc:
+        log.warning("sending the offset reset to %s failed: %r", member.remote_addr, exc)

@@ -1,0 +1,345 @@
+"""AdminClient: the requests behind ``mqadmin`` (RocketMQ's ``DefaultMQAdminExt``), trio-native.
+
+``async with AdminClient(namesrv) as admin:`` opens one :class:`~client.instance.ClientInstance`
+(connections and routes; it registers no producer or consumer, so it sends no heartbeats).
+Every method raises :class:`~client.errors.MQClientError` (``MQBrokerError`` for an error
+answer) with a one-line reason; nothing is retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import msgpack
+
+from client import api
+from client.config import ClientConfig
+from client.errors import MQBrokerError, MQClientError, TopicRouteError
+from client.instance import ClientInstance
+from client.message import MessageQueue, ReceivedMessage, from_record
+from common.message_id import decode_offset_msg_id
+from common.record import RecordError, decode_records
+from common.route import MASTER_ID, ClusterInfo, TopicConfig, TopicRouteData
+from common.subscription import build_subscription
+from remoting import admin_bodies as bodies
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import ExtValue, RemotingCommand
+from remoting.route_bodies import decode_cluster_info_body, decode_topic_list_body
+
+TOOLS_CONSUMER = "TOOLS_CONSUMER"
+"""The group RocketMQ's tools pull with (a built-in subscription group)."""
+
+
+class AdminClient:
+    """Admin requests to the name servers and brokers; see the module docstring."""
+
+    def __init__(self, namesrv: str | Sequence[str] | None, *, timeout_s: float = 5.0) -> None:
+        config = ClientConfig.create(
+            namesrv, request_timeout_s=timeout_s, connect_timeout_s=timeout_s
+        )
+        self.instance = ClientInstance(config)
+
+    async def __aenter__(self) -> AdminClient:
+        await self.instance.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.instance.__aexit__(exc_type, exc, tb)
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def call(
+        self,
+        addr: str,
+        code: RequestCode,
+        fields: Mapping[str, ExtValue] | None = None,
+        body: bytes = b"",
+        *,
+        ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
+        """Send a request to ``addr``; MQBrokerError unless the answer's code is in ``ok``."""
+        cmd = RemotingCommand.request(code, dict(fields or {}), body, opaque=0)
+        resp = await self.instance.invoke(addr, cmd)
+        if resp.code not in ok:
+            raise MQBrokerError(resp.code, resp.remark or f"error code {resp.code}", addr)
+        return resp
+
+    async def call_namesrv(
+        self, code: RequestCode, fields: Mapping[str, ExtValue] | None = None
+    ) -> RemotingCommand:
+        """Send a request to a name server (the first that answers)."""
+        cmd = RemotingCommand.request(code, dict(fields or {}), opaque=0)
+        resp, addr = await self.instance.invoke_namesrv(cmd)
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark or f"error code {resp.code}", addr)
+        return resp
+
+    # ------------------------------------------------------------------ name server
+
+    async def cluster_info(self) -> ClusterInfo:
+        """GET_BROKER_CLUSTER_INFO."""
+        return decode_cluster_info_body(
+            (await self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)).body
+        )
+
+    async def topic_list(self, cluster: str | None = None) -> list[str]:
+        """Topics (GET_ALL_TOPIC_LIST_FROM_NAMESERVER) or a cluster's (GET_TOPICS_BY_CLUSTER)."""
+        if cluster is None:
+            resp = await self.call_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        else:
+            resp = await self.call_namesrv(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster})
+        return sorted(decode_topic_list_body(resp.body))
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        """The topic's current route; TopicRouteError when no name server knows it."""
+        try:
+            return await self.instance.topic_route(topic, refresh=True)
+        except MQBrokerError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                raise TopicRouteError(topic) from None
+            raise
+
+    async def delete_topic_in_namesrv(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_NAMESRV on every name server."""
+        for addr in self.instance.config.namesrv_addrs:
+            await self.call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+
+    async def masters(
+        self, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[tuple[str, str]]:
+        """``(broker name, master address)`` of ``broker_addr``, of a cluster's brokers, or of
+        every broker, sorted by name; MQClientError when there is none."""
+        info = await self.cluster_info()
+        out = []
+        for name, data in sorted(info.broker_addr_table.items()):
+            addr = data.broker_addrs.get(MASTER_ID)
+            if addr is None or (cluster is not None and data.cluster != cluster):
+                continue
+            if broker_addr is None or broker_addr == addr:
+                out.append((name, addr))
+        if broker_addr is not None and not out:
+            return [(broker_addr, broker_addr)]  # a broker the name servers do not list
+        if not out:
+            what = f"cluster {cluster}" if cluster else "the name servers"
+            raise MQClientError(ResponseCode.SYSTEM_ERROR, f"no broker found in {what}")
+        return out
+
+    async def topic_masters(self, topic: str) -> list[tuple[str, str]]:
+        """``(broker name, master address)`` of every broker hosting ``topic``."""
+        route = await self.topic_route(topic)
+        out = [
+            (bd.broker_name, bd.broker_addrs[MASTER_ID])
+            for bd in sorted(route.broker_datas, key=lambda b: b.broker_name)
+            if MASTER_ID in bd.broker_addrs
+        ]
+        if not out:
+            raise MQClientError(ResponseCode.SYSTEM_ERROR, f"no master broker hosts {topic}")
+        return out
+
+    # ------------------------------------------------------------------ topics and groups
+
+    async def update_topic(self, addr: str, config: TopicConfig) -> None:
+        """UPDATE_AND_CREATE_TOPIC on one broker."""
+        fields: dict[str, ExtValue] = {
+            "topic": config.topic_name,
+            "readQueueNums": config.read_queue_nums,
+            "writeQueueNums": config.write_queue_nums,
+            "perm": config.perm,
+            "order": config.order,
+        }
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        """DELETE_TOPIC_IN_BROKER."""
+        await self.call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+
+    async def topic_stats(self, addr: str, topic: str) -> list[bodies.TopicOffset]:
+        """GET_TOPIC_STATS_INFO."""
+        resp = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        return bodies.decode_topic_stats(resp.body)
+
+    async def sub_groups(self, addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name -> its config map (camelCase keys)."""
+        resp = await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        wire = msgpack.unpackb(resp.body, raw=False)
+        table = wire.get("subscriptionGroupTable", {}) if isinstance(wire, dict) else {}
+        return {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
+
+    async def update_sub_group(self, addr: str, config: Mapping[str, Any]) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with a config map (camelCase keys)."""
+        body: bytes = msgpack.packb(dict(config), use_bin_type=True)
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+
+    async def delete_sub_group(self, addr: str, group: str) -> None:
+        """DELETE_SUBSCRIPTIONGROUP."""
+        await self.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+
+    async def consume_stats(self, addr: str, group: str, topic: str = "") -> bodies.ConsumeStats:
+        """GET_CONSUME_STATS."""
+        fields: dict[str, ExtValue] = {"consumerGroup": group}
+        if topic:
+            fields["topic"] = topic
+        resp = await self.call(addr, RequestCode.GET_CONSUME_STATS, fields)
+        return bodies.decode_consume_stats(resp.body)
+
+    async def consumer_connection(self, addr: str, group: str) -> bodies.ConsumerConnection | None:
+        """GET_CONSUMER_CONNECTION_LIST; None when the group is not online there."""
+        resp = await self.call(
+            addr,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            {"consumerGroup": group},
+            ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        return bodies.decode_consumer_connection(resp.body)
+
+    async def producer_connection(self, addr: str, group: str) -> tuple[bodies.Connection, ...]:
+        """GET_PRODUCER_CONNECTION_LIST; empty when the group has no producer there."""
+        resp = await self.call(
+            addr,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST,
+            {"producerGroup": group},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return ()
+        return bodies.decode_producer_connection(resp.body)
+
+    async def reset_offset(
+        self, addr: str, topic: str, group: str, timestamp: int, *, force: bool = True
+    ) -> list[bodies.QueueOffset]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on one broker; the offsets it set."""
+        fields: dict[str, ExtValue] = {
+            "topic": topic,
+            "group": group,
+            "timestamp": str(timestamp),
+            "isForce": str(force).lower(),
+        }
+        resp = await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+        return bodies.decode_reset_offset(resp.body)
+
+    async def clone_group_offset(self, addr: str, src: str, dst: str, topic: str) -> None:
+        """CLONE_GROUP_OFFSET."""
+        fields: dict[str, ExtValue] = {"srcGroup": src, "destGroup": dst, "topic": topic}
+        await self.call(addr, RequestCode.CLONE_GROUP_OFFSET, fields)
+
+    # ------------------------------------------------------------------ broker
+
+    async def runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO."""
+        resp = await self.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        wire = msgpack.unpackb(resp.body, raw=False)
+        table = wire.get("table", {}) if isinstance(wire, dict) else {}
+        return {str(k): str(v) for k, v in table.items()}
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG as a key -> value map (file order)."""
+        resp = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
+        out: dict[str, str] = {}
+        for line in resp.body.decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                out[key.strip()] = value.strip()
+        return out
+
+    async def update_broker_config(self, addr: str, props: Mapping[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG."""
+        body = "".join(f"{k}={v}\n" for k, v in props.items()).encode()
+        await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+
+    # ------------------------------------------------------------------ messages
+
+    async def offset(self, code: RequestCode, mq: MessageQueue, timestamp: int = 0) -> int:
+        """GET_MIN_OFFSET / GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP of a queue."""
+        addr = await self.instance.find_broker_addr(mq)
+        resp = await self.instance.invoke(addr, api.offset_request(code, mq, timestamp))
+        return api.parse_offset(resp, addr)
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_msgs: int,
+        *,
+        group: str = TOOLS_CONSUMER,
+        expression: str = "*",
+    ) -> api.PullResult:
+        """One PULL_MESSAGE (no long polling, no offset commit)."""
+        addr = await self.instance.find_broker_addr(mq)
+        sub = build_subscription(mq.topic, expression)
+        cmd = api.pull_request(
+            group=group,
+            mq=mq,
+            offset=offset,
+            max_msgs=max_msgs,
+            subscription=sub,
+            suspend_timeout_ms=0,
+        )
+        return api.parse_pull(await self.instance.invoke(addr, cmd), mq, sub, addr)
+
+    async def view_message(self, offset_msg_id: str) -> ReceivedMessage:
+        """VIEW_MESSAGE_BY_ID: the message an offset message id names (ValueError if the id is
+        not one)."""
+        host, port, phys = decode_offset_msg_id(offset_msg_id)
+        addr = f"{host}:{port}"
+        resp = await self.call(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": phys})
+        msgs = self._decode(resp.body, await self._broker_name_of(addr), addr)
+        if not msgs:
+            raise MQClientError(ResponseCode.SYSTEM_ERROR, f"no message at {offset_msg_id}")
+        return msgs[0]
+
+    async def query_message(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 64,
+        begin: int = 0,
+        end: int = 2**62,
+        unique: bool = False,
+    ) -> list[ReceivedMessage]:
+        """QUERY_MESSAGE by key (or UNIQ_KEY with ``unique``) on every broker of ``topic``."""
+        out: list[ReceivedMessage] = []
+        for name, addr in await self.topic_masters(topic):
+            fields: dict[str, ExtValue] = {
+                "topic": topic,
+                "key": key,
+                "maxNum": max_num,
+                "beginTimestamp": begin,
+                "endTimestamp": end,
+            }
+            if unique:
+                fields["_UNIQUE_KEY_QUERY"] = "true"
+            resp = await self.call(
+                addr,
+                RequestCode.QUERY_MESSAGE,
+                fields,
+                ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+            )
+            if resp.code == ResponseCode.SUCCESS:
+                out.extend(self._decode(resp.body, name, addr))
+        return out
+
+    async def _broker_name_of(self, addr: str) -> str:
+        info = await self.cluster_info()
+        for name, data in info.broker_addr_table.items():
+            if addr in data.broker_addrs.values():
+                return name
+        return addr
+
+    @staticmethod
+    def _decode(body: bytes, broker_name: str, addr: str) -> list[ReceivedMessage]:
+        try:
+            return [from_record(r, broker_name) for r in decode_records(body)]
+        except RecordError as exc:
+            raise MQBrokerError(
+                ResponseCode.SYSTEM_ERROR, f"bad message body: {exc}", addr
+            ) from None

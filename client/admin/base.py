@@ -1,0 +1,251 @@
+"""What every ``mqadmin`` command shares: the click group, ``-n``/``--json``, running a trio
+coroutine against an :class:`~client.admin.admin_client.AdminClient`, failures as one line and
+a non-zero exit code, and output (rich tables on stdout, JSON with ``--json``, progress bars on
+stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, NoReturn, TypeVar
+
+import click
+import trio
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from client.admin.admin_client import AdminClient
+from client.errors import MQClientError
+from client.message import ReceivedMessage
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class AdminGroup(click.Group):
+    """A click group whose usage errors are one line on stderr too (exit status 2)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command line; see :meth:`click.Command.main`."""
+        prog_name = prog_name or "mqadmin"
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            name = ctx.info_name if ctx is not None and ctx.info_name != prog_name else ""
+            where = f"mqadmin {name}".strip()
+            hint = f" (see {where} -h)"
+            click.echo(f"{where}: {' '.join(exc.format_message().split())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("mqadmin: aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=AdminGroup, context_settings=CONTEXT)
+def main() -> None:
+    """minimq's admin tool, with RocketMQ's command names: mqadmin <command> -n host:port ...
+
+    The name servers come from -n (host:port;host:port) or NAMESRV_ADDR.
+    """
+
+
+def admin_command(name: str) -> Callable[[F], F]:
+    """Register a command named ``name`` with the shared ``-n`` and ``--json`` options."""
+
+    def decorate(fn: F) -> F:
+        fn = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(
+            fn
+        )
+        fn = click.option(
+            "-n",
+            "--namesrvAddr",
+            "namesrv",
+            envvar="NAMESRV_ADDR",
+            help="Name server address list, e.g. 127.0.0.1:9876;127.0.0.2:9876.",
+        )(fn)
+        main.command(name, context_settings=CONTEXT)(fn)
+        return fn
+
+    return decorate
+
+
+# ---------------------------------------------------------------------- running
+
+
+def fail(reason: str) -> NoReturn:
+    """Print ``mqadmin: <command>: <reason>`` on stderr (one line) and exit with status 1."""
+    ctx = click.get_current_context(silent=True)
+    name = ctx.info_name if ctx is not None else "mqadmin"
+    one_line = " ".join(reason.split())
+    click.echo(f"mqadmin {name}: {one_line}", err=True)
+    sys.exit(1)
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def run(namesrv: str | None, body: Callable[[AdminClient], Awaitable[T]]) -> T:
+    """Run ``body(admin)`` under ``trio.run``; any failure ends the process via :func:`fail`."""
+
+    async def go() -> T:
+        async with AdminClient(namesrv) as admin:
+            return await body(admin)
+
+    try:
+        return trio.run(go)
+    except KeyboardInterrupt:
+        fail("interrupted")
+    except BaseException as exc:
+        err = _first_error(exc)
+        if isinstance(err, SystemExit):
+            raise err from None
+        if isinstance(err, MQClientError):
+            fail(str(err))
+        if isinstance(err, (ValueError, OSError, trio.TooSlowError)):
+            fail(f"{type(err).__name__}: {err}")
+        raise
+
+
+# ---------------------------------------------------------------------- output
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A rich console on the current stdout (or stderr); wide when not a terminal."""
+    out = Console(file=sys.stderr if stderr else sys.stdout, highlight=False)
+    if not out.is_terminal:
+        out = Console(file=sys.stderr if stderr else sys.stdout, highlight=False, width=240)
+    return out
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as indented JSON."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
+    """Print a rich table with RocketMQ's ``#Header`` names."""
+    t = Table(*headers, title=title, box=None, header_style="bold", pad_edge=False)
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    console().print(t)
+
+
+def lines(*texts: str) -> None:
+    """Print plain lines."""
+    out = console()
+    for text in texts:
+        out.print(text, markup=False)
+
+
+def fmt_time(ms: int) -> str:
+    """``yyyy-MM-dd HH:mm:ss`` local time (RocketMQ's format); ``N/A`` for 0."""
+    if ms <= 0:
+        return "N/A"
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_time_ms(ms: int) -> str:
+    """``yyyy-MM-dd HH:mm:ss,SSS`` local time."""
+    if ms <= 0:
+        return "N/A"
+    dt = datetime.fromtimestamp(ms / 1000)
+    return dt.strftime("%Y-%m-%d %H:%M:%S") + f",{ms % 1000:03d}"
+
+
+def parse_timestamp(text: str) -> int:
+    """``now``, milliseconds since the epoch (``-1`` allowed), or RocketMQ's
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time); click's BadParameter otherwise."""
+    text = text.strip()
+    if text.lower() == "now":
+        return time.time_ns() // 1_000_000
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        dt = datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: expected now, milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+    return int(dt.timestamp() * 1000)
+
+
+def progress(description: str) -> Progress:
+    """A transient progress bar on stderr."""
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console(stderr=True),
+        transient=True,
+    )
+
+
+def message_json(msg: ReceivedMessage, charset: str = "utf-8") -> dict[str, Any]:
+    """A message as a JSON map (RocketMQ's ``MessageExt`` field names)."""
+    return {
+        "msgId": msg.msg_id,
+        "offsetMsgId": msg.offset_msg_id,
+        "topic": msg.topic,
+        "brokerName": msg.queue.broker_name,
+        "queueId": msg.queue.queue_id,
+        "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.commitlog_offset,
+        "tags": msg.tags,
+        "keys": msg.keys,
+        "reconsumeTimes": msg.reconsume_times,
+        "bornTimestamp": msg.born_timestamp,
+        "storeTimestamp": msg.store_timestamp,
+        "bornHost": msg.born_host,
+        "storeHost": msg.store_host,
+        "sysFlag": msg.sys_flag,
+        "properties": dict(msg.properties),
+        "body": msg.body.decode(charset, "replace"),
+    }
+
+
+def print_message(msg: ReceivedMessage, charset: str = "utf-8") -> None:
+    """RocketMQ's ``queryMsgById`` detail lines."""
+    rows = [
+        ("OffsetID", msg.offset_msg_id),
+        ("Msg ID", msg.msg_id),
+        ("Topic", msg.topic),
+        ("Tags", f"[{msg.tags or ''}]"),
+        ("Keys", f"[{' '.join(msg.keys)}]"),
+        ("Broker Name", msg.queue.broker_name),
+        ("Queue ID", str(msg.queue.queue_id)),
+        ("Queue Offset", str(msg.queue_offset)),
+        ("CommitLog Offset", str(msg.commitlog_offset)),
+        ("Reconsume Times", str(msg.reconsume_times)),
+        ("Born Timestamp", fmt_time_ms(msg.born_timestamp)),
+        ("Store Timestamp", fmt_time_ms(msg.store_timestamp)),
+        ("Born Host", msg.born_host),
+        ("Store Host", msg.store_host),
+        ("System Flag", str(msg.sys_flag)),
+        ("Properties", json.dumps(dict(msg.properties), ensure_ascii=False)),
+        ("Message Body", msg.body.decode(charset, "replace")),
+    ]
+    lines(*(f"{k + ':':<21}{v}" for k, v in rows))

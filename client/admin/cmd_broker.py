@@ -1,0 +1,180 @@
+"""``mqadmin`` cluster and broker commands: clusterList, brokerStatus, getBrokerConfig,
+updateBrokerConfig."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from client.admin.admin_client import AdminClient
+from client.admin.base import admin_command, emit_json, fail, lines, run, table
+from common.route import MASTER_ID
+
+CLUSTER_HEADERS = (
+    "#Cluster Name",
+    "#Broker Name",
+    "#BID",
+    "#Addr",
+    "#Version",
+    "#InTPS(LOAD)",
+    "#OutTPS(LOAD)",
+    "#Hour",
+    "#SPACE",
+    "#ACTIVATED",
+)
+
+
+def _hours_since(earliest_ms: str) -> str:
+    try:
+        ms = int(earliest_ms)
+    except ValueError:
+        return "N/A"
+    if ms <= 0:
+        return "0.00"
+    return f"{(time.time() * 1000 - ms) / 3_600_000:.2f}"
+
+
+@admin_command("clusterList")
+@click.option("-c", "--clusterName", "cluster", help="Only this cluster.")
+def cluster_list(namesrv: str | None, as_json: bool, cluster: str | None) -> None:
+    """List cluster infos: every broker with its version, TPS and disk use."""
+
+    async def body(admin: AdminClient) -> list[dict[str, Any]]:
+        info = await admin.cluster_info()
+        rows = []
+        for cname, names in sorted(info.cluster_addr_table.items()):
+            if cluster is not None and cname != cluster:
+                continue
+            for bname in sorted(names):
+                data = info.broker_addr_table.get(bname)
+                if data is None:
+                    continue
+                for bid, addr in sorted(data.broker_addrs.items()):
+                    stats = await admin.runtime_info(addr)
+                    rows.append(
+                        {
+                            "clusterName": cname,
+                            "brokerName": bname,
+                            "brokerId": bid,
+                            "addr": addr,
+                            "runtime": stats,
+                        }
+                    )
+        return rows
+
+    rows = run(namesrv, body)
+    if as_json:
+        emit_json(rows)
+        return
+    table(
+        CLUSTER_HEADERS,
+        (
+            (
+                r["clusterName"],
+                r["brokerName"],
+                r["brokerId"],
+                r["addr"],
+                r["runtime"].get("brokerVersionDesc", ""),
+                f"{float(r['runtime'].get('putTps', '0')):.2f}(0.0w)",
+                "0.00(0.0w)",
+                _hours_since(r["runtime"].get("earliestMessageTimeStamp", "0")),
+                f"{float(r['runtime'].get('commitLogDiskRatio', '0')):.4f}",
+                "true" if r["brokerId"] == MASTER_ID else "false",
+            )
+            for r in rows
+        ),
+    )
+
+
+def need_target(broker: str | None, cluster: str | None) -> None:
+    """Fail unless ``-b`` or ``-c`` was given."""
+    if broker is None and cluster is None:
+        fail("give -b brokerAddr or -c clusterName")
+
+
+async def _targets(
+    admin: AdminClient, broker: str | None, cluster: str | None
+) -> list[tuple[str, str]]:
+    return await admin.masters(cluster=cluster, broker_addr=broker)
+
+
+@admin_command("brokerStatus")
+@click.option("-b", "--brokerAddr", "broker", help="Broker address (host:port).")
+@click.option("-c", "--clusterName", "cluster", help="Every broker of this cluster.")
+def broker_status(
+    namesrv: str | None, as_json: bool, broker: str | None, cluster: str | None
+) -> None:
+    """Fetch broker runtime status data."""
+    need_target(broker, cluster)
+
+    async def body(admin: AdminClient) -> dict[str, dict[str, str]]:
+        return {
+            addr: await admin.runtime_info(addr)
+            for _, addr in await _targets(admin, broker, cluster)
+        }
+
+    result = run(namesrv, body)
+    if as_json:
+        emit_json(result)
+        return
+    for addr, stats in result.items():
+        prefix = f"{addr:<24}" if len(result) > 1 else ""
+        lines(*(f"{prefix}{k:<32}: {v}" for k, v in sorted(stats.items())))
+
+
+@admin_command("getBrokerConfig")
+@click.option("-b", "--brokerAddr", "broker", help="Broker address (host:port).")
+@click.option("-c", "--clusterName", "cluster", help="Every broker of this cluster.")
+def get_broker_config(
+    namesrv: str | None, as_json: bool, broker: str | None, cluster: str | None
+) -> None:
+    """Show the effective broker configuration."""
+    need_target(broker, cluster)
+
+    async def body(admin: AdminClient) -> dict[str, dict[str, str]]:
+        return {
+            addr: await admin.broker_config(addr)
+            for _, addr in await _targets(admin, broker, cluster)
+        }
+
+    result = run(namesrv, body)
+    if as_json:
+        emit_json(result)
+        return
+    for addr, config in result.items():
+        lines(f"============{addr}============")
+        lines(*(f"{k:<50}=  {v}" for k, v in config.items()))
+
+
+@admin_command("updateBrokerConfig")
+@click.option("-b", "--brokerAddr", "broker", help="Broker address (host:port).")
+@click.option("-c", "--clusterName", "cluster", help="Every broker of this cluster.")
+@click.option("-k", "--key", required=True, help="Config key (runtime keys only).")
+@click.option("-v", "--value", required=True, help="New value.")
+def update_broker_config(
+    namesrv: str | None,
+    as_json: bool,
+    broker: str | None,
+    cluster: str | None,
+    key: str,
+    value: str,
+) -> None:
+    """Update a broker config key at runtime (autoCreateTopicEnable, defaultTopicQueueNums,
+    autoCreateSubscriptionGroup, flushConsumerOffsetInterval, registerNameServerPeriod,
+    channelExpiredTimeout); the change is not written to broker.conf."""
+    need_target(broker, cluster)
+
+    async def body(admin: AdminClient) -> list[str]:
+        done = []
+        for _, addr in await _targets(admin, broker, cluster):
+            await admin.update_broker_config(addr, {key: value})
+            done.append(addr)
+        return done
+
+    done = run(namesrv, body)
+    if as_json:
+        emit_json({"key": key, "value": value, "brokers": done})
+        return
+    lines(*(f"update broker config success, {addr}" for addr in done))

@@ -1,0 +1,446 @@
+"""``mqadmin`` consumer/producer group commands: updateSubGroup, deleteSubGroup,
+consumerProgress, consumerConnection, producerConnection, resetOffsetByTime, cloneGroupOffset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from client.admin.admin_client import AdminClient
+from client.admin.base import (
+    admin_command,
+    emit_json,
+    fail,
+    fmt_time,
+    lines,
+    parse_timestamp,
+    run,
+    table,
+)
+from client.allocate import AllocateMessageQueueAveragely
+from client.errors import MQClientError
+from client.message import MessageQueue
+from common.topic import RETRY_GROUP_TOPIC_PREFIX
+from remoting.admin_bodies import ConsumerConnection, QueueConsumeStats
+from remoting.codes import ResponseCode
+
+SUB_GROUP_OPTIONS = {
+    "consume_enable": "consumeEnable",
+    "consume_from_min_enable": "consumeFromMinEnable",
+    "broadcast": "consumeBroadcastEnable",
+    "retry_queues": "retryQueueNums",
+    "retry_max": "retryMaxTimes",
+    "broker_id": "brokerId",
+    "slowly": "whichBrokerWhenConsumeSlowly",
+    "notify": "notifyConsumerIdsChangedEnable",
+}
+
+
+@admin_command("updateSubGroup")
+@click.option("-b", "--brokerAddr", "broker", help="On this broker.")
+@click.option("-c", "--clusterName", "cluster", help="On every broker of this cluster.")
+@click.option("-g", "--groupName", "group", required=True, help="Consumer group name.")
+@click.option("-s", "--consumeEnable", "consume_enable", type=click.BOOL)
+@click.option("-m", "--consumeFromMinEnable", "consume_from_min_enable", type=click.BOOL)
+@click.option("-d", "--consumeBroadcastEnable", "broadcast", type=click.BOOL)
+@click.option("-q", "--retryQueueNums", "retry_queues", type=int)
+@click.option("-r", "--retryMaxTimes", "retry_max", type=int)
+@click.option("-i", "--brokerId", "broker_id", type=int)
+@click.option("-w", "--whichBrokerWhenConsumeSlowly", "slowly", type=int)
+@click.option("-a", "--notifyConsumerIdsChanged", "notify", type=click.BOOL)
+def update_sub_group(
+    namesrv: str | None,
+    as_json: bool,
+    broker: str | None,
+    cluster: str | None,
+    group: str,
+    **settings: Any,
+) -> None:
+    """Update or create subscription group (options not given keep their current value)."""
+    if broker is None and cluster is None:
+        fail("give -b brokerAddr or -c clusterName")
+    changes = {SUB_GROUP_OPTIONS[k]: v for k, v in settings.items() if v is not None}
+
+    async def body(admin: AdminClient) -> list[dict[str, Any]]:
+        done = []
+        for _, addr in await admin.masters(cluster=cluster, broker_addr=broker):
+            config = (await admin.sub_groups(addr)).get(group, {"groupName": group})
+            config.update(changes)
+            await admin.update_sub_group(addr, config)
+            done.append({"brokerAddr": addr, "config": config})
+        return done
+
+    done = run(namesrv, body)
+    if as_json:
+        emit_json(done)
+        return
+    for entry in done:
+        lines(f"create subscription group to {entry['brokerAddr']} success.", str(entry["config"]))
+
+
+@admin_command("deleteSubGroup")
+@click.option("-b", "--brokerAddr", "broker", help="On this broker.")
+@click.option("-c", "--clusterName", "cluster", help="On every broker of this cluster.")
+@click.option("-g", "--groupName", "group", required=True, help="Consumer group name.")
+def delete_sub_group(
+    namesrv: str | None, as_json: bool, broker: str | None, cluster: str | None, group: str
+) -> None:
+    """Delete subscription group from broker."""
+    if broker is None and cluster is None:
+        fail("give -b brokerAddr or -c clusterName")
+
+    async def body(admin: AdminClient) -> list[str]:
+        done = []
+        for _, addr in await admin.masters(cluster=cluster, broker_addr=broker):
+            await admin.delete_sub_group(addr, group)
+            done.append(addr)
+        return done
+
+    done = run(namesrv, body)
+    if as_json:
+        emit_json({"groupName": group, "brokers": done})
+        return
+    lines(*(f"delete subscription group [{group}] from broker [{a}] success." for a in done))
+
+
+# ---------------------------------------------------------------------- progress
+
+
+async def connection(admin: AdminClient, group: str) -> ConsumerConnection | None:
+    """The group's members as every broker sees them (merged), or None when offline."""
+    merged: ConsumerConnection | None = None
+    seen: dict[str, Any] = {}
+    for _, addr in await admin.masters():
+        cc = await admin.consumer_connection(addr, group)
+        if cc is None:
+            continue
+        merged = merged or cc
+        seen.update({c.client_id: c for c in cc.connections})
+    if merged is None:
+        return None
+    return ConsumerConnection(
+        tuple(seen[k] for k in sorted(seen)),
+        merged.subscriptions,
+        merged.consume_type,
+        merged.message_model,
+        merged.consume_from_where,
+    )
+
+
+def allocation(rows: list[QueueConsumeStats], cc: ConsumerConnection | None) -> dict[Any, str]:
+    """Which client (id) consumes each queue, assuming the default AVG strategy."""
+    if cc is None or not cc.connections:
+        return {}
+    ids = sorted(c.client_id for c in cc.connections)
+    out: dict[Any, str] = {}
+    topics = {r.topic for r in rows}
+    for topic in topics:
+        mqs = sorted(
+            MessageQueue(r.topic, r.broker_name, r.queue_id) for r in rows if r.topic == topic
+        )
+        if cc.message_model == "BROADCASTING":
+            out.update({mq: ",".join(ids) for mq in mqs})
+            continue
+        for cid in ids:
+            for mq in AllocateMessageQueueAveragely().allocate("", cid, mqs, ids):
+                out[mq] = cid
+    return out
+
+
+async def group_stats(admin: AdminClient, group: str, topic: str = "") -> list[QueueConsumeStats]:
+    """Every broker's consume stats of ``group``, sorted by topic, broker and queue."""
+    rows: list[QueueConsumeStats] = []
+    for _, addr in await admin.masters():
+        rows.extend((await admin.consume_stats(addr, group, topic)).rows)
+    return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
+
+
+async def _progress_of_group(admin: AdminClient, group: str, topic: str) -> dict[str, Any]:
+    rows = await group_stats(admin, group, topic)
+    if not rows:
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR,
+            f"Not found the consumer group consume stats, because return offset table is empty, "
+            f"maybe the consumer not consume any message (group {group})",
+        )
+    cc = await connection(admin, group)
+    owners = allocation(rows, cc)
+    queues = []
+    for r in rows:
+        owner = owners.get(MessageQueue(r.topic, r.broker_name, r.queue_id), "")
+        queues.append(
+            {
+                "topic": r.topic,
+                "brokerName": r.broker_name,
+                "queueId": r.queue_id,
+                "brokerOffset": r.broker_offset,
+                "consumerOffset": r.consumer_offset,
+                "clientId": owner,
+                "clientIp": owner.split("@")[0] if owner else "",
+                "diff": r.diff,
+                "lastTimestamp": r.last_timestamp,
+            }
+        )
+    return {
+        "group": group,
+        "queues": queues,
+        "consumeTps": 0.0,
+        "diffTotal": sum(r.diff for r in rows),
+    }
+
+
+async def _all_groups(admin: AdminClient) -> list[dict[str, Any]]:
+    topics = await admin.topic_list()
+    groups = sorted(
+        t[len(RETRY_GROUP_TOPIC_PREFIX) :] for t in topics if t.startswith(RETRY_GROUP_TOPIC_PREFIX)
+    )
+    out = []
+    for group in groups:
+        rows = await group_stats(admin, group)
+        cc = await connection(admin, group)
+        online = cc is not None and bool(cc.connections)
+        out.append(
+            {
+                "group": group,
+                "count": len(cc.connections) if cc else 0,
+                "version": str(cc.connections[0].version) if cc and online else "OFFLINE",
+                "consumeType": _kind(cc.consume_type) if cc else "",
+                "messageModel": cc.message_model if cc else "",
+                "consumeTps": 0.0,
+                "diffTotal": sum(r.diff for r in rows),
+            }
+        )
+    return out
+
+
+def _kind(consume_type: str) -> str:
+    return {"CONSUME_PASSIVELY": "PUSH", "CONSUME_ACTIVELY": "PULL"}.get(consume_type, consume_type)
+
+
+@admin_command("consumerProgress")
+@click.option("-g", "--groupName", "group", help="Consumer group (default: every group).")
+@click.option("-t", "--topicName", "topic", default="", help="Only this topic.")
+def consumer_progress(namesrv: str | None, as_json: bool, group: str | None, topic: str) -> None:
+    """Query consumer's progress: per queue broker offset, consumer offset and diff."""
+
+    async def body(admin: AdminClient) -> Any:
+        if group:
+            return await _progress_of_group(admin, group, topic)
+        return await _all_groups(admin)
+
+    result = run(namesrv, body)
+    if as_json:
+        emit_json(result)
+    elif group:
+        table(
+            (
+                "#Topic",
+                "#Broker Name",
+                "#QID",
+                "#Broker Offset",
+                "#Consumer Offset",
+                "#Client IP",
+                "#Diff",
+                "#LastTime",
+            ),
+            (
+                (
+                    q["topic"],
+                    q["brokerName"],
+                    q["queueId"],
+                    q["brokerOffset"],
+                    q["consumerOffset"],
+                    q["clientIp"] or "N/A",
+                    q["diff"],
+                    fmt_time(q["lastTimestamp"]),
+                )
+                for q in result["queues"]
+            ),
+        )
+        lines("", f"Consume TPS: {result['consumeTps']:.2f}", f"Diff Total: {result['diffTotal']}")
+    else:
+        table(
+            ("#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total"),
+            (
+                (
+                    g["group"],
+                    g["count"],
+                    g["version"],
+                    g["consumeType"],
+                    g["messageModel"],
+                    f"{g['consumeTps']:.0f}",
+                    g["diffTotal"],
+                )
+                for g in result
+            ),
+        )
+
+
+@admin_command("consumerConnection")
+@click.option("-g", "--consumerGroup", "group", required=True, help="Consumer group name.")
+def consumer_connection(namesrv: str | None, as_json: bool, group: str) -> None:
+    """Query consumer's socket connection, client version and subscription."""
+
+    async def body(admin: AdminClient) -> ConsumerConnection:
+        cc = await connection(admin, group)
+        if cc is None:
+            raise MQClientError(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        return cc
+
+    cc = run(namesrv, body)
+    conns = [
+        {
+            "clientId": c.client_id,
+            "clientAddr": c.client_addr,
+            "language": c.language,
+            "version": c.version,
+        }
+        for c in cc.connections
+    ]
+    if as_json:
+        emit_json(
+            {
+                "connectionSet": conns,
+                "subscriptionTable": cc.subscriptions,
+                "consumeType": cc.consume_type,
+                "messageModel": cc.message_model,
+                "consumeFromWhere": cc.consume_from_where,
+            }
+        )
+        return
+    table(
+        ("#", "#ClientId", "#ClientAddr", "#Language", "#Version"),
+        (
+            (f"{i:03d}", c["clientId"], c["clientAddr"], c["language"], c["version"])
+            for i, c in enumerate(conns, 1)
+        ),
+    )
+    lines("", "Below is subscription:")
+    table(
+        ("#", "#Topic", "#SubExpression"),
+        ((f"{i:03d}", t, s) for i, (t, s) in enumerate(sorted(cc.subscriptions.items()), 1)),
+    )
+    lines(
+        "",
+        f"ConsumeType: {cc.consume_type}",
+        f"MessageModel: {cc.message_model}",
+        f"ConsumeFromWhere: {cc.consume_from_where}",
+    )
+
+
+@admin_command("producerConnection")
+@click.option("-g", "--producerGroup", "group", required=True, help="Producer group name.")
+@click.option("-t", "--topic", required=True, help="A topic the group sends to.")
+def producer_connection(namesrv: str | None, as_json: bool, group: str, topic: str) -> None:
+    """Query producer's socket connection and client version."""
+
+    async def body(admin: AdminClient) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for _, addr in await admin.topic_masters(topic):
+            for c in await admin.producer_connection(addr, group):
+                seen[c.client_id] = {
+                    "clientId": c.client_id,
+                    "clientAddr": c.client_addr,
+                    "language": c.language,
+                    "version": c.version,
+                }
+        if not seen:
+            raise MQClientError(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return [seen[k] for k in sorted(seen)]
+
+    conns = run(namesrv, body)
+    if as_json:
+        emit_json({"connectionSet": conns})
+        return
+    table(
+        ("#", "#ClientId", "#ClientAddr", "#Language", "#Version"),
+        (
+            (f"{i:04d}", c["clientId"], c["clientAddr"], c["language"], c["version"])
+            for i, c in enumerate(conns, 1)
+        ),
+    )
+
+
+# ---------------------------------------------------------------------- offsets
+
+
+@admin_command("resetOffsetByTime")
+@click.option("-g", "--group", required=True, help="Consumer group name.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-s",
+    "--timestamp",
+    "when",
+    required=True,
+    help="now, milliseconds, -1 (skip to the end) or yyyy-MM-dd#HH:mm:ss:SSS.",
+)
+@click.option(
+    "-f",
+    "--force",
+    type=click.BOOL,
+    default=True,
+    show_default=True,
+    help="Also move offsets forwards.",
+)
+def reset_offset_by_time(
+    namesrv: str | None, as_json: bool, group: str, topic: str, when: str, force: bool
+) -> None:
+    """Reset consumer offset by timestamp (running consumers follow without a restart)."""
+    timestamp = parse_timestamp(when)
+
+    async def body(admin: AdminClient) -> list[dict[str, Any]]:
+        rows = []
+        for _, addr in await admin.topic_masters(topic):
+            for e in await admin.reset_offset(addr, topic, group, timestamp, force=force):
+                rows.append(
+                    {"brokerName": e.broker_name, "queueId": e.queue_id, "offset": e.offset}
+                )
+        return rows
+
+    rows = run(namesrv, body)
+    if as_json:
+        emit_json(
+            {
+                "group": group,
+                "topic": topic,
+                "timestamp": timestamp,
+                "force": force,
+                "offsetTable": rows,
+            }
+        )
+        return
+    lines(
+        f"rollback consumer offset by specified consumerGroup[{group}], topic[{topic}], "
+        f"force[{str(force).lower()}], timestamp(string)[{when}], timestamp(long)[{timestamp}]"
+    )
+    table(
+        ("#brokerName", "#queueId", "#offset"),
+        ((r["brokerName"], r["queueId"], r["offset"]) for r in rows),
+    )
+
+
+@admin_command("cloneGroupOffset")
+@click.option("-s", "--srcGroup", "src", required=True, help="Copy offsets from this group.")
+@click.option("-d", "--destGroup", "dst", required=True, help="To this group.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-o", "--offline", type=click.BOOL, default=False, help="Ignored (RocketMQ flag).")
+def clone_group_offset(
+    namesrv: str | None, as_json: bool, src: str, dst: str, topic: str, offline: bool
+) -> None:
+    """Clone offset from other group."""
+
+    async def body(admin: AdminClient) -> list[str]:
+        done = []
+        for _, addr in await admin.topic_masters(topic):
+            await admin.clone_group_offset(addr, src, dst, topic)
+            done.append(addr)
+        return done
+
+    done = run(namesrv, body)
+    if as_json:
+        emit_json({"srcGroup": src, "destGroup": dst, "topic": topic, "brokers": done})
+        return
+    lines(f"clone group offset success. srcGroup[{src}], destGroup=[{dst}], topic[{topic}]")

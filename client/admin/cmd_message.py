@@ -1,0 +1,317 @@
+"""``mqadmin`` message commands: queryMsgById, queryMsgByKey, queryMsgByOffset, printMsg,
+sendMessage, consumeMessage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from client import api
+from client.admin.admin_client import TOOLS_CONSUMER, AdminClient
+from client.admin.base import (
+    admin_command,
+    emit_json,
+    fail,
+    fmt_time_ms,
+    lines,
+    message_json,
+    parse_timestamp,
+    print_message,
+    progress,
+    run,
+    table,
+)
+from client.errors import MQClientError
+from client.message import Message, MessageQueue, ReceivedMessage
+from client.producer import Producer
+from remoting.codes import RequestCode, ResponseCode
+
+PULL_BATCH = 32
+TOOLS_PRODUCER = "TOOLS_PRODUCER"
+
+
+def _show(msgs: list[ReceivedMessage], as_json: bool, charset: str = "utf-8") -> None:
+    if as_json:
+        emit_json([message_json(m, charset) for m in msgs])
+        return
+    for i, msg in enumerate(msgs):
+        if i:
+            lines("")
+        print_message(msg, charset)
+
+
+@admin_command("queryMsgById")
+@click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id or UNIQ_KEY.")
+@click.option("-t", "--topic", help="Topic (needed to look a UNIQ_KEY up).")
+@click.option("-c", "--charset", default="utf-8", show_default=True, help="Body charset.")
+def query_msg_by_id(
+    namesrv: str | None, as_json: bool, msg_id: str, topic: str | None, charset: str
+) -> None:
+    """Query Message by Id (offsetMsgId, or the UNIQ_KEY with -t)."""
+
+    async def body(admin: AdminClient) -> list[ReceivedMessage]:
+        if topic:
+            found = await admin.query_message(topic, msg_id, unique=True)
+            found = [m for m in found if m.msg_id == msg_id] or found
+            if found:
+                return found
+        try:
+            return [await admin.view_message(msg_id)]
+        except ValueError:
+            reason = "not an offset message id; give -t to look a UNIQ_KEY up"
+            raise MQClientError(ResponseCode.SYSTEM_ERROR, f"{msg_id}: {reason}") from None
+
+    _show(run(namesrv, body), as_json, charset)
+
+
+@admin_command("queryMsgByKey")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-k", "--msgKey", "key", required=True, help="Message key.")
+@click.option("-b", "--beginTimestamp", "begin", default="0", help="Stored at or after.")
+@click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")
+@click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
+def query_msg_by_key(
+    namesrv: str | None,
+    as_json: bool,
+    topic: str,
+    key: str,
+    begin: str,
+    end: str | None,
+    max_num: int,
+) -> None:
+    """Query Message by Key."""
+    lo = parse_timestamp(begin)
+    hi = parse_timestamp(end) if end else 2**62
+
+    async def body(admin: AdminClient) -> list[ReceivedMessage]:
+        return await admin.query_message(topic, key, max_num=max_num, begin=lo, end=hi)
+
+    msgs = run(namesrv, body)
+    if as_json:
+        emit_json([message_json(m) for m in msgs])
+        return
+    table(
+        ("#Message ID", "#QID", "#Offset"),
+        ((m.msg_id, m.queue.queue_id, m.queue_offset) for m in msgs),
+    )
+
+
+@admin_command("queryMsgByOffset")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-b", "--brokerName", "broker", required=True, help="Broker name.")
+@click.option("-i", "--queueId", "queue_id", type=int, required=True, help="Queue id.")
+@click.option("-o", "--offset", type=int, required=True, help="Queue offset.")
+def query_msg_by_offset(
+    namesrv: str | None, as_json: bool, topic: str, broker: str, queue_id: int, offset: int
+) -> None:
+    """Query Message by offset."""
+
+    async def body(admin: AdminClient) -> ReceivedMessage:
+        await admin.topic_route(topic)
+        result = await admin.pull(MessageQueue(topic, broker, queue_id), offset, 1)
+        for msg in result.messages:
+            if msg.queue_offset == offset:
+                return msg
+        raise MQClientError(
+            ResponseCode.QUERY_NOT_FOUND,
+            f"no message at offset {offset} of {topic}/{broker}/{queue_id} "
+            f"({result.status.name}, queue holds [{result.min_offset}, {result.max_offset}))",
+        )
+
+    _show([run(namesrv, body)], as_json)
+
+
+async def _queue_range(
+    admin: AdminClient, mq: MessageQueue, begin: int | None, end: int | None
+) -> tuple[int, int]:
+    lo = await admin.offset(RequestCode.GET_MIN_OFFSET, mq)
+    hi = await admin.offset(RequestCode.GET_MAX_OFFSET, mq)
+    if begin is not None:
+        lo = max(lo, await admin.offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, begin))
+    if end is not None:
+        hi = min(hi, await admin.offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, end + 1))
+    return lo, hi
+
+
+async def read_range(
+    admin: AdminClient,
+    ranges: list[tuple[MessageQueue, int, int]],
+    *,
+    group: str = TOOLS_CONSUMER,
+    expression: str = "*",
+    limit: int | None = None,
+) -> list[ReceivedMessage]:
+    """Pull every message of each ``(queue, from, to)`` range, with a progress bar on stderr."""
+    out: list[ReceivedMessage] = []
+    total = sum(hi - lo for _, lo, hi in ranges)
+    if limit is not None:
+        total = min(total, limit)
+    with progress("reading messages") as bar:
+        task = bar.add_task("reading messages", total=total)
+        for mq, lo, hi in ranges:
+            offset = lo
+            while offset < hi and (limit is None or len(out) < limit):
+                result = await admin.pull(
+                    mq, offset, PULL_BATCH, group=group, expression=expression
+                )
+                batch = [m for m in result.messages if offset <= m.queue_offset < hi]
+                if limit is not None:
+                    batch = batch[: limit - len(out)]
+                out.extend(batch)
+                if result.next_begin_offset <= offset:
+                    break  # nothing more in this queue
+                bar.advance(task, min(result.next_begin_offset, hi) - offset)
+                offset = result.next_begin_offset
+    return out
+
+
+def _rows(msgs: list[ReceivedMessage], print_body: bool, charset: str) -> None:
+    table(
+        ("#Broker Name", "#QID", "#Offset", "#MsgId", "#Tags", "#Keys", "#StoreTime", "#Body"),
+        (
+            (
+                m.queue.broker_name,
+                m.queue.queue_id,
+                m.queue_offset,
+                m.msg_id,
+                m.tags or "",
+                " ".join(m.keys),
+                fmt_time_ms(m.store_timestamp),
+                m.body.decode(charset, "replace") if print_body else "NOT PRINT BODY",
+            )
+            for m in msgs
+        ),
+    )
+
+
+@admin_command("printMsg")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-c", "--charset", default="utf-8", show_default=True, help="Body charset.")
+@click.option("-s", "--subExpression", "expression", default="*", show_default=True)
+@click.option("-b", "--beginTimestamp", "begin", default=None, help="Stored at or after.")
+@click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")
+@click.option("-d", "--printBody", "print_body", type=click.BOOL, default=True, show_default=True)
+def print_msg(
+    namesrv: str | None,
+    as_json: bool,
+    topic: str,
+    charset: str,
+    expression: str,
+    begin: str | None,
+    end: str | None,
+    print_body: bool,
+) -> None:
+    """Print every message of a topic (optionally in a store-time range)."""
+    lo = parse_timestamp(begin) if begin else None
+    hi = parse_timestamp(end) if end else None
+
+    async def body(admin: AdminClient) -> list[ReceivedMessage]:
+        route = await admin.topic_route(topic)
+        ranges = []
+        for mq in api.subscribe_queues(topic, route):
+            a, b = await _queue_range(admin, mq, lo, hi)
+            ranges.append((mq, a, b))
+        return await read_range(admin, ranges, expression=expression)
+
+    msgs = run(namesrv, body)
+    if as_json:
+        emit_json([message_json(m, charset) for m in msgs])
+    else:
+        _rows(msgs, print_body, charset)
+
+
+@admin_command("sendMessage")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-p", "--body", "text", required=True, help="Message body (UTF-8).")
+@click.option("-k", "--key", default=None, help="Message keys.")
+@click.option("-c", "--tags", default=None, help="Message tag.")
+@click.option("-b", "--broker", default=None, help="Send to this broker (with -i).")
+@click.option(
+    "-i", "--qid", "queue_id", type=int, default=None, help="Send to this queue (with -b)."
+)
+def send_message(
+    namesrv: str | None,
+    as_json: bool,
+    topic: str,
+    text: str,
+    key: str | None,
+    tags: str | None,
+    broker: str | None,
+    queue_id: int | None,
+) -> None:
+    """Send a message."""
+    if (broker is None) != (queue_id is None):
+        fail("give both -b broker and -i queueId, or neither")
+
+    async def body(admin: AdminClient) -> dict[str, Any]:
+        msg = Message(topic, text.encode(), tags=tags, keys=key)
+        queue = MessageQueue(topic, broker, queue_id) if broker and queue_id is not None else None
+        async with Producer(TOOLS_PRODUCER, instance=admin.instance) as producer:
+            result = await producer.send(msg, queue=queue)
+        return {
+            "brokerName": result.queue.broker_name,
+            "queueId": result.queue.queue_id,
+            "sendStatus": result.status.name,
+            "msgId": result.msg_id,
+            "offsetMsgId": result.offset_msg_id,
+            "queueOffset": result.queue_offset,
+        }
+
+    r = run(namesrv, body)
+    if as_json:
+        emit_json(r)
+        return
+    table(
+        ("#Broker Name", "#QID", "#Send Result", "#MsgId"),
+        [(r["brokerName"], r["queueId"], r["sendStatus"], r["msgId"])],
+    )
+
+
+@admin_command("consumeMessage")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-b", "--brokerName", "broker", default=None, help="Only this broker (with -i).")
+@click.option("-i", "--queueId", "queue_id", type=int, default=None, help="Only this queue.")
+@click.option("-o", "--offset", type=int, default=None, help="Start offset (with -b -i).")
+@click.option("-g", "--consumerGroup", "group", default=TOOLS_CONSUMER, show_default=True)
+@click.option("-s", "--beginTimestamp", "begin", default=None, help="Stored at or after.")
+@click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")
+@click.option("-c", "--MessageNumber", "count", type=int, default=128, show_default=True)
+def consume_message(
+    namesrv: str | None,
+    as_json: bool,
+    topic: str,
+    broker: str | None,
+    queue_id: int | None,
+    offset: int | None,
+    group: str,
+    begin: str | None,
+    end: str | None,
+    count: int,
+) -> None:
+    """Consume up to -c messages (pulls; no offset is committed)."""
+    if (broker is None) != (queue_id is None):
+        fail("give both -b brokerName and -i queueId, or neither")
+    lo = parse_timestamp(begin) if begin else None
+    hi = parse_timestamp(end) if end else None
+
+    async def body(admin: AdminClient) -> list[ReceivedMessage]:
+        route = await admin.topic_route(topic)
+        if broker is not None and queue_id is not None:
+            queues = [MessageQueue(topic, broker, queue_id)]
+        else:
+            queues = api.subscribe_queues(topic, route)
+        ranges = []
+        for mq in queues:
+            a, b = await _queue_range(admin, mq, lo, hi)
+            if offset is not None:
+                a = offset
+            ranges.append((mq, a, b))
+        return await read_range(admin, ranges, group=group, limit=count)
+
+    msgs = run(namesrv, body)
+    if as_json:
+        emit_json([message_json(m) for m in msgs])
+    else:
+        _rows(msgs, True, "utf-8")
+        lines("", f"Consumed {len(msgs)} message(s).")

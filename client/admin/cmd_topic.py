@@ -1,0 +1,223 @@
+"""``mqadmin`` topic commands: topicList, updateTopic, deleteTopic, topicRoute, topicStatus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from client.admin.admin_client import AdminClient
+from client.admin.base import admin_command, emit_json, fail, fmt_time, lines, run, table
+from common.route import TopicConfig
+from common.topic import RETRY_GROUP_TOPIC_PREFIX
+
+
+async def topic_groups(admin: AdminClient) -> dict[str, set[str]]:
+    """Topic -> consumer groups with progress on it (groups found from ``%RETRY%`` topics)."""
+    out: dict[str, set[str]] = {}
+    topics = await admin.topic_list()
+    groups = [
+        t[len(RETRY_GROUP_TOPIC_PREFIX) :] for t in topics if t.startswith(RETRY_GROUP_TOPIC_PREFIX)
+    ]
+    brokers = await admin.masters()
+    for group in groups:
+        for _, addr in brokers:
+            stats = await admin.consume_stats(addr, group)
+            for row in stats.rows:
+                out.setdefault(row.topic, set()).add(group)
+    return out
+
+
+@admin_command("topicList")
+@click.option(
+    "-c",
+    "--clusterModel",
+    "cluster_model",
+    is_flag=True,
+    help="Show the cluster and consumer groups of every topic.",
+)
+def topic_list(namesrv: str | None, as_json: bool, cluster_model: bool) -> None:
+    """Fetch all topic list from name server."""
+
+    async def body(admin: AdminClient) -> Any:
+        topics = await admin.topic_list()
+        if not cluster_model:
+            return topics
+        groups = await topic_groups(admin)
+        info = await admin.cluster_info()
+        rows = []
+        for cname in sorted(info.cluster_addr_table):
+            for topic in await admin.topic_list(cname):
+                rows.append(
+                    {
+                        "clusterName": cname,
+                        "topic": topic,
+                        "consumerGroups": sorted(groups.get(topic, set())),
+                    }
+                )
+        return rows
+
+    result = run(namesrv, body)
+    if as_json:
+        emit_json(result)
+    elif not cluster_model:
+        lines(*result)
+    else:
+        table(
+            ("#Cluster Name", "#Topic", "#Consumer Group"),
+            (
+                (r["clusterName"], r["topic"], group)
+                for r in result
+                for group in (r["consumerGroups"] or [""])
+            ),
+        )
+
+
+@admin_command("updateTopic")
+@click.option("-b", "--brokerAddr", "broker", help="Create the topic on this broker.")
+@click.option(
+    "-c", "--clusterName", "cluster", help="Create the topic on every broker of this cluster."
+)
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-r", "--readQueueNums", "read_queues", type=int, default=8, show_default=True)
+@click.option("-w", "--writeQueueNums", "write_queues", type=int, default=8, show_default=True)
+@click.option("-p", "--perm", type=int, default=6, show_default=True, help="2 W, 4 R, 6 RW.")
+@click.option(
+    "-o", "--order", type=click.BOOL, default=False, show_default=True, help="Ordered topic."
+)
+def update_topic(
+    namesrv: str | None,
+    as_json: bool,
+    broker: str | None,
+    cluster: str | None,
+    topic: str,
+    read_queues: int,
+    write_queues: int,
+    perm: int,
+    order: bool,
+) -> None:
+    """Update or create topic."""
+    if broker is None and cluster is None:
+        fail("give -b brokerAddr or -c clusterName")
+    try:
+        config = TopicConfig(topic, read_queues, write_queues, perm, order=order)
+    except ValueError as exc:
+        fail(str(exc))
+
+    async def body(admin: AdminClient) -> list[str]:
+        done = []
+        for _, addr in await admin.masters(cluster=cluster, broker_addr=broker):
+            await admin.update_topic(addr, config)
+            done.append(addr)
+        return done
+
+    done = run(namesrv, body)
+    if as_json:
+        emit_json({"topicConfig": config.to_wire(), "brokers": done})
+        return
+    lines(*(f"create topic to {addr} success." for addr in done))
+    lines(str(config.to_wire()))
+
+
+@admin_command("deleteTopic")
+@click.option(
+    "-c",
+    "--clusterName",
+    "cluster",
+    help="Delete from this cluster's brokers (default: every broker hosting the topic).",
+)
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def delete_topic(namesrv: str | None, as_json: bool, cluster: str | None, topic: str) -> None:
+    """Delete topic from broker and NameServer."""
+
+    async def body(admin: AdminClient) -> list[str]:
+        if cluster is not None:
+            targets = await admin.masters(cluster=cluster)
+        else:
+            targets = await admin.topic_masters(topic)
+        for _, addr in targets:
+            await admin.delete_topic_in_broker(addr, topic)
+        await admin.delete_topic_in_namesrv(topic)
+        return [addr for _, addr in targets]
+
+    done = run(namesrv, body)
+    if as_json:
+        emit_json({"topic": topic, "brokers": done})
+        return
+    lines(
+        *(f"delete topic [{topic}] from broker [{addr}] success." for addr in done),
+        f"delete topic [{topic}] from NameServer success.",
+    )
+
+
+@admin_command("topicRoute")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_route(namesrv: str | None, as_json: bool, topic: str) -> None:
+    """Examine topic route info."""
+
+    async def body(admin: AdminClient) -> dict[str, Any]:
+        return (await admin.topic_route(topic)).to_wire()
+
+    route = run(namesrv, body)
+    if as_json:
+        emit_json(route)
+        return
+    brokers = {b["brokerName"]: b for b in route["brokerDatas"]}
+    table(
+        ("#ClusterName", "#BrokerName", "#BrokerAddrs", "#ReadQueue", "#WriteQueue", "#Perm"),
+        (
+            (
+                brokers.get(q["brokerName"], {}).get("cluster", ""),
+                q["brokerName"],
+                " ".join(
+                    f"{bid}:{addr}"
+                    for bid, addr in sorted(
+                        brokers.get(q["brokerName"], {}).get("brokerAddrs", {}).items()
+                    )
+                ),
+                q["readQueueNums"],
+                q["writeQueueNums"],
+                q["perm"],
+            )
+            for q in sorted(route["queueDatas"], key=lambda q: q["brokerName"])
+        ),
+    )
+
+
+@admin_command("topicStatus")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_status(namesrv: str | None, as_json: bool, topic: str) -> None:
+    """Examine topic status: min/max offset and last update per queue."""
+
+    async def body(admin: AdminClient) -> list[dict[str, Any]]:
+        rows = []
+        for _, addr in await admin.topic_masters(topic):
+            for r in await admin.topic_stats(addr, topic):
+                rows.append(
+                    {
+                        "brokerName": r.broker_name,
+                        "queueId": r.queue_id,
+                        "minOffset": r.min_offset,
+                        "maxOffset": r.max_offset,
+                        "lastUpdateTimestamp": r.last_update_timestamp,
+                    }
+                )
+        return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
+
+    rows = run(namesrv, body)
+    if as_json:
+        emit_json(rows)
+        return
+    table(
+        ("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"),
+        (
+            (
+                r["brokerName"],
+                r["queueId"],
+                r["minOffset"],
+                r["maxOffset"],
+                fmt_time(r["lastUpdateTimestamp"]),
+            )
+            for r in rows
+        ),
+    )

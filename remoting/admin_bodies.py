@@ -1,0 +1,320 @@
+"""Bodies of the admin requests, as pure msgpack codecs shared by broker and ``mqadmin``.
+
+Maps with RocketMQ's field names; a ``MessageQueue``-keyed Java map becomes a list of maps
+carrying ``topic``/``brokerName``/``queueId`` next to the values:
+
+- GET_TOPIC_STATS_INFO response (``TopicStatsTable``): ``{"offsetTable": [{"topic",
+  "brokerName", "queueId", "minOffset", "maxOffset", "lastUpdateTimestamp"}]}``.
+- GET_CONSUME_STATS response (``ConsumeStats``): ``{"offsetTable": [{"topic", "brokerName",
+  "queueId", "brokerOffset", "consumerOffset", "lastTimestamp"}], "consumeTps"}``.
+- GET_CONSUMER_CONNECTION_LIST response (``ConsumerConnection``): ``{"connectionSet":
+  [{"clientId", "clientAddr", "language", "version"}], "subscriptionTable": {topic:
+  {"topic", "subString", ...}}, "consumeType", "messageModel", "consumeFromWhere"}``.
+- GET_PRODUCER_CONNECTION_LIST response (``ProducerConnection``): ``{"connectionSet": [...]}``.
+- INVOKE_BROKER_TO_RESET_OFFSET response and RESET_CONSUMER_CLIENT_OFFSET request
+  (``ResetOffsetBody``): ``{"offsetTable": [{"topic", "brokerName", "queueId", "offset"}]}``.
+
+``decode_*`` raise :class:`~remoting.headers.BadRequestError` (a ``ValueError``) naming the
+offending field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from remoting.headers import BadRequestError
+
+
+def _pack(obj: object) -> bytes:
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
+
+
+def _unpack_map(body: bytes, what: str) -> Mapping[str, Any]:
+    try:
+        wire = msgpack.unpackb(body, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadRequestError(f"body of {what} is not valid msgpack: {exc}") from None
+    if not isinstance(wire, dict):
+        raise BadRequestError(f"body of {what} must be a map")
+    return wire
+
+
+def _get(wire: Mapping[str, Any], key: str, kind: type, what: str, default: Any = ...) -> Any:
+    value = wire.get(key, default)
+    if value is ...:
+        raise BadRequestError(f"{what}: missing {key!r}")
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise BadRequestError(f"{what}: {key!r} must be {kind.__name__}")
+    return value
+
+
+def _rows(wire: Mapping[str, Any], key: str, what: str) -> list[Mapping[str, Any]]:
+    rows: list[Mapping[str, Any]] = _get(wire, key, list, what, [])
+    if not all(isinstance(r, dict) for r in rows):
+        raise BadRequestError(f"{what}: {key!r} must be a list of maps")
+    return rows
+
+
+# ---------------------------------------------------------------------- topic stats
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffset:
+    """One queue's row in a ``TopicStatsTable``."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+def encode_topic_stats(rows: list[TopicOffset]) -> bytes:
+    """The GET_TOPIC_STATS_INFO response body."""
+    return _pack(
+        {
+            "offsetTable": [
+                {
+                    "topic": r.topic,
+                    "brokerName": r.broker_name,
+                    "queueId": r.queue_id,
+                    "minOffset": r.min_offset,
+                    "maxOffset": r.max_offset,
+                    "lastUpdateTimestamp": r.last_update_timestamp,
+                }
+                for r in rows
+            ]
+        }
+    )
+
+
+def decode_topic_stats(body: bytes) -> list[TopicOffset]:
+    """Parse a GET_TOPIC_STATS_INFO response body."""
+    what = "TopicStatsTable"
+    return [
+        TopicOffset(
+            _get(r, "topic", str, what),
+            _get(r, "brokerName", str, what),
+            _get(r, "queueId", int, what),
+            _get(r, "minOffset", int, what),
+            _get(r, "maxOffset", int, what),
+            _get(r, "lastUpdateTimestamp", int, what, 0),
+        )
+        for r in _rows(_unpack_map(body, what), "offsetTable", what)
+    ]
+
+
+# ---------------------------------------------------------------------- consume stats
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConsumeStats:
+    """One queue's row in ``ConsumeStats`` (``OffsetWrapper`` plus its queue)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        """Messages not consumed yet (``brokerOffset - consumerOffset``)."""
+        return self.broker_offset - self.consumer_offset
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeStats:
+    """GET_CONSUME_STATS answer of one broker."""
+
+    rows: tuple[QueueConsumeStats, ...]
+    consume_tps: float = 0.0
+
+
+def encode_consume_stats(stats: ConsumeStats) -> bytes:
+    """The GET_CONSUME_STATS response body."""
+    return _pack(
+        {
+            "offsetTable": [
+                {
+                    "topic": r.topic,
+                    "brokerName": r.broker_name,
+                    "queueId": r.queue_id,
+                    "brokerOffset": r.broker_offset,
+                    "consumerOffset": r.consumer_offset,
+                    "lastTimestamp": r.last_timestamp,
+                }
+                for r in stats.rows
+            ],
+            "consumeTps": stats.consume_tps,
+        }
+    )
+
+
+def decode_consume_stats(body: bytes) -> ConsumeStats:
+    """Parse a GET_CONSUME_STATS response body."""
+    what = "ConsumeStats"
+    wire = _unpack_map(body, what)
+    rows = tuple(
+        QueueConsumeStats(
+            _get(r, "topic", str, what),
+            _get(r, "brokerName", str, what),
+            _get(r, "queueId", int, what),
+            _get(r, "brokerOffset", int, what),
+            _get(r, "consumerOffset", int, what),
+            _get(r, "lastTimestamp", int, what, 0),
+        )
+        for r in _rows(wire, "offsetTable", what)
+    )
+    return ConsumeStats(rows, _get(wire, "consumeTps", float, what, 0.0))
+
+
+# ---------------------------------------------------------------------- connections
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """One connected client (RocketMQ's ``Connection``)."""
+
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConnection:
+    """GET_CONSUMER_CONNECTION_LIST answer: members plus the group's newest heartbeat data.
+
+    ``subscriptions`` maps a topic to its sub expression (``subString``).
+    """
+
+    connections: tuple[Connection, ...]
+    subscriptions: dict[str, str]
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+
+
+def _connections_to_wire(conns: tuple[Connection, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "clientId": c.client_id,
+            "clientAddr": c.client_addr,
+            "language": c.language,
+            "version": c.version,
+        }
+        for c in conns
+    ]
+
+
+def _connections_from_wire(wire: Mapping[str, Any], what: str) -> tuple[Connection, ...]:
+    return tuple(
+        Connection(
+            _get(c, "clientId", str, what),
+            _get(c, "clientAddr", str, what),
+            _get(c, "language", str, what, "OTHER"),
+            _get(c, "version", int, what, 0),
+        )
+        for c in _rows(wire, "connectionSet", what)
+    )
+
+
+def encode_consumer_connection(cc: ConsumerConnection) -> bytes:
+    """The GET_CONSUMER_CONNECTION_LIST response body."""
+    return _pack(
+        {
+            "connectionSet": _connections_to_wire(cc.connections),
+            "subscriptionTable": {
+                t: {"topic": t, "subString": s} for t, s in sorted(cc.subscriptions.items())
+            },
+            "consumeType": cc.consume_type,
+            "messageModel": cc.message_model,
+            "consumeFromWhere": cc.consume_from_where,
+        }
+    )
+
+
+def decode_consumer_connection(body: bytes) -> ConsumerConnection:
+    """Parse a GET_CONSUMER_CONNECTION_LIST response body."""
+    what = "ConsumerConnection"
+    wire = _unpack_map(body, what)
+    table = _get(wire, "subscriptionTable", dict, what, {})
+    subs: dict[str, str] = {}
+    for topic, sub in table.items():
+        if not isinstance(topic, str) or not isinstance(sub, dict):
+            raise BadRequestError(f"{what}: bad subscriptionTable entry {topic!r}")
+        subs[topic] = _get(sub, "subString", str, what, "*")
+    return ConsumerConnection(
+        _connections_from_wire(wire, what),
+        subs,
+        _get(wire, "consumeType", str, what, ""),
+        _get(wire, "messageModel", str, what, ""),
+        _get(wire, "consumeFromWhere", str, what, ""),
+    )
+
+
+def encode_producer_connection(conns: tuple[Connection, ...]) -> bytes:
+    """The GET_PRODUCER_CONNECTION_LIST response body."""
+    return _pack({"connectionSet": _connections_to_wire(conns)})
+
+
+def decode_producer_connection(body: bytes) -> tuple[Connection, ...]:
+    """Parse a GET_PRODUCER_CONNECTION_LIST response body."""
+    what = "ProducerConnection"
+    return _connections_from_wire(_unpack_map(body, what), what)
+
+
+# ---------------------------------------------------------------------- offset resets
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class QueueOffset:
+    """A queue and an offset (one entry of a ``ResetOffsetBody``)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    offset: int
+
+
+def encode_reset_offset(entries: list[QueueOffset]) -> bytes:
+    """A ``ResetOffsetBody`` (INVOKE_BROKER_TO_RESET_OFFSET answer, RESET_CONSUMER_CLIENT_OFFSET
+    request)."""
+    return _pack(
+        {
+            "offsetTable": [
+                {
+                    "topic": e.topic,
+                    "brokerName": e.broker_name,
+                    "queueId": e.queue_id,
+                    "offset": e.offset,
+                }
+                for e in entries
+            ]
+        }
+    )
+
+
+def decode_reset_offset(body: bytes) -> list[QueueOffset]:
+    """Parse a ``ResetOffsetBody``."""
+    what = "ResetOffsetBody"
+    return [
+        QueueOffset(
+            _get(r, "topic", str, what),
+            _get(r, "brokerName", str, what),
+            _get(r, "queueId", int, what),
+            _get(r, "offset", int, what),
+        )
+        for r in _rows(_unpack_map(body, what), "offsetTable", what)
+    ]

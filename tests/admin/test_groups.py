@@ -1,0 +1,229 @@
+"""mqadmin group commands against two in-process brokers with live consumers and producers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
+from client.consume_service import ConsumeResult
+from client.message import MessageQueue, ReceivedMessage
+from tests.admin.harness import as_json, fails, headers_in, ok
+from tests.broker.inprocess import wait_until
+from tests.client.inproc_cluster import TOPIC, cluster
+
+FAST_RETRY = {"messageDelayLevel": " ".join(["50ms"] * 18)}
+
+
+async def send(namesrv: str, n: int, prefix: str = "m") -> None:
+    async with Producer("pg", namesrv) as producer:
+        for i in range(n):
+            await producer.send(Message(TOPIC, f"{prefix}{i}".encode(), tags="T"))
+
+
+async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        got: list[bytes] = []
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            got.extend(m.body for m in msgs)
+            return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer(
+            "cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, persist_interval=0.05
+        )
+        consumer.subscribe(TOPIC, "T", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            for i in range(20):
+                await producer.send(Message(TOPIC, f"m{i}".encode(), tags="T"))
+            await wait_until(lambda: len(got) == 20, "every message consumed")
+
+            async def settled() -> bool:
+                stats = await as_json("consumerProgress", *n, "-g", "cg", "-t", TOPIC)
+                return stats["diffTotal"] == 0 and len(stats["queues"]) == 8
+
+            await wait_until(settled, "offsets committed")
+            text = await ok("consumerProgress", *n, "-g", "cg")
+            assert headers_in(
+                text,
+                "#Topic",
+                "#Broker Name",
+                "#QID",
+                "#Broker Offset",
+                "#Consumer Offset",
+                "#Client IP",
+                "#Diff",
+                "#LastTime",
+            )
+            assert "Diff Total: 0" in text
+            assert "Consume TPS:" in text
+            stats = await as_json("consumerProgress", *n, "-g", "cg", "-t", TOPIC)
+            assert sum(q["brokerOffset"] for q in stats["queues"]) == 20
+            assert {q["clientId"] for q in stats["queues"]} == {consumer.instance.client_id}
+
+            summary = await as_json("consumerProgress", *n)
+            row = next(g for g in summary if g["group"] == "cg")
+            assert (row["count"], row["consumeType"], row["messageModel"]) == (
+                1,
+                "PUSH",
+                "CLUSTERING",
+            )
+            text = await ok("consumerProgress", *n)
+            assert headers_in(
+                text, "#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total"
+            )
+
+            text = await ok("consumerConnection", *n, "-g", "cg")
+            assert headers_in(
+                text,
+                "#ClientId",
+                "#ClientAddr",
+                "#Language",
+                "#Version",
+                "#Topic",
+                "#SubExpression",
+            )
+            assert "ConsumeType: CONSUME_PASSIVELY" in text
+            cc = await as_json("consumerConnection", *n, "-g", "cg")
+            assert [x["clientId"] for x in cc["connectionSet"]] == [consumer.instance.client_id]
+            assert cc["connectionSet"][0]["language"] == "PYTHON"
+            assert cc["subscriptionTable"][TOPIC] == "T"
+            assert cc["messageModel"] == "CLUSTERING"
+
+            text = await ok("producerConnection", *n, "-g", "pg", "-t", TOPIC)
+            assert headers_in(text, "#ClientId", "#ClientAddr", "#Language", "#Version")
+            pc = await as_json("producerConnection", *n, "-g", "pg", "-t", TOPIC)
+            assert [x["clientId"] for x in pc["connectionSet"]] == [producer.instance.client_id]
+
+            await ok("cloneGroupOffset", *n, "-s", "cg", "-d", "cg2", "-t", TOPIC)
+            cloned = await as_json("consumerProgress", *n, "-g", "cg2", "-t", TOPIC)
+            assert [q["consumerOffset"] for q in cloned["queues"]] == [
+                q["consumerOffset"] for q in stats["queues"]
+            ]
+
+        summary = await as_json("consumerProgress", *n)
+        row = next(g for g in summary if g["group"] == "cg")
+        assert (row["count"], row["version"]) == (0, "OFFLINE")
+        err = await fails("consumerConnection", *n, "-g", "cg")
+        assert "not online" in err
+        err = await fails("producerConnection", *n, "-g", "nobody", "-t", TOPIC)
+        assert "not exist" in err
+        err = await fails("consumerProgress", *n, "-g", "never-seen")
+        assert "never-seen" in err
+
+
+async def test_update_and_delete_sub_group(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        text = await ok(
+            "updateSubGroup", *n, "-c", "DefaultCluster", "-g", "g1", "-r", "3", "-d", "false"
+        )
+        assert text.count("create subscription group to") == 2
+        done = await as_json(
+            "updateSubGroup", *n, "-b", c.brokers["broker-a"], "-g", "g1", "-s", "false"
+        )
+        assert done[0]["config"]["retryMaxTimes"] == 3  # kept
+        assert done[0]["config"]["consumeEnable"] is False
+        groups = c.controllers["broker-a"].groups
+        assert groups is not None
+        config = groups.find("g1")
+        assert config is not None
+        assert (config.retry_max_times, config.consume_broadcast_enable, config.consume_enable) == (
+            3,
+            False,
+            False,
+        )
+        text = await ok("deleteSubGroup", *n, "-c", "DefaultCluster", "-g", "g1")
+        assert "delete subscription group [g1]" in text
+        assert "g1" not in groups.groups()
+        await fails("updateSubGroup", *n, "-g", "g1")
+
+
+async def test_reset_offset_by_time_on_a_live_push_group(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        got: list[ReceivedMessage] = []
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            got.extend(msgs)
+            return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer:
+            await send(c.namesrv, 30)
+            await wait_until(lambda: len(got) == 30, "first pass")
+            by_time = sorted(got, key=lambda m: m.store_timestamp)
+            point = by_time[10].store_timestamp
+            expected = sorted(m.body for m in got if m.store_timestamp >= point)
+            before = len(got)
+            text = await ok("resetOffsetByTime", *n, "-g", "cg", "-t", TOPIC, "-s", str(point))
+            assert headers_in(text, "#brokerName", "#queueId", "#offset")
+            assert f"timestamp(long)[{point}]" in text
+            await wait_until(lambda: len(got) - before == len(expected), "re-consumed")
+            assert sorted(m.body for m in got[before:]) == expected
+
+            # -1 skips everything, "now" too; the json answer has one row per queue
+            rows = await as_json("resetOffsetByTime", *n, "-g", "cg", "-t", TOPIC, "-s", "now")
+            assert len(rows["offsetTable"]) == 8
+            by_q = {(r["brokerName"], r["queueId"]): r["offset"] for r in rows["offsetTable"]}
+            stats = await as_json("topicStatus", *n, "-t", TOPIC)
+            assert by_q == {(r["brokerName"], r["queueId"]): r["maxOffset"] for r in stats}
+            await send(c.namesrv, 5, "late")
+            await wait_until(lambda: sum(m.body.startswith(b"late") for m in got) == 5, "late")
+        err = await fails("resetOffsetByTime", *n, "-g", "cg", "-t", TOPIC, "-s", "yesterday")
+        assert "yyyy-MM-dd#HH:mm:ss:SSS" in err
+
+
+async def test_reset_offset_seeks_a_pull_consumer(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        await send(c.namesrv, 16)
+        async with PullConsumer("pc", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+            queues = await pc.fetch_queues(TOPIC)
+            pc.assign(queues)
+            got: list[ReceivedMessage] = []
+
+            async def drained() -> bool:
+                got.extend(await pc.poll_for(0.05))
+                return len(got) >= 16
+
+            await wait_until(drained, "first pass")
+            await ok("resetOffsetByTime", "-n", c.namesrv, "-g", "pc", "-t", TOPIC, "-s", "0")
+            again: list[ReceivedMessage] = []
+
+            async def again_all() -> bool:
+                again.extend(await pc.poll_for(0.05))
+                return len(again) >= 16
+
+            await wait_until(again_all, "re-read after the reset")
+            assert sorted(m.body for m in again) == sorted(m.body for m in got)
+            assert all(
+                pc.position(MessageQueue(TOPIC, q.broker_name, q.queue_id)) is not None
+                for q in queues
+            )
+
+
+async def test_retry_max_times_sends_to_dlq_after_one_retry(tmp_path: Path) -> None:
+    async with cluster(tmp_path, overrides=FAST_RETRY) as c:
+        n = ("-n", c.namesrv)
+        await ok("updateSubGroup", *n, "-c", "DefaultCluster", "-g", "rg", "-r", "1")
+        calls: list[int] = []
+
+        def fail_always(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            calls.extend(m.reconsume_times for m in msgs)
+            return ConsumeResult.RECONSUME_LATER
+
+        consumer = PushConsumer("rg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        consumer.subscribe(TOPIC, "*", fail_always)
+        async with consumer:
+            await send(c.namesrv, 1)
+
+            async def in_dlq() -> bool:
+                try:
+                    rows = await as_json("printMsg", *n, "-t", "%DLQ%rg")
+                except AssertionError:
+                    return False  # no DLQ topic yet
+                return len(rows) == 1
+
+            await wait_until(in_dlq, "the message in the DLQ")
+            assert calls == [0, 1]

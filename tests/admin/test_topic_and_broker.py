@@ -1,0 +1,132 @@
+"""mqadmin cluster, broker and topic commands against two in-process brokers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from client.aio import Message, Producer
+from tests.admin.harness import as_json, fails, headers_in, ok
+from tests.client.inproc_cluster import TOPIC, cluster
+
+
+async def test_cluster_list_and_broker_status(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        text = await ok("clusterList", *n)
+        assert headers_in(text, "#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version")
+        assert "broker-a" in text
+        assert "broker-b" in text
+        assert c.brokers["broker-a"] in text
+        rows = await as_json("clusterList", *n)
+        assert {(r["brokerName"], r["addr"]) for r in rows} == set(c.brokers.items())
+        assert all(r["clusterName"] == "DefaultCluster" for r in rows)
+
+        addr = c.brokers["broker-a"]
+        text = await ok("brokerStatus", *n, "-b", addr)
+        assert "brokerVersionDesc" in text
+        assert "commitLogMaxOffset" in text
+        status = await as_json("brokerStatus", *n, "-c", "DefaultCluster")
+        assert set(status) == set(c.brokers.values())
+        assert status[addr]["brokerVersionDesc"].startswith("minimq")
+
+
+async def test_broker_config_get_and_update(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        addr = c.brokers["broker-b"]
+        text = await ok("getBrokerConfig", *n, "-b", addr)
+        assert f"============{addr}============" in text
+        assert "brokerName" in text
+        config = await as_json("getBrokerConfig", *n, "-b", addr)
+        assert config[addr]["brokerName"] == "broker-b"
+        assert config[addr]["defaultTopicQueueNums"] == "8"
+
+        text = await ok(
+            "updateBrokerConfig",
+            *n,
+            "-c",
+            "DefaultCluster",
+            "-k",
+            "defaultTopicQueueNums",
+            "-v",
+            "3",
+        )
+        assert f"update broker config success, {addr}" in text
+        config = await as_json("getBrokerConfig", *n, "-c", "DefaultCluster")
+        assert {cfg["defaultTopicQueueNums"] for cfg in config.values()} == {"3"}
+        assert c.controllers["broker-a"].topics is not None
+        assert c.controllers["broker-a"].topics.default_queue_nums == 3
+        # auto-created topics now get 3 queues
+        async with Producer("pg", c.namesrv) as producer:
+            await producer.send(Message("AutoCreated", b"x"))
+        route = await as_json("topicRoute", *n, "-t", "AutoCreated")
+        assert {q["writeQueueNums"] for q in route["queueDatas"]} == {3}
+
+        err = await fails("updateBrokerConfig", *n, "-b", addr, "-k", "listenPort", "-v", "1")
+        assert "cannot be changed at runtime" in err
+        err = await fails(
+            "updateBrokerConfig", *n, "-b", addr, "-k", "defaultTopicQueueNums", "-v", "-2"
+        )
+        assert "defaultTopicQueueNums" in err
+        err = await fails("getBrokerConfig", *n)
+        assert "-b brokerAddr or -c clusterName" in err
+
+
+async def test_topic_lifecycle(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        text = await ok(
+            "updateTopic", *n, "-c", "DefaultCluster", "-t", "T1", "-r", "2", "-w", "2", "-p", "6"
+        )
+        assert text.count("create topic to") == 2
+        assert "T1" in (await ok("topicList", *n)).split()
+        assert "T1" in await as_json("topicList", *n)
+
+        text = await ok("topicRoute", *n, "-t", "T1")
+        assert headers_in(text, "#ClusterName", "#BrokerName", "#BrokerAddrs", "#ReadQueue")
+        route = await as_json("topicRoute", *n, "-t", "T1")
+        assert sorted((q["brokerName"], q["readQueueNums"]) for q in route["queueDatas"]) == [
+            ("broker-a", 2),
+            ("broker-b", 2),
+        ]
+
+        async with Producer("pg", c.namesrv) as producer:
+            for i in range(10):
+                await producer.send(Message("T1", f"m{i}".encode()))
+        text = await ok("topicStatus", *n, "-t", "T1")
+        assert headers_in(
+            text, "#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"
+        )
+        rows = await as_json("topicStatus", *n, "-t", "T1")
+        assert len(rows) == 4
+        assert sum(r["maxOffset"] for r in rows) == 10
+        assert all(r["lastUpdateTimestamp"] > 0 for r in rows if r["maxOffset"] > 0)
+
+        text = await ok(
+            "updateTopic", *n, "-b", c.brokers["broker-a"], "-t", "T1", "-w", "4", "-r", "4"
+        )
+        route = await as_json("topicRoute", *n, "-t", "T1")
+        assert sorted((q["brokerName"], q["writeQueueNums"]) for q in route["queueDatas"]) == [
+            ("broker-a", 4),
+            ("broker-b", 2),
+        ]
+
+        table = await ok("topicList", *n, "-c")
+        assert headers_in(table, "#Cluster Name", "#Topic", "#Consumer Group")
+        listed = await as_json("topicList", *n, "-c")
+        assert {"clusterName": "DefaultCluster", "topic": TOPIC, "consumerGroups": []} in listed
+
+        text = await ok("deleteTopic", *n, "-t", "T1")
+        assert "delete topic [T1] from NameServer success." in text
+        assert "T1" not in await as_json("topicList", *n)
+        err = await fails("topicRoute", *n, "-t", "T1")
+        assert "T1" in err
+        err = await fails("topicStatus", *n, "-t", "NoSuchTopic")
+        assert "NoSuchTopic" in err
+
+
+async def test_unreachable_name_server_and_missing_address(tmp_path: Path) -> None:
+    err = await fails("clusterList", "-n", "127.0.0.1:1")
+    assert "no name server answered" in err
+    err = await fails("topicList", "-n", "not-an-address")
+    assert "illegal name server address" in err
