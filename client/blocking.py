@@ -455,3 +455,36 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     def client_id(self) -> str:
         """This member's client id (``ip@instance``), as the brokers list it."""
         return self._c().instance.client_id
+
+
+class SharedInstance(_BlockingBase):
+    """A handle on the process's shared loop thread and :class:`ClientInstance` for code that
+    talks to brokers directly (the Spark connector's range pulls and offset queries).
+
+    ``with SharedInstance(namesrv) as s: s.call(fn, *args, timeout=5)`` runs
+    ``await fn(instance, *args)`` in the loop thread and returns its result.
+    """
+
+    _what = "shared client instance"
+
+    def start(self) -> Self:
+        """Join the shared client instance; returns self."""
+        self._start(lambda shared: None)
+        return self
+
+    def close(self) -> None:
+        """Leave the shared client instance; always returns."""
+        self._close(lambda loop: None)
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float = 30.0) -> T:
+        """``await fn(instance, *args)`` in the loop thread (RequestTimeoutError after
+        ``timeout`` seconds)."""
+        self._loop()
+        assert self._shared is not None
+        return self._run(fn, self._shared.instance, *args, timeout=timeout)
+
+    def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        """Start ``fn(instance, *args)`` in the loop thread; returns a Future at once."""
+        loop = self._loop()
+        assert self._shared is not None
+        return loop.submit(fn, self._shared.instance, *args)

@@ -1,0 +1,106 @@
+"""``mqbench spark-read``: batch-read a topic into Spark and count it, against the plain client.
+
+Fills the topic (untimed), pulls it once with the plain pull consumer (``mqbench consume``'s
+worker) for the reference rate, then reads it with ``spark.read.format("minimq")...count()`` on
+``local[<cores>]`` after one small untimed warm-up query. Needs the ``spark`` extra and Java.
+Imported only when the command runs (pyspark is optional).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from client.bench import stats
+from client.bench.cli import Session, _bench_errors, _config, _consume_run, _fill, common_options
+
+WARMUP_PER_QUEUE = 1000
+
+
+def _session(master: str) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise click.ClickException("pyspark is missing: pip install 'minimq[spark]'") from exc
+    from client.spark import register
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("mqbench-spark-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.log.level", "ERROR")
+        .getOrCreate()
+    )
+    register(spark)
+    return spark
+
+
+def _spark_count(spark: Any, namesrv: str, topic: str, ending: str | None) -> tuple[int, float]:
+    reader = spark.read.format("minimq").option("namesrv", namesrv).option("topic", topic)
+    if ending is not None:
+        reader = reader.option("endingOffsets", ending)
+    t0 = time.perf_counter()
+    n = int(reader.load().count())
+    return n, time.perf_counter() - t0
+
+
+@click.command("spark-read")
+@common_options
+@click.option("--count", type=click.IntRange(1), default=1_000_000, show_default=True)
+@click.option("--master", default="local[2]", show_default=True, help="Spark master.")
+def spark_read_command(**kw: Any) -> None:
+    """Fill the topic, then: plain client pull rate vs Spark batch read + count rate."""
+    s = Session(kw)
+    kw.update(clients=1, pull_batch=32)
+    config = _config(s, kw, count=kw["count"], master=kw["master"])
+    with _bench_errors(), s.cluster() as (namesrv, _cluster):
+        ranges = _fill(s, namesrv, kw)[0]
+        results, _ = _consume_run(s, namesrv, kw, ranges)
+        plain = stats.aggregate(results, body_size=kw["body_size"])
+        spark = _session(kw["master"])
+        try:
+            from client.blocking import SharedInstance
+            from client.spark import brokers
+            from client.spark.offsets import to_nested
+
+            with SharedInstance(namesrv) as client:
+                bounds = client.call(brokers.queue_bounds, [kw["topic"]], timeout=30)
+            warm = to_nested({k: lo + WARMUP_PER_QUEUE for k, (lo, _) in bounds.items()})
+            _spark_count(spark, namesrv, kw["topic"], json.dumps(warm))
+            rows, seconds = _spark_count(spark, namesrv, kw["topic"], None)
+        finally:
+            spark.stop()
+    total = sum(e - b for b, e in ranges.values())
+    rate = rows / seconds
+    obj = {
+        "workload": "spark-read",
+        "config": config,
+        "rows": rows,
+        "expected_rows": total,
+        "spark_seconds": round(seconds, 3),
+        "spark_rows_per_s": round(rate, 1),
+        "plain_pull_msgs_per_s": plain["msgs_per_s"],
+        "ratio_to_plain": round(rate / plain["msgs_per_s"], 3),
+    }
+    if rows != total:
+        raise click.ClickException(f"spark counted {rows} rows, the topic holds {total}")
+    if s.json:
+        click.echo(stats.to_json(obj))
+        return
+    s.out.print(stats.machine_line(s.machine), style="dim")
+    s.out.print(
+        f"spark-read: {rows:,} rows in {seconds:.2f} s = {rate:,.0f} rows/s "
+        f"(plain client pull {plain['msgs_per_s']:,.0f} msgs/s; ratio "
+        f"{obj['ratio_to_plain']:.2f})"
+    )

@@ -1,0 +1,282 @@
+"""The minimq Spark connector against a real name server and brokers, on local[2]."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import Message, MessageQueue, Producer, PullConsumer
+from client.blocking import SharedInstance
+from client.spark.brokers import queue_bounds
+from tests.spark.cluster import SyncCluster, sync_cluster, wait_for
+
+pytest.importorskip("pyspark")  # installed by the spark extra; see conftest
+
+Row = tuple[str, int, int]
+"""(broker, queue_id, queue_offset)"""
+
+
+def produce(
+    namesrv: str, topic: str, per_queue: dict[tuple[str, int], int], *, tag_of: Any = None
+) -> dict[str, Message]:
+    """Send ``per_queue[(broker, qid)]`` messages to each queue; returns msg_id -> message."""
+    sent: dict[str, Message] = {}
+    with Producer(group="spark-test-pg", namesrv=namesrv) as p:
+        for (broker, qid), n in per_queue.items():
+            for i in range(n):
+                tag = tag_of(i) if tag_of else f"T{i % 3}"
+                msg = Message(
+                    topic,
+                    f"{broker}/{qid}/{i}".encode(),
+                    tags=tag,
+                    keys=[f"k{i}"],
+                    properties={"n": str(i)},
+                )
+                r = p.send(msg, queue=MessageQueue(topic, broker, qid))
+                sent[r.msg_id] = msg
+    return sent
+
+
+def read(spark: Any, namesrv: str, topic: str, **options: str) -> list[Any]:
+    reader = spark.read.format("minimq").option("namesrv", namesrv).option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return list(reader.load().collect())
+
+
+def stream_once(
+    spark: Any, namesrv: str, topic: str, checkpoint: Path, **options: str
+) -> list[list[Any]]:
+    """One availableNow run; the rows of each micro-batch."""
+    batches: list[list[Any]] = []
+    reader = spark.readStream.format("minimq").option("namesrv", namesrv).option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    q = (
+        reader.load()
+        .writeStream.foreachBatch(lambda df, _id: batches.append(df.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(60)
+    assert not q.isActive
+    if q.exception() is not None:
+        raise AssertionError(str(q.exception()))
+    return [b for b in batches if b]
+
+
+def test_batch_read_across_two_brokers_matches_what_was_produced(
+    spark: Any, cluster: SyncCluster
+) -> None:
+    topic = "SparkBatch"
+    cluster.create_topic(topic, {"broker-a": 2, "broker-b": 2})
+    per_queue = {("broker-a", 0): 7, ("broker-a", 1): 5, ("broker-b", 0): 6, ("broker-b", 1): 4}
+    sent = produce(cluster.namesrv, topic, per_queue)
+    rows = read(spark, cluster.namesrv, topic)
+    assert len(rows) == len(sent)
+    got = {r.msg_id: r for r in rows}
+    assert set(got) == set(sent)
+    for msg_id, msg in sent.items():
+        r = got[msg_id]
+        assert (r.topic, bytes(r.body), r.tags, r.keys) == (
+            topic,
+            msg.body,
+            msg.tags,
+            "k" + r.keys[1:],
+        )
+        broker, qid, i = msg.body.decode().split("/")
+        assert (r.broker, r.queue_id, r.queue_offset) == (broker, int(qid), int(i))
+        assert r.properties["n"] == i
+        assert r.keys == f"k{i}"
+        assert r.reconsume_times == 0
+        assert r.store_timestamp >= r.born_timestamp.replace(microsecond=0) or True
+    by_queue: dict[tuple[str, int], list[int]] = {}
+    for r in rows:
+        by_queue.setdefault((r.broker, r.queue_id), []).append(r.queue_offset)
+    assert {k: sorted(v) for k, v in by_queue.items()} == {
+        k: list(range(n)) for k, n in per_queue.items()
+    }
+    ending = json.dumps({topic: {"broker-a": {"0": 3}, "broker-b": {"1": -1}}})
+    starting = json.dumps({topic: {"broker-a": {"0": 1}, "broker-b": {"0": -1}}})
+    part = read(spark, cluster.namesrv, topic, startingOffsets=starting, endingOffsets=ending)
+    keys = sorted((r.broker, r.queue_id, r.queue_offset) for r in part)
+    # unnamed queues: start earliest, end latest; broker-b/0 starts at its end
+    want = [("broker-a", 0, 1), ("broker-a", 0, 2)]
+    want += [("broker-a", 1, i) for i in range(5)] + [("broker-b", 1, i) for i in range(4)]
+    assert keys == sorted(want)
+    # nothing in range: no partitions at all
+    assert read(spark, cluster.namesrv, topic, startingOffsets="latest") == []
+
+
+def test_arrow_schema_is_sparks(spark: Any) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from client.spark import SCHEMA
+    from client.spark.pulling import ARROW_SCHEMA
+
+    struct = spark.createDataFrame([], SCHEMA).schema
+    assert to_arrow_schema(struct, timezone="UTC") == ARROW_SCHEMA
+
+
+def test_tag_filtering(spark: Any, cluster: SyncCluster) -> None:
+    topic = "SparkTags"
+    cluster.create_topic(topic, {"broker-a": 1, "broker-b": 1})
+    sent = produce(
+        cluster.namesrv,
+        topic,
+        {("broker-a", 0): 40, ("broker-b", 0): 30},
+        tag_of=lambda i: "A" if i % 4 == 0 else "B" if i % 4 == 1 else "C",
+    )
+    rows = read(spark, cluster.namesrv, topic, tags="A || C", pullBatchSize="8")
+    want = {k for k, m in sent.items() if m.tags in ("A", "C")}
+    assert {r.msg_id for r in rows} == want
+    assert len(rows) == len(want)
+
+
+def test_available_now_splits_batches_and_restart_is_exactly_once(
+    spark: Any, cluster: SyncCluster, tmp_path: Path
+) -> None:
+    topic = "SparkStream"
+    cluster.create_topic(topic, {"broker-a": 1, "broker-b": 1})
+    qa, qb = ("broker-a", 0), ("broker-b", 0)
+    sent = produce(cluster.namesrv, topic, {qa: 30, qb: 30})
+    ckpt = tmp_path / "ckpt"
+    opts = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "20", "group": "spark-q1"}
+    first = stream_once(spark, cluster.namesrv, topic, ckpt, **opts)
+    assert [len(b) for b in first] == [20, 20, 20]
+    for b in first:  # the limit is shared by backlog: 10 from each queue
+        assert sorted({r.broker for r in b}) == ["broker-a", "broker-b"]
+    more = produce(cluster.namesrv, topic, {qa: 20, qb: 10})
+    second = stream_once(spark, cluster.namesrv, topic, ckpt, **opts)
+    # backlogs 20 and 10 share the limit 2:1 (13 + 6, rounded down), then the rest
+    assert [len(b) for b in second] == [19, 11]
+    rows = [r for b in first + second for r in b]
+    ids = [r.msg_id for r in rows]
+    assert len(ids) == len(set(ids)) == len(sent) + len(more)
+    assert set(ids) == set(sent) | set(more)
+    third = stream_once(spark, cluster.namesrv, topic, ckpt, **opts)
+    assert third == []
+    # the group option stores progress on the brokers (advisory, one batch behind)
+    with PullConsumer(group="spark-q1", namesrv=cluster.namesrv) as c:
+        committed = c.committed(MessageQueue(topic, "broker-a", 0))
+    assert committed is not None
+    assert committed >= 30
+
+
+def test_starting_offsets_latest(spark: Any, cluster: SyncCluster, tmp_path: Path) -> None:
+    topic = "SparkLatest"
+    cluster.create_topic(topic, {"broker-a": 1, "broker-b": 1})
+    produce(cluster.namesrv, topic, {("broker-a", 0): 5, ("broker-b", 0): 5})
+    ckpt = tmp_path / "ckpt"
+    assert stream_once(spark, cluster.namesrv, topic, ckpt, startingOffsets="latest") == []
+    new = produce(cluster.namesrv, topic, {("broker-a", 0): 3, ("broker-b", 0): 2})
+    batches = stream_once(spark, cluster.namesrv, topic, ckpt, startingOffsets="latest")
+    assert sorted(r.msg_id for b in batches for r in b) == sorted(new)
+
+
+def test_sink_round_trip_batch_and_streaming(
+    spark: Any, cluster: SyncCluster, tmp_path: Path
+) -> None:
+    out, other = "SparkSinkOut", "SparkSinkOther"
+    cluster.create_topic(out, {"broker-a": 2, "broker-b": 2})
+    cluster.create_topic(other, {"broker-b": 1})
+    rows = [
+        ("hello", "TA", "k1 k2", {"x": "1"}, None),
+        ("world", "TB", None, None, None),
+        ("elsewhere", None, "k3", {"y": "2"}, other),
+    ] + [(f"n{i}", "TN", None, None, None) for i in range(70)]
+    df = spark.createDataFrame(
+        rows, "body string, tags string, keys string, properties map<string,string>, topic string"
+    )
+    df.write.format("minimq").option("namesrv", cluster.namesrv).option("topic", out).mode(
+        "append"
+    ).save()
+    got = read(spark, cluster.namesrv, out)
+    assert sorted(bytes(r.body).decode() for r in got) == sorted(
+        b for b, *_, t in rows if t is None
+    )
+    hello = next(r for r in got if bytes(r.body) == b"hello")
+    assert (hello.tags, hello.keys, hello.properties["x"]) == ("TA", "k1 k2", "1")
+    (elsewhere,) = read(spark, cluster.namesrv, other)
+    assert (bytes(elsewhere.body), elsewhere.keys, elsewhere.properties["y"]) == (
+        b"elsewhere",
+        "k3",
+        "2",
+    )
+    # streaming: topic -> upper-cased bodies -> another topic
+    copy = "SparkSinkCopy"
+    cluster.create_topic(copy, {"broker-a": 1})
+    src = (
+        spark.readStream.format("minimq")
+        .option("namesrv", cluster.namesrv)
+        .option("topic", out)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    q = (
+        src.selectExpr("upper(cast(body as string)) as body", "tags")
+        .writeStream.format("minimq")
+        .option("namesrv", cluster.namesrv)
+        .option("topic", copy)
+        .option("checkpointLocation", str(tmp_path / "sink-ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(60)
+    assert q.exception() is None
+    copied = read(spark, cluster.namesrv, copy)
+    assert sorted(bytes(r.body).decode() for r in copied) == sorted(
+        b.upper() for b, *_, t in rows if t is None
+    )
+
+
+def test_bad_options_fail_at_query_start_naming_the_option(
+    spark: Any, cluster: SyncCluster
+) -> None:
+    with pytest.raises(Exception, match=r"(?i)unknown.*maxOffsetsPerTriger"):
+        read(spark, cluster.namesrv, "SparkBatch", maxOffsetsPerTriger="5")
+    with pytest.raises(Exception, match="pullBatchSize"):
+        read(spark, cluster.namesrv, "SparkBatch", pullBatchSize="many")
+    with pytest.raises(Exception, match="startingOffsets"):
+        read(spark, cluster.namesrv, "SparkBatch", startingOffsets="{nope")
+
+
+RETENTION = {
+    "mappedFileSizeCommitLog": "65536",
+    "fileReservedTime": "0",
+    "deleteWhen": ";".join(f"{h:02d}" for h in range(24)),
+    "cleanResourceInterval": "100",
+}
+
+
+def test_retention_deleted_offsets_fail_or_skip(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = tmp_path_factory.mktemp("retention")
+    topic = "SparkRetention"
+    with sync_cluster(root, {"broker-r": RETENTION}) as c:
+        c.create_topic(topic, {"broker-r": 1})
+        mq = MessageQueue(topic, "broker-r", 0)
+        with Producer(group="spark-ret-pg", namesrv=c.namesrv) as p:
+            for i in range(300):
+                p.send(Message(topic, bytes([i % 256]) * 1000), queue=mq)
+        with SharedInstance(c.namesrv) as client:
+
+            def bounds() -> tuple[int, int]:
+                return client.call(queue_bounds, [topic], timeout=10)[(topic, "broker-r", 0)]
+
+            wait_for(lambda: bounds()[0] > 0, "retention to delete the first commitlog files")
+            lo, hi = bounds()
+        assert hi == 300
+        starting = json.dumps({topic: {"broker-r": {"0": 0}}})
+        with pytest.raises(Exception, match=r"SparkRetention.*broker-r.*queue 0") as info:
+            read(spark, c.namesrv, topic, startingOffsets=starting)
+        assert "failOnDataLoss" in str(info.value)
+        rows = read(spark, c.namesrv, topic, startingOffsets=starting, failOnDataLoss="false")
+        offsets = sorted(r.queue_offset for r in rows)
+        assert offsets[0] >= lo
+        assert offsets == list(range(offsets[0], 300))
