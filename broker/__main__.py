@@ -18,7 +18,8 @@ Rules:
   ``The broker[<brokerName>, <brokerIP1>:<port>] boot success. serializeType=MSGPACK and name
   server is <namesrvAddr>``.
 - SIGTERM or SIGINT runs the ordered shutdown and exits 0. A failure to start (bind, locked
-  store) prints one line to stderr and exits 1. Logs go to stderr.
+  store) prints one line to stderr and exits 1. Logs go to stderr (and to
+  ``--logFile`` if given).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def main(
     print_config: bool,
     bind_address: str,
     log_level: str,
+    log_file: str | None,
 ) -> None:
     """Start a minimq broker. Any broker or store key may be given as --<key> <value>."""
     try:
@@ -125,7 +127,10 @@ def main(
     if print_config:
         click.echo(config.to_properties(), nl=False)
         return
-    setup_logging(log_level)
+    try:
+        setup_logging(log_level, log_file)
+    except OSError as exc:
+        fail(PROGRAM, f"cannot open log file: {exc}")
     try:
         trio.run(_serve, config, bind_address)
     except* (OSError, StoreError, ValueError) as group:

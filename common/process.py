@@ -5,8 +5,9 @@ Rules:
 - :func:`serve_until_signal` starts the service, announces its bound port, and on the first
   SIGTERM or SIGINT cancels it; later signals are logged and ignored, so a second Ctrl-C cannot
   cut an ordered shutdown short. If the service ends by itself, the process ends too.
-- Servers log to stderr (:func:`setup_logging`); a failure to start is one line on stderr and
-  exit code 1 (:func:`fail`).
+- Servers log to stderr (:func:`setup_logging`), and also to a file with ``--logFile PATH``
+  (appended, same format); a failure to start is one line on stderr and exit code 1
+  (:func:`fail`).
 """
 
 from __future__ import annotations
@@ -52,11 +53,14 @@ async def serve_until_signal(
                     service_scope.cancel()
 
 
-def setup_logging(level: str) -> None:
-    """Log to stderr at ``level`` with timestamps."""
+def setup_logging(level: str, log_file: str | None = None) -> None:
+    """Log to stderr at ``level`` with timestamps, and also append to ``log_file`` if given."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
     logging.basicConfig(
         level=level.upper(),
-        stream=sys.stderr,
+        handlers=handlers,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
@@ -92,8 +96,8 @@ def print_config_option(f: F) -> F:
 
 
 def log_level_option(f: F) -> F:
-    """The ``--logLevel`` option every server command takes."""
-    option = click.option(
+    """The ``--logLevel`` and ``--logFile`` options every server command takes."""
+    level = click.option(
         "--logLevel",
         "log_level",
         type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -101,4 +105,11 @@ def log_level_option(f: F) -> F:
         show_default=True,
         help="Log level (logs go to stderr).",
     )
-    return option(f)
+    log_file = click.option(
+        "--logFile",
+        "log_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Also append the logs to this file.",
+    )
+    return level(log_file(f))

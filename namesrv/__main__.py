@@ -15,7 +15,8 @@ Rules:
 - Once serving, one line goes to stdout (flushed):
   ``The Name Server boot success. listening on <host>:<port>`` with the bound port.
 - SIGTERM or SIGINT stops the server and exits 0. A bad config file or a failure to bind prints
-  one line to stderr and exits 1; click's usage errors keep exit code 2. Logs go to stderr.
+  one line to stderr and exits 1; click's usage errors keep exit code 2. Logs go to stderr (and to
+  ``--logFile`` if given).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main(
     listen_port: int | None,
     bind_address: str | None,
     log_level: str,
+    log_file: str | None,
 ) -> None:
     """Start a minimq name server."""
     try:
@@ -102,7 +104,10 @@ def main(
     if print_config:
         click.echo(config.to_properties(), nl=False)
         return
-    setup_logging(log_level)
+    try:
+        setup_logging(log_level, log_file)
+    except OSError as exc:
+        fail(PROGRAM, f"cannot open log file: {exc}")
     try:
         trio.run(_serve, config)
     except* OSError as group:

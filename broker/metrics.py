@@ -1,0 +1,329 @@
+"""Prometheus metrics of one broker, with RocketMQ 5's names, served on ``metricsPort``.
+
+::
+
+    BrokerMetrics
+    ├─ instrument(handlers)   wraps SEND_MESSAGE[_V2] / SEND_BATCH_MESSAGE and PULL_MESSAGE:
+    │                         after each answered request, one dict add per counter
+    ├─ registry               a CollectorRegistry of its own (several brokers may share a
+    │                         process): this collector + the process collector
+    └─ serve                  a tiny HTTP/1.1 server on the trio loop: ``GET /metrics`` answers
+                              ``generate_latest(registry)``; cancelled with the broker
+
+Metrics (every sample also carries ``cluster``, ``node_type="broker"`` and ``node_id`` =
+brokerName, as RocketMQ 5's native metrics do):
+
+- ``rocketmq_messages_in_total{topic}``, ``rocketmq_throughput_in_total{topic}`` (bytes of the
+  request bodies of stored sends; a batch counts its encoded body);
+- ``rocketmq_messages_out_total{topic,consumer_group}``,
+  ``rocketmq_throughput_out_total{topic,consumer_group}`` (records and bytes of FOUND pulls);
+- ``rocketmq_consumer_lag_messages{topic,consumer_group}``: computed at scrape time, the sum over
+  the group's committed queues of ``max(0, max offset - committed offset)``;
+- ``rocketmq_producer_connections`` (producer clients, all groups),
+  ``rocketmq_consumer_connections{consumer_group}``, ``rocketmq_topic_number``,
+  ``rocketmq_consumer_group_number`` (subscription group configs), and
+  ``rocketmq_broker_info{broker_addr,version}`` = 1.
+
+Rules:
+
+- Counting is per request, not per message: the message count of a send is read from the
+  answer's ``msgId`` list, that of a pull by walking the records' TOTALSIZE fields.
+- Everything runs on the broker's event loop thread (requests and scrapes alike), so the
+  counters need no lock.
+- Counters start at zero when the broker starts (Prometheus handles resets).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from broker.config import BrokerConfig
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.processors.client import ClientService
+from broker.subscription_group import SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager
+from remoting.channel import Channel, Handler
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from store import MessageStore
+
+log = logging.getLogger(__name__)
+
+VERSION = "minimq-0.1.0"
+"""The ``version`` label of ``rocketmq_broker_info``."""
+REQUEST_TIMEOUT_S = 10.0
+"""A scrape connection must send its request head within this time."""
+MAX_HEAD_BYTES = 8192
+"""Longest accepted HTTP request head."""
+
+_SEND_CODES = (
+    RequestCode.SEND_MESSAGE,
+    RequestCode.SEND_MESSAGE_V2,
+    RequestCode.SEND_BATCH_MESSAGE,
+)
+_TOTAL_SIZE = struct.Struct(">i")
+
+
+class MetricsSource(Protocol):
+    """What the collector reads at scrape time (a :class:`broker.controller.BrokerController`)."""
+
+    config: BrokerConfig
+    store: MessageStore | None
+    topics: TopicConfigManager | None
+    offsets: ConsumerOffsetManager | None
+    groups: SubscriptionGroupManager | None
+    clients: ClientService
+
+    @property
+    def broker_addr(self) -> str:
+        """``brokerIP1:port``."""
+        ...
+
+
+def count_records(body: bytes) -> int:
+    """The number of commitlog records laid end to end in ``body`` (a pull answer's body)."""
+    count, pos, end = 0, 0, len(body)
+    while pos + 4 <= end:
+        size = _TOTAL_SIZE.unpack_from(body, pos)[0]
+        if size <= 0:
+            break
+        pos += size
+        count += 1
+    return count
+
+
+class BrokerMetrics(Collector):
+    """Counters, the scrape-time collector and the HTTP endpoint of one broker."""
+
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
+        self.messages_in: dict[str, int] = {}
+        self.bytes_in: dict[str, int] = {}
+        self.messages_out: dict[tuple[str, str], int] = {}
+        self.bytes_out: dict[tuple[str, str], int] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        ProcessCollector(registry=self.registry)
+        self.port: int | None = None
+        """The bound metrics port once :meth:`serve` has started."""
+
+    # ------------------------------------------------------------------ counting
+
+    def instrument(self, handlers: dict[int, Handler]) -> dict[int, Handler]:
+        """``handlers`` with the send and pull handlers wrapped to count what they answer."""
+        out = dict(handlers)
+        for code in _SEND_CODES:
+            if int(code) in out:
+                out[int(code)] = self._counting_send(out[int(code)])
+        pull = int(RequestCode.PULL_MESSAGE)
+        if pull in out:
+            out[pull] = self._counting_pull(out[pull])
+        return out
+
+    def _counting_send(self, handler: Handler) -> Handler:
+        async def send(request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+            response = await handler(request, channel)
+            if response is not None:
+                self.count_send(request, response)
+            return response
+
+        return send
+
+    def _counting_pull(self, handler: Handler) -> Handler:
+        async def pull(request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+            response = await handler(request, channel)
+            if response is not None and response.code == ResponseCode.SUCCESS:
+                self.count_pull(request, response)
+            return response
+
+        return pull
+
+    def count_send(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Count one answered send: its stored messages (the ``msgId`` list) and body bytes."""
+        msg_ids = response.ext_fields.get("msgId")
+        if not isinstance(msg_ids, str) or not msg_ids:
+            return  # nothing stored
+        fields = request.ext_fields
+        topic = str(fields.get("topic", fields.get("b", "")))
+        self.messages_in[topic] = self.messages_in.get(topic, 0) + msg_ids.count(",") + 1
+        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + len(request.body)
+
+    def count_pull(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Count one FOUND pull: its records and their bytes."""
+        fields = request.ext_fields
+        key = (str(fields.get("topic", "")), str(fields.get("consumerGroup", "")))
+        body = response.body
+        self.messages_out[key] = self.messages_out.get(key, 0) + count_records(body)
+        self.bytes_out[key] = self.bytes_out.get(key, 0) + len(body)
+
+    # ------------------------------------------------------------------ collecting
+
+    def _base(self) -> tuple[list[str], list[str]]:
+        config = self.source.config
+        return ["cluster", "node_type", "node_id"], [
+            config.broker_cluster_name,
+            "broker",
+            config.broker_name,
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        """Every metric of the module docstring (called by the registry at scrape time)."""
+        names, values = self._base()
+        info = InfoMetricFamily("rocketmq_broker", "Broker identity.", labels=names)
+        info.add_metric(values, {"broker_addr": self.source.broker_addr, "version": VERSION})
+        yield info
+        yield from self._counters(names, values)
+        yield from self._gauges(names, values)
+        yield self._lag(names, values)
+
+    def _counters(self, names: list[str], values: list[str]) -> Iterator[Metric]:
+        tables: list[tuple[str, str, dict[str, int] | dict[tuple[str, str], int], list[str]]] = [
+            ("rocketmq_messages_in", "Messages stored.", self.messages_in, ["topic"]),
+            ("rocketmq_throughput_in", "Bytes of sent bodies stored.", self.bytes_in, ["topic"]),
+            (
+                "rocketmq_messages_out",
+                "Messages delivered by pulls.",
+                self.messages_out,
+                ["topic", "consumer_group"],
+            ),
+            (
+                "rocketmq_throughput_out",
+                "Bytes delivered by pulls.",
+                self.bytes_out,
+                ["topic", "consumer_group"],
+            ),
+        ]
+        for name, doc, table, labels in tables:
+            family = CounterMetricFamily(name, doc, labels=[*names, *labels])
+            for key, value in table.items():
+                key_labels = list(key) if isinstance(key, tuple) else [key]
+                family.add_metric([*values, *key_labels], value)
+            yield family
+
+    def _gauges(self, names: list[str], values: list[str]) -> Iterator[Metric]:
+        manager = self.source.clients.manager
+        producers = sum(len(clients) for clients in manager.producers.values())
+        family = GaugeMetricFamily(
+            "rocketmq_producer_connections", "Connected producer clients.", labels=names
+        )
+        family.add_metric(values, producers)
+        yield family
+        family = GaugeMetricFamily(
+            "rocketmq_consumer_connections",
+            "Connected consumer clients per group.",
+            labels=[*names, "consumer_group"],
+        )
+        for group, info in manager.consumers.items():
+            family.add_metric([*values, group], len(info.clients))
+        yield family
+        topics = self.source.topics
+        groups = self.source.groups
+        for name, doc, number in (
+            ("rocketmq_topic_number", "Topics on this broker.", len(topics or ())),
+            (
+                "rocketmq_consumer_group_number",
+                "Subscription groups on this broker.",
+                len(groups.groups()) if groups is not None else 0,
+            ),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=names)
+            family.add_metric(values, number)
+            yield family
+
+    def _lag(self, names: list[str], values: list[str]) -> Metric:
+        family = GaugeMetricFamily(
+            "rocketmq_consumer_lag_messages",
+            "Messages not yet consumed (max offset - committed offset).",
+            labels=[*names, "topic", "consumer_group"],
+        )
+        store, offsets = self.source.store, self.source.offsets
+        if store is None or offsets is None:
+            return family
+        for key, queues in offsets.to_wire()["offsetTable"].items():
+            topic, _, group = key.rpartition("@")
+            lag = sum(
+                max(0, store.get_max_offset_in_queue(topic, int(qid)) - committed)
+                for qid, committed in queues.items()
+            )
+            family.add_metric([*values, topic, group], lag)
+        return family
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve ``GET /metrics`` on ``host:port`` until cancelled; ``started`` gets the port."""
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("metrics on http://%s:%s/metrics", host, self.port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, self._handle, listeners)
+            task_status.started(self.port)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.move_on_after(REQUEST_TIMEOUT_S):
+                head = await _read_head(stream)
+                if head is not None:
+                    await stream.send_all(self.respond(head))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await stream.aclose()
+
+    def respond(self, head: bytes) -> bytes:
+        """The HTTP response to a request head (``GET /metrics``; 404/405 otherwise)."""
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = request_line.split()
+        if len(parts) != 3:
+            return _http(400, "Bad Request", b"bad request\n")
+        method, target = parts[0], parts[1].split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return _http(405, "Method Not Allowed", b"GET only\n")
+        if target != "/metrics":
+            return _http(404, "Not Found", b"see /metrics\n")
+        body = generate_latest(self.registry)
+        return _http(200, "OK", body, CONTENT_TYPE_LATEST, head_only=method == "HEAD")
+
+
+async def _read_head(stream: trio.SocketStream) -> bytes | None:
+    """The request head up to the blank line; None if the peer closed or sent too much."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        if len(buf) > MAX_HEAD_BYTES:
+            return None
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _http(
+    status: int,
+    reason: str,
+    body: bytes,
+    content_type: str = "text/plain",
+    *,
+    head_only: bool = False,
+) -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + (b"" if head_only else body)
