@@ -15,8 +15,10 @@
           ├─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
           ├─ scan_loop           drops clients silent for channelExpiredTimeout ms (every 10 s)
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
-          └─ schedule.run        delayed-message delivery, one task per delay level, plus
-                                 delayOffset.json every flushDelayOffsetInterval ms
+          ├─ schedule.run        delayed-message delivery, one task per delay level, plus
+          │                      delayOffset.json every flushDelayOffsetInterval ms
+          └─ metrics.serve       GET /metrics on host:metricsPort (only when metricsPort is
+                                 set and not 0; see broker.metrics)
 
 Rules:
 
@@ -49,7 +51,9 @@ from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.json_store import write_json_atomic
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable
+from broker.metrics import BrokerMetrics
 from broker.processors.admin import AdminProcessor
+from broker.processors.admin_stats import AdminStatsProcessor
 from broker.processors.client import ClientService
 from broker.processors.group_admin import GroupAdminProcessor
 from broker.processors.lock import LockProcessor
@@ -102,6 +106,8 @@ class BrokerController:
         self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
         """Queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
         self._client: RemotingClient | None = None
+        self.metrics = BrokerMetrics(self) if config.metrics_port else None
+        """Prometheus metrics, served on ``metricsPort`` (None when it is unset or 0)."""
 
     @property
     def broker_addr(self) -> str:
@@ -199,11 +205,16 @@ class BrokerController:
             ),
             **self.clients.handlers(),
             **admin.handlers(),
+            **AdminStatsProcessor(
+                self.store, self.topics, self.offsets, self.groups, self.clients, self.config
+            ).handlers(),
             **send_back.handlers(),
             **GroupAdminProcessor(self.groups).handlers(),
             **LockProcessor(self.locks).handlers(),
             **schedule.handlers(),
         }
+        if self.metrics is not None:
+            handlers = self.metrics.instrument(handlers)
         server = RemotingServer(
             handlers,
             host=self.host,
@@ -227,6 +238,8 @@ class BrokerController:
                     net.start_soon(self.clients.scan_loop)
                     net.start_soon(self.clients.notify_loop)
                     await net.start(schedule.run)
+                    if self.metrics is not None:
+                        await net.start(self.metrics.serve, self.host, self.config.metrics_port)
                     log.info("broker %s serving on %s", self.config.broker_name, self.broker_addr)
                     task_status.started(self.port)
             finally:

@@ -61,6 +61,7 @@ LAZY_COMMANDS = {
     "stacks": ("store.bench.cli", "stacks_command"),
     "push": ("client.bench.push_cli", "push_command"),
     "rebalance": ("client.bench.push_cli", "rebalance_command"),
+    "spark-read": ("client.bench.spark_cli", "spark_read_command"),
 }
 
 
