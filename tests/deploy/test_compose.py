@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from broker.config import BrokerConfig
 from tests.deploy.compose import (
     COMPOSE_FILE,
     VARIABLE,
@@ -148,3 +149,10 @@ def test_dockerfile_ships_what_the_build_needs() -> None:
     assert not needed & ignored
     # what the compose file mounts exists at the paths the image expects
     assert "/home/minimq/store" in dockerfile
+
+
+def test_readme_lists_every_broker_key() -> None:
+    """The README's configuration reference names every key ``mqbroker -p`` prints."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [k for k in BrokerConfig.property_keys() if f"`{k}`" not in readme]
+    assert missing == []
