@@ -190,9 +190,12 @@ def spark_summary(namesrv: str, topic: str) -> None:
     connector: Any = importlib.import_module("client.spark")
     # Spark's Python workers must run this interpreter: it is the one with minimq installed
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the demo's brokers are on loopback
     spark = (
         SparkSession.builder.master("local[1]")
         .appName("minimq-demo")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
