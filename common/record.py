@@ -282,12 +282,90 @@ def _decode(view: memoryview, pos: int, check_crc: bool, with_body: bool) -> Mes
     )
 
 
+_V6_BITS: Final = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_V4_SIZE: Final = HEADER_V4.size
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_name(raw: bytes) -> str:
+    return raw.decode()
+
+
+def _decode_v4(buf: bytes, pos: int, n: int) -> MessageRecord | None:
+    """The common case of :func:`_decode` in one unpack: an IPv4 record whose fields add up.
+
+    Returns None for anything else (IPv6 hosts, a bad magic or length), which the caller
+    then decodes with :func:`_decode` to get the exact error.
+    """
+    if pos + _V4_SIZE > n:
+        return None
+    (
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body_len,
+    ) = HEADER_V4.unpack_from(buf, pos)
+    end = pos + total
+    if magic != MAGIC_CODE_V1 or sys_flag & _V6_BITS or total < _V4_SIZE or end > n:
+        return None
+    p = pos + _V4_SIZE
+    if body_len < 0 or p + body_len + 3 > end:
+        return None
+    body = buf[p : p + body_len]
+    p += body_len
+    topic_len = buf[p]
+    topic = _topic_name(buf[p + 1 : p + 1 + topic_len])
+    p += 1 + topic_len
+    props_len = (buf[p] << 8) | buf[p + 1]
+    p += 2
+    if props_len > 0x7FFF or p + props_len != end:
+        return None
+    return MessageRecord(
+        topic,
+        body,
+        queue_id,
+        flag,
+        decode_properties(buf[p:end]) if props_len else {},
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        queue_offset,
+        phys,
+        crc,
+        total,
+    )
+
+
 def decode_records(
     buf: bytes | bytearray | memoryview,
     *,
     check_crc: bool = False,
 ) -> list[MessageRecord]:
-    """Decode records laid end to end (a pull or query response body)."""
+    """Decode records laid end to end (a pull or query response body).
+
+    Bodies given as ``bytes`` without CRC checking take a fast path for IPv4 records (one
+    struct unpack, slices of the bytes object); anything unusual falls back to the checked
+    decoder, which raises the precise :class:`RecordError`.
+    """
+    if isinstance(buf, bytes) and not check_crc:
+        fast = _decode_all_v4(buf)
+        if fast is not None:
+            return fast
     out: list[MessageRecord] = []
     view = memoryview(buf)
     try:
@@ -302,6 +380,19 @@ def decode_records(
         raise RecordError(pos, f"truncated ({exc})") from None
     finally:
         view.release()
+    return out
+
+
+def _decode_all_v4(buf: bytes) -> list[MessageRecord] | None:
+    """Every record of ``buf`` by :func:`_decode_v4`, or None if one needs the slow path."""
+    out: list[MessageRecord] = []
+    pos, n = 0, len(buf)
+    while pos < n:
+        rec = _decode_v4(buf, pos, n)
+        if rec is None:
+            return None
+        out.append(rec)
+        pos += rec.store_size
     return out
 
 

@@ -138,6 +138,18 @@ def test_decode_records_on_concatenation(msgs: list[MessageRecord]) -> None:
     assert [o.store_size for o in out] == [len(r) for r in raws]
 
 
+@given(st.lists(records, max_size=5), st.binary(max_size=3))
+def test_fast_decode_path_equals_the_checked_one(msgs: list[MessageRecord], tail: bytes) -> None:
+    """``bytes`` take the one-unpack IPv4 path; a memoryview takes the checked path."""
+    buf = b"".join(encode_record(m) for m in msgs)
+    assert decode_records(buf) == decode_records(memoryview(buf))
+    if tail:  # trailing garbage: both refuse it
+        with pytest.raises(RecordError):
+            decode_records(buf + tail)
+        with pytest.raises(RecordError):
+            decode_records(memoryview(buf + tail))
+
+
 @given(topics, st.binary(max_size=200), properties)
 def test_total_size_is_91_plus_lengths_for_ipv4(
     topic: str, body: bytes, props: dict[str, str]
