@@ -112,22 +112,71 @@ class Consumption:
         self.max_reconsume_times = max_reconsume_times
         self.limiter = trio.CapacityLimiter(consume_thread_max)
 
-    async def call(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> ConsumeResult:
-        """Run the handler of each topic in ``msgs`` (a retried message is handled by its
-        original topic's handler); SUCCESS only if every call succeeded."""
+    def _plan(
+        self, msgs: list[ReceivedMessage]
+    ) -> list[tuple[Handler | None, list[ReceivedMessage]]]:
+        """``msgs`` split by topic, each with its handler (a retried message goes to its
+        original topic's handler; None: the topic is no longer subscribed)."""
         restore_retry_topic(msgs, self.group)
         by_topic: dict[str, list[ReceivedMessage]] = {}
         for m in msgs:
             by_topic.setdefault(m.topic, []).append(m)
+        return [(self.handler_of(topic), group) for topic, group in by_topic.items()]
+
+    async def call(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> ConsumeResult:
+        """Run the handlers for ``msgs``; SUCCESS only if every call succeeded."""
+        (result,) = await self.call_batches(slot, [msgs])
+        return result
+
+    async def call_batches(
+        self, slot: QueueSlot, batches: list[list[ReceivedMessage]]
+    ) -> list[ConsumeResult]:
+        """Run the handlers for each batch in turn; one result per batch.
+
+        When every handler involved is a plain function, all batches run in ONE worker-thread
+        hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
+        """
+        plans = [self._plan(b) for b in batches]
+        handlers = [h for plan in plans for h, _ in plan if h is not None]
+        if handlers and not any(_is_async(h) for h in handlers):
+            return await trio.to_thread.run_sync(
+                self._run_plans_sync, slot, plans, limiter=self.limiter
+            )
+        return [await self._run_plan(slot, plan) for plan in plans]
+
+    async def _run_plan(
+        self, slot: QueueSlot, plan: list[tuple[Handler | None, list[ReceivedMessage]]]
+    ) -> ConsumeResult:
         outcome = ConsumeResult.SUCCESS
-        for topic, group in by_topic.items():
-            handler = self.handler_of(topic)
+        for handler, msgs in plan:
             if handler is None:
-                log.error("no handler for topic %s any more: reconsuming later", topic)
+                log.error("no handler for topic %s any more: reconsuming later", msgs[0].topic)
                 outcome = ConsumeResult.RECONSUME_LATER
-            elif await self._call_one(slot, handler, group) is not ConsumeResult.SUCCESS:
+            elif await self._call_one(slot, handler, msgs) is not ConsumeResult.SUCCESS:
                 outcome = ConsumeResult.RECONSUME_LATER
         return outcome
+
+    def _run_plans_sync(
+        self, slot: QueueSlot, plans: list[list[tuple[Handler | None, list[ReceivedMessage]]]]
+    ) -> list[ConsumeResult]:
+        """In a worker thread: every batch's plain-function handlers, in order."""
+        results = []
+        for plan in plans:
+            outcome = ConsumeResult.SUCCESS
+            for handler, msgs in plan:
+                if handler is None:
+                    log.error("no handler for topic %s any more: reconsuming later", msgs[0].topic)
+                    outcome = ConsumeResult.RECONSUME_LATER
+                    continue
+                try:
+                    result = _checked(handler(msgs))
+                except Exception:
+                    log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
+                    result = ConsumeResult.RECONSUME_LATER
+                if result is not ConsumeResult.SUCCESS:
+                    outcome = ConsumeResult.RECONSUME_LATER
+            results.append(outcome)
+        return results
 
     async def _call_one(
         self, slot: QueueSlot, handler: Handler, msgs: list[ReceivedMessage]
@@ -143,12 +192,18 @@ class Consumption:
         except Exception:
             log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
             return ConsumeResult.RECONSUME_LATER
-        if result is None:
-            return ConsumeResult.SUCCESS
-        if not isinstance(result, ConsumeResult):
-            log.error("handler returned %r, not a ConsumeResult: reconsuming later", result)
-            return ConsumeResult.RECONSUME_LATER
-        return result
+        return _checked(result)
+
+
+def _checked(result: object) -> ConsumeResult:
+    """A handler's return value as a ConsumeResult (None: SUCCESS; anything else odd:
+    RECONSUME_LATER, logged)."""
+    if result is None:
+        return ConsumeResult.SUCCESS
+    if not isinstance(result, ConsumeResult):
+        log.error("handler returned %r, not a ConsumeResult: reconsuming later", result)
+        return ConsumeResult.RECONSUME_LATER
+    return result
 
 
 class ConcurrentService:
@@ -183,11 +238,13 @@ class ConcurrentService:
 
     async def _worker(self) -> None:
         async for slot, pulled in self._receive:
-            for i in range(0, len(pulled), self.batch_max):
-                if slot.pq.dropped:
-                    break
-                msgs = pulled[i : i + self.batch_max]
-                result = await self.c.call(slot, msgs)
+            if slot.pq.dropped:
+                continue
+            batches = [
+                pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)
+            ]
+            results = await self.c.call_batches(slot, batches)
+            for msgs, result in zip(batches, results, strict=True):
                 await self._settle(slot, msgs, result)
 
     async def _settle(
