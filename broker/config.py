@@ -112,6 +112,14 @@ class BrokerConfig:
         default=10_000, metadata=_meta("flushDelayOffsetInterval", int)
     )
     metrics_port: int | None = field(default=None, metadata=_meta("metricsPort", int))
+    transaction_timeout_ms: int = field(default=6000, metadata=_meta("transactionTimeOut", int))
+    """Minimum age (from the born timestamp) of a half message before it is checked."""
+    transaction_check_max: int = field(default=15, metadata=_meta("transactionCheckMax", int))
+    """Checks of one half message before it is moved to TRANS_CHECK_MAX_TIME_TOPIC."""
+    transaction_check_interval_ms: int = field(
+        default=30_000, metadata=_meta("transactionCheckInterval", int)
+    )
+    """Period of the transaction check service."""
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
 
@@ -130,9 +138,12 @@ class BrokerConfig:
             ("registerNameServerPeriod", self.register_name_server_period_ms),
             ("channelExpiredTimeout", self.channel_expired_timeout_ms),
             ("flushDelayOffsetInterval", self.flush_delay_offset_interval_ms),
+            ("transactionCheckInterval", self.transaction_check_interval_ms),
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be > 0 ms, got {value}")
+        if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
+            raise ValueError("transactionTimeOut and transactionCheckMax must be >= 0")
         if not self.broker_name or not self.broker_cluster_name:
             raise ValueError("brokerName and brokerClusterName must not be empty")
         self._parse_namesrv_addrs()

@@ -17,6 +17,8 @@
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
           ├─ schedule.run        delayed-message delivery, one task per delay level, plus
           │                      delayOffset.json every flushDelayOffsetInterval ms
+          ├─ transactions.run    transaction check service every transactionCheckInterval ms
+          │                      (broker.transaction; progress = CID_SYS_RMQ_TRANS offsets)
           └─ metrics.serve       GET /metrics on host:metricsPort (only when metricsPort is
                                  set and not 0; see broker.metrics)
 
@@ -43,6 +45,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -55,6 +58,7 @@ from broker.metrics import BrokerMetrics
 from broker.processors.admin import AdminProcessor
 from broker.processors.admin_stats import AdminStatsProcessor
 from broker.processors.client import ClientService
+from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.group_admin import GroupAdminProcessor
 from broker.processors.lock import LockProcessor
 from broker.processors.pull import make_pull_handlers
@@ -64,6 +68,8 @@ from broker.rebalance_lock import RebalanceLockManager
 from broker.schedule import ScheduleMessageService
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from broker.transaction import TransactionService, to_half_message
+from common.record import MessageRecord
 from common.topic import retry_topic
 from remoting.client import RemotingClient
 from remoting.client_bodies import ConsumerData, LockedQueue
@@ -103,6 +109,8 @@ class BrokerController:
         self.clients.on_consumer_group = self._consumer_group_seen
         self.groups: SubscriptionGroupManager | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.transactions: TransactionService | None = None
+        """Half messages, END_TRANSACTION and the check service (set by :meth:`run`)."""
         self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
         """Queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
         self._client: RemotingClient | None = None
@@ -139,6 +147,16 @@ class BrokerController:
                 config_dir,
                 flush_interval_ms=self.config.flush_delay_offset_interval_ms,
             )
+            self.transactions = TransactionService(
+                store,
+                services,
+                self.offsets,
+                self.clients.manager,
+                timeout_ms=self.config.transaction_timeout_ms,
+                check_max=self.config.transaction_check_max,
+                check_interval_ms=self.config.transaction_check_interval_ms,
+                transform=self.schedule.transform,
+            )
             async with trio.open_nursery() as store_nursery:
                 store_scope: trio.CancelScope = await store_nursery.start(_run_shielded, services)
                 try:
@@ -168,6 +186,7 @@ class BrokerController:
         assert self.offsets is not None
         assert self.groups is not None
         assert self.schedule is not None
+        assert self.transactions is not None
         schedule = self.schedule
         send_back = SendBackProcessor(
             self.store,
@@ -192,7 +211,7 @@ class BrokerController:
                 self.topics,
                 self.config,
                 self.register_now,
-                schedule.transform,
+                _send_transform(schedule),
             ),
             **make_pull_handlers(
                 self.store,
@@ -212,6 +231,7 @@ class BrokerController:
             **GroupAdminProcessor(self.groups).handlers(),
             **LockProcessor(self.locks).handlers(),
             **schedule.handlers(),
+            **EndTransactionProcessor(self.transactions).handlers(),
         }
         if self.metrics is not None:
             handlers = self.metrics.instrument(handlers)
@@ -238,6 +258,7 @@ class BrokerController:
                     net.start_soon(self.clients.scan_loop)
                     net.start_soon(self.clients.notify_loop)
                     await net.start(schedule.run)
+                    await net.start(self.transactions.run)
                     if self.metrics is not None:
                         await net.start(self.metrics.serve, self.host, self.config.metrics_port)
                     log.info("broker %s serving on %s", self.config.broker_name, self.broker_addr)
@@ -335,6 +356,16 @@ async def _run_shielded(
         async with trio.open_nursery() as nursery:
             await nursery.start(services.run)
             task_status.started(scope)
+
+
+def _send_transform(schedule: ScheduleMessageService) -> Callable[[MessageRecord], None]:
+    """The send path's hook: delay levels (never for prepared messages), then half messages."""
+
+    def transform(msg: MessageRecord) -> None:
+        schedule.transform(msg)
+        to_half_message(msg)
+
+    return transform
 
 
 def _chain(first: ArrivalListener | None, second: ArrivalListener) -> ArrivalListener:

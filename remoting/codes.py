@@ -75,6 +75,7 @@ class RequestCode(enum.IntEnum):
     QUERY_CONSUME_QUEUE = 321
     ADD_WRITE_PERM_OF_BROKER = 327
     LITE_PULL_MESSAGE = 361
+    GET_PENDING_HALF_MESSAGES = 100001  # minimq's own: remoting.transaction_bodies
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
 

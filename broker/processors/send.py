@@ -18,11 +18,13 @@ clients may not send to (NO_PERMISSION, as RocketMQ), topic exists or is auto-cr
 ``msgCheck``), properties parse and size (MESSAGE_ILLEGAL), body size <= maxMessageSize
 (MESSAGE_ILLEGAL). A message with a DELAY property is redirected to ``SCHEDULE_TOPIC_XXXX`` by
 the ``transform`` hook (:mod:`broker.schedule`; a non-integer DELAY is MESSAGE_ILLEGAL); a batch
-carrying DELAY is MESSAGE_ILLEGAL, as RocketMQ's. The put outcome is mapped by
-:func:`broker.status_codes.put_response_code`.
+carrying DELAY is MESSAGE_ILLEGAL, as RocketMQ's. The same hook turns a message with the
+PREPARED sysflag into a half message (:mod:`broker.transaction`); a prepared batch is
+MESSAGE_ILLEGAL. The put outcome is mapped by :func:`broker.status_codes.put_response_code`.
 
 Response header: msgId (offsetMsgId of the store host and physical offset; comma-separated for a
-batch), queueId, queueOffset (of the first message).
+batch), queueId, queueOffset (of the first message); a half message adds transactionId (its
+UNIQ_KEY) and its msgId / queueOffset are those of the half record.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import msgpack
 from broker.config import BrokerConfig
 from broker.status_codes import put_response_code
 from broker.topic_config import TopicConfigManager
-from common.message import MessageConst
+from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id
 from common.record import (
     MAX_PROPERTIES_LENGTH,
@@ -49,7 +51,7 @@ from common.record import (
     pack_host,
 )
 from common.route import PermName, TopicConfig
-from common.topic import is_not_allowed_send_topic, topic_problem
+from common.topic import TRANS_HALF_TOPIC, is_not_allowed_send_topic, topic_problem
 from remoting.channel import Channel, Handler
 from remoting.client import split_addr
 from remoting.codes import RequestCode, ResponseCode
@@ -279,6 +281,8 @@ class SendProcessor:
             "queueId": str(queue_id),
             "queueOffset": str(result.queue_offsets[0]),
         }
+        if msgs[0].topic == TRANS_HALF_TOPIC and msgs[0].uniq_key is not None:
+            fields["transactionId"] = msgs[0].uniq_key  # a half message (broker.transaction)
         return RemotingCommand.response_to(
             request, code, remark=result.remark or remark, ext_fields=fields
         )
@@ -288,6 +292,13 @@ class SendProcessor:
     ) -> RemotingCommand | None:
         """Run :attr:`transform` on a single message; refuse a batch carrying DELAY."""
         if batch:
+            prepared = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+            if any(MessageSysFlag.transaction_value(m.sys_flag) == prepared for m in msgs):
+                return error(
+                    request,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "batch message does not support transaction",
+                )
             if any(MessageConst.DELAY in m.properties for m in msgs):
                 return error(
                     request,

@@ -1,0 +1,380 @@
+"""The broker's transaction state: decisions (END_TRANSACTION) and the check service
+(RocketMQ's ``TransactionalMessageServiceImpl`` + ``TransactionalMessageCheckService``).
+
+::
+
+    end_transaction   look up the half record by commitlog offset, check topic, queue offset and
+                      PGROUP; an undecided key is settled by ONE atomic put: commit = [the real
+                      message, op "commit"], rollback = [op "rollback"]; UNKNOW only logs
+    run               check_once every transactionCheckInterval ms
+    check_once        read the op queue (new decisions), then the half queue from its progress:
+                      each undecided latest copy of a key, older than transactionTimeOut (or its
+                      CHECK_IMMUNITY_TIME_IN_SECONDS), is either moved to
+                      TRANS_CHECK_MAX_TIME_TOPIC with op "discard" (TRANSACTION_CHECK_TIMES >=
+                      transactionCheckMax) or re-stored with TRANSACTION_CHECK_TIMES + 1 and
+                      its producer group asked (CHECK_TRANSACTION_STATE, oneway, to one live
+                      producer connection; none alive -> it waits for the next round)
+
+State and its rules (keys: see :mod:`broker.transaction.messages`):
+
+- ``half_progress``: every half record below it is done (decided, superseded by a later copy
+  of its key, or discarded). It never passes a pending record, so a restart checks again
+  everything still pending.
+- ``floor``: the smallest key of any half record at or after ``half_progress`` (or the half
+  queue's end). It never decreases. A key below it is decided; ops for keys below it are
+  forgotten and the op progress moves past them.
+- ``decided``: keys with an op (commit / rollback / discard) at or above ``floor``. A key is
+  decided at most once: a second END_TRANSACTION, or one racing a discard, is ignored.
+- Both progresses are the consumer offsets of ``CID_SYS_RMQ_TRANS`` on the half and op queues
+  (persisted with the other offsets, consistently, by the controller); on start the decisions
+  are re-read from the op progress.
+- The real message and its op are stored in one put (real message first): an acknowledged
+  commit is delivered exactly once, also across restarts; with SYNC_FLUSH the answer waits for
+  the flush.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+import trio
+
+from broker.client_manager import ClientManager
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.transaction import messages as tx
+from common.message import MessageConst, MessageSysFlag
+from common.message_id import create_offset_msg_id
+from common.record import MessageRecord, RecordError, decode_record
+from common.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from remoting.channel import Channel
+from remoting.codes import RequestCode
+from remoting.command import ExtValue, RemotingCommand
+from remoting.errors import RemotingError
+from remoting.transaction_bodies import HalfMessage
+from store import GetStatus, MessageStore, PutResult
+from store.services import StoreServices
+
+log = logging.getLogger(__name__)
+
+READ_BATCH: Final = 32
+CHECK_SEND_TIMEOUT_S: Final = 3.0
+"""Upper bound of one oneway CHECK_TRANSACTION_STATE send."""
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class EndOutcome:
+    """What an END_TRANSACTION did (answer code is derived by the processor)."""
+
+    COMMITTED: Final = "committed"
+    ROLLED_BACK: Final = "rolled back"
+    IGNORED: Final = "ignored"
+    """Already decided (or being decided): nothing stored."""
+    UNKNOWN: Final = "unknown"
+    """commitOrRollback was TRANSACTION_NOT_TYPE: only logged."""
+
+
+class TransactionService:
+    """Decides and checks half messages; see the module docstring."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        services: StoreServices,
+        offsets: ConsumerOffsetManager,
+        producers: ClientManager[Channel],
+        *,
+        timeout_ms: int = 6000,
+        check_max: int = 15,
+        check_interval_ms: int = 30_000,
+        transform: Callable[[MessageRecord], object] | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.store = store
+        self.services = services
+        self.offsets = offsets
+        self.producers = producers
+        self.timeout_ms = timeout_ms
+        self.check_max = check_max
+        self.check_interval_ms = check_interval_ms
+        self.transform = transform
+        """Applied to a committed message before its put (delay levels, as RocketMQ)."""
+        self.clock_ms = clock_ms
+        self.decided: dict[int, str] = {}
+        self.floor = 0
+        self.checks_sent = 0
+        self.discarded = 0
+        self._deciding: set[int] = set()
+        self._superseded: set[int] = set()
+        self._op_read = 0
+        self._op_log: deque[tuple[int, int]] = deque()
+        self._round_robin = itertools.count()
+        self.load()
+
+    # ------------------------------------------------------------------ progress
+
+    def _progress(self, topic: str) -> int:
+        stored = self.offsets.query_offset(tx.SYS_TRANS_GROUP, topic, 0)
+        return max(stored, self.store.get_min_offset_in_queue(topic, 0))
+
+    @property
+    def half_progress(self) -> int:
+        """Every half record below this queue offset is done."""
+        return self._progress(TRANS_HALF_TOPIC)
+
+    @property
+    def op_progress(self) -> int:
+        """Ops below this queue offset concern keys below :attr:`floor`."""
+        return self._progress(TRANS_OP_HALF_TOPIC)
+
+    def _commit(self, topic: str, offset: int) -> None:
+        self.offsets.commit_offset(tx.SYS_TRANS_GROUP, topic, 0, offset)
+
+    def load(self) -> None:
+        """Re-read the decisions from the op progress and the floor from the half window."""
+        self.decided.clear()
+        self._op_log.clear()
+        self._op_read = self.op_progress
+        self._read_ops()
+        window, end = self._read_half(self.half_progress)
+        self.floor = min([tx.key_of(rec) for _, rec in window] + [end])
+
+    # ------------------------------------------------------------------ reading queues
+
+    def _read_queue(self, topic: str, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
+        """Decoded ``(queue offset, record)`` of queue 0 of ``topic`` from ``start`` to its
+        end, and the offset after the last one read."""
+        out: list[tuple[int, MessageRecord]] = []
+        offset = start
+        while True:
+            result = self.store.get_messages(topic, 0, offset, READ_BATCH)
+            if result.status is not GetStatus.FOUND:
+                if result.next_begin_offset > offset:
+                    offset = result.next_begin_offset  # removed or filtered: skip ahead
+                    continue
+                return out, offset
+            for raw, queue_offset in zip(result.records, result.queue_offsets, strict=True):
+                try:
+                    out.append((queue_offset, decode_record(raw)))
+                except RecordError:
+                    log.exception("%s offset %d unreadable; skipped", topic, queue_offset)
+            offset = result.next_begin_offset
+
+    def _read_half(self, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
+        return self._read_queue(TRANS_HALF_TOPIC, start)
+
+    def _read_ops(self) -> None:
+        """Add the ops stored since the last read to :attr:`decided`."""
+        ops, self._op_read = self._read_queue(TRANS_OP_HALF_TOPIC, self._op_read)
+        for offset, rec in ops:
+            key = tx.op_key(rec)
+            if key is not None:
+                self.decided.setdefault(key, rec.properties.get(tx.OP_KIND, "removed"))
+                self._op_log.append((offset, key))
+
+    def is_decided(self, key: int) -> bool:
+        """True when ``key`` is settled (or being settled right now)."""
+        return key < self.floor or key in self.decided or key in self._deciding
+
+    # ------------------------------------------------------------------ END_TRANSACTION
+
+    async def end_transaction(self, rec: MessageRecord, commit_or_rollback: int) -> str:
+        """Settle the half record ``rec`` (already validated by the caller); an EndOutcome.
+
+        Raises ValueError when a commit's half record has no valid REAL_TOPIC / REAL_QID, and
+        :class:`PutFailedError` when the store refused the put.
+        """
+        key = tx.key_of(rec)
+        if commit_or_rollback == MessageSysFlag.TRANSACTION_NOT_TYPE:
+            return EndOutcome.UNKNOWN
+        if self.is_decided(key):
+            return EndOutcome.IGNORED
+        commit = commit_or_rollback == MessageSysFlag.TRANSACTION_COMMIT_TYPE
+        if commit:
+            real = tx.commit_record(rec)
+            if real is None:
+                raise ValueError("the half message has no valid REAL_TOPIC / REAL_QID")
+            if self.transform is not None:
+                self.transform(real)
+            batch = [real, tx.op_record(rec, tx.OP_COMMIT)]
+        else:
+            batch = [tx.op_record(rec, tx.OP_ROLLBACK)]
+        kind = tx.OP_COMMIT if commit else tx.OP_ROLLBACK
+        await self._settle(key, kind, batch)
+        return EndOutcome.COMMITTED if commit else EndOutcome.ROLLED_BACK
+
+    async def _settle(self, key: int, kind: str, batch: list[MessageRecord]) -> PutResult:
+        """Store ``batch`` (ending with the op) and mark ``key`` decided; uncancellable."""
+        self._deciding.add(key)
+        try:
+            with trio.CancelScope(shield=True):  # stored => marked decided
+                result = await self.services.put_messages(batch)
+            if not result.status.ok:
+                raise PutFailedError(result)
+            self.decided[key] = kind
+            return result
+        finally:
+            self._deciding.discard(key)
+
+    # ------------------------------------------------------------------ the check service
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """:meth:`check_once` every ``check_interval_ms``; never returns."""
+        task_status.started()
+        while True:
+            await trio.sleep(self.check_interval_ms / 1000)
+            try:
+                await self.check_once()
+            except PutFailedError as exc:
+                log.warning("transaction check round stopped: %s; retrying next round", exc)
+            except Exception:  # a bad round must not take the broker down
+                log.exception("transaction check round failed; retrying next round")
+
+    async def check_once(self) -> None:
+        """One round over the half queue; see the module docstring."""
+        self._read_ops()
+        start = self.half_progress
+        window, end = self._read_half(start)
+        latest = {tx.key_of(rec): offset for offset, rec in window}
+        now = self.clock_ms()
+        progress: int | None = None
+        renewed_keys: list[int] = []
+        for offset, rec in window:
+            key = tx.key_of(rec)
+            if self.is_decided(key) or latest[key] != offset or offset in self._superseded:
+                continue
+            if await self._check_one(offset, rec, now):
+                if key not in self.decided:
+                    renewed_keys.append(key)
+            elif progress is None:
+                progress = offset
+        progress = max(start, end if progress is None else progress)
+        keys = [tx.key_of(rec) for offset, rec in window if offset >= progress]
+        self._advance(progress, min([*keys, *renewed_keys, max(end, progress)]))
+
+    def _advance(self, half_progress: int, floor: int) -> None:
+        """Move the half progress and the floor; forget what falls below the floor."""
+        self._commit(TRANS_HALF_TOPIC, half_progress)
+        self._superseded = {o for o in self._superseded if o >= half_progress}
+        self.floor = max(self.floor, floor)
+        for key in [k for k in self.decided if k < self.floor]:
+            del self.decided[key]
+        while self._op_log and self._op_log[0][1] < self.floor:
+            self._commit(TRANS_OP_HALF_TOPIC, self._op_log.popleft()[0] + 1)
+        if not self._op_log:
+            self._commit(TRANS_OP_HALF_TOPIC, self._op_read)
+
+    def _immunity_ms(self, rec: MessageRecord) -> int:
+        raw = rec.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS, "")
+        return int(raw) * 1000 if raw.isdigit() else self.timeout_ms
+
+    async def _check_one(self, offset: int, rec: MessageRecord, now: int) -> bool:
+        """Check (or discard) one pending latest copy; True when it is done with."""
+        age = now - rec.born_timestamp
+        if 0 <= age < self._immunity_ms(rec):
+            return False
+        key = tx.key_of(rec)
+        if tx.check_times(rec) >= self.check_max:
+            moved = [tx.discarded_record(rec), tx.op_record(rec, tx.OP_DISCARD)]
+            await self._settle(key, tx.OP_DISCARD, moved)
+            self.discarded += 1
+            log.warning(
+                "half message %s (group %s, key %d) checked %d times without a decision; "
+                "moved to TRANS_CHECK_MAX_TIME_TOPIC",
+                rec.uniq_key,
+                rec.properties.get(MessageConst.PGROUP),
+                key,
+                tx.check_times(rec),
+            )
+            return True
+        channel = self._pick_producer(rec.properties.get(MessageConst.PGROUP, ""))
+        if channel is None:
+            return False
+        result = await self.services.put_message(tx.renewed_record(rec))
+        if not result.status.ok:
+            raise PutFailedError(result)
+        self._superseded.add(offset)
+        await self._send_check(channel, rec, result)
+        return True
+
+    def _pick_producer(self, group: str) -> Channel | None:
+        """One live producer connection of ``group`` (round robin), or None."""
+        live = [
+            info.channel
+            for _, info in sorted(self.producers.producers.get(group, {}).items())
+            if not info.channel.closed
+        ]
+        return live[next(self._round_robin) % len(live)] if live else None
+
+    async def _send_check(self, channel: Channel, rec: MessageRecord, put: PutResult) -> None:
+        """CHECK_TRANSACTION_STATE for the re-stored copy; failures are logged."""
+        phys, queue_offset = put.phys_offsets[0], put.queue_offsets[0]
+        body = self.store.lookup_message_by_offset(phys) or b""
+        host, port = self.store.config.store_host
+        uniq = rec.uniq_key or ""
+        fields: dict[str, ExtValue] = {
+            "topic": rec.properties.get(MessageConst.REAL_TOPIC, ""),
+            "tranStateTableOffset": str(queue_offset),
+            "commitLogOffset": str(phys),
+            "msgId": uniq,
+            "transactionId": uniq,
+            "offsetMsgId": create_offset_msg_id(host, port, phys),
+        }
+        cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, fields, body, opaque=0)
+        try:
+            with trio.fail_after(CHECK_SEND_TIMEOUT_S):
+                await channel.invoke_oneway(cmd)
+            self.checks_sent += 1
+        except (RemotingError, OSError, trio.TooSlowError, trio.BrokenResourceError,
+                trio.ClosedResourceError) as exc:  # fmt: skip
+            log.warning("check of %s to %s failed: %r", uniq, channel.remote_addr, exc)
+
+    # ------------------------------------------------------------------ listing
+
+    def pending(self, group: str | None = None) -> list[HalfMessage]:
+        """The undecided half messages (latest copies), of ``group`` or of every group."""
+        window, _ = self._read_half(self.half_progress)
+        self._read_ops()
+        latest = {tx.key_of(rec): offset for offset, rec in window}
+        host, port = self.store.config.store_host
+        out: list[HalfMessage] = []
+        for offset, rec in window:
+            key = tx.key_of(rec)
+            pgroup = rec.properties.get(MessageConst.PGROUP, "")
+            if self.is_decided(key) or latest[key] != offset or offset in self._superseded:
+                continue
+            if group is not None and pgroup != group:
+                continue
+            dest = tx.real_destination(rec) or ("", -1)
+            out.append(
+                HalfMessage(
+                    pgroup,
+                    dest[0],
+                    dest[1],
+                    rec.uniq_key or "",
+                    create_offset_msg_id(host, port, rec.physical_offset),
+                    offset,
+                    rec.physical_offset,
+                    key,
+                    tx.check_times(rec),
+                    rec.born_timestamp,
+                    rec.store_timestamp,
+                )
+            )
+        return out
+
+
+class PutFailedError(Exception):
+    """The store refused a transaction put."""
+
+    def __init__(self, result: PutResult) -> None:
+        super().__init__(f"put failed: {result.status.value} {result.remark}")
+        self.result = result

@@ -1,0 +1,68 @@
+"""``mqadmin`` transaction commands: queryHalfMessages (minimq's own; RocketMQ has none).
+
+``queryHalfMessages -g <producerGroup>`` asks every master broker (or ``-b`` one, or ``-c`` a
+cluster's) with GET_PENDING_HALF_MESSAGES (:mod:`remoting.transaction_bodies`) and lists the
+undecided half messages of the group: the real topic and queue, the transaction id (UNIQ_KEY),
+how many times the broker already asked the group, and when the message was born.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from client.admin.admin_client import AdminClient
+from client.admin.base import admin_command, emit_json, fmt_time, table
+from client.admin.base import run as run_admin
+from remoting.codes import RequestCode
+from remoting.transaction_bodies import decode_half_messages
+
+
+@admin_command("queryHalfMessages")
+@click.option("-g", "--producerGroup", "group", required=True, help="Producer group name.")
+@click.option("-b", "--brokerAddr", "broker", help="Only this broker.")
+@click.option("-c", "--clusterName", "cluster", help="Only the brokers of this cluster.")
+def query_half_messages(
+    namesrv: str | None, as_json: bool, group: str, broker: str | None, cluster: str | None
+) -> None:
+    """List the pending (undecided) half messages of a producer group."""
+
+    async def body(admin: AdminClient) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for name, addr in await admin.masters(cluster=cluster, broker_addr=broker):
+            resp = await admin.call(
+                addr, RequestCode.GET_PENDING_HALF_MESSAGES, {"producerGroup": group}
+            )
+            for half in decode_half_messages(resp.body):
+                rows.append({"brokerName": name, "brokerAddr": addr, **half.to_wire()})
+        return rows
+
+    rows = run_admin(namesrv, body)
+    if as_json:
+        emit_json({"producerGroup": group, "halfMessages": rows})
+        return
+    table(
+        (
+            "#Broker Name",
+            "#Topic",
+            "#QID",
+            "#Transaction Id",
+            "#Check Times",
+            "#Born Time",
+            "#Half Offset",
+        ),
+        (
+            (
+                r["brokerName"],
+                r["topic"],
+                r["queueId"],
+                r["msgId"],
+                r["checkTimes"],
+                fmt_time(r["bornTimestamp"]),
+                r["tranStateTableOffset"],
+            )
+            for r in rows
+        ),
+        title=f"{len(rows)} pending half message(s) of {group}",
+    )

@@ -1,0 +1,289 @@
+"""Transactional messages end to end on an in-process broker: half messages, END_TRANSACTION,
+the check service, restarts and GET_PENDING_HALF_MESSAGES, through real sockets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.processors.send import encode_batch_body
+from broker.transaction import SYS_TRANS_GROUP
+from common.message import MessageConst, MessageSysFlag
+from common.record import decode_record
+from common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.transaction_bodies import HalfMessage, decode_half_messages
+from tests.broker.inprocess import LIMIT, running_broker
+from tests.broker.txn_helpers import (
+    COMMIT,
+    FAST_CHECKS,
+    GROUP,
+    ROLLBACK,
+    TOPIC,
+    UNKNOW,
+    CheckInbox,
+    check_end_fields,
+    end_fields,
+    end_oneway,
+    end_tx,
+    heartbeat,
+    pull_all,
+    queue_records,
+    send_half,
+    wait_until,
+)
+
+NO_CHECKS = {"transactionCheckInterval": "3600000"}
+
+
+async def pending(client: RemotingClient, addr: str, group: str = "") -> list[HalfMessage]:
+    cmd = RemotingCommand.request(
+        RequestCode.GET_PENDING_HALF_MESSAGES, {"producerGroup": group}, opaque=0
+    )
+    resp = await client.invoke(addr, cmd)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    return decode_half_messages(resp.body)
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_commit_is_visible_once_and_a_second_decision_is_ignored(
+    tmp_path: Path, flush: str
+) -> None:
+    async with (
+        running_broker(tmp_path, overrides={**NO_CHECKS, "flushDiskType": flush}) as (
+            broker,
+            addr,
+        ),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        sent = await send_half(client, addr, b"pay 10", queue_id=1, extra={"TAGS": "t"})
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        uniq = sent.ext_fields["transactionId"]
+        assert sent.ext_fields["queueId"] == "1"
+        await wait_until(lambda: len(queue_records(broker, TRANS_HALF_TOPIC)) == 1, "half")
+        half = queue_records(broker, TRANS_HALF_TOPIC)[0]
+        assert half.sys_flag & MessageSysFlag.TRANSACTION_MASK == 0
+        assert half.properties[MessageConst.REAL_TOPIC] == TOPIC
+        assert half.properties[MessageConst.REAL_QID] == "1"
+        assert await pull_all(client, addr, TOPIC, 1) == []  # invisible
+        assert [h.msg_id for h in await pending(client, addr, GROUP)] == [uniq]
+
+        resp = await end_tx(client, addr, end_fields(sent, COMMIT))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        await wait_until(lambda: len(queue_records(broker, TOPIC, 1)) == 1, "commit")
+        for decision in (COMMIT, ROLLBACK):
+            again = await end_tx(client, addr, end_fields(sent, decision))
+            assert again.remark == "already decided"
+        await wait_until(lambda: len(queue_records(broker, TRANS_OP_HALF_TOPIC)) == 1, "op")
+
+        got = await pull_all(client, addr, TOPIC, 1)
+        assert [m.body for m in got] == [b"pay 10"]
+        msg = got[0]
+        assert msg.uniq_key == uniq
+        assert msg.tags == "t"
+        assert MessageConst.REAL_TOPIC not in msg.properties
+        assert MessageConst.TRAN_MSG not in msg.properties
+        assert msg.sys_flag & MessageSysFlag.TRANSACTION_MASK == COMMIT
+        assert msg.prepared_transaction_offset == half.physical_offset
+        op = queue_records(broker, TRANS_OP_HALF_TOPIC)[0]
+        assert op.body == b"0"
+        assert op.tags == "d"
+        assert await pending(client, addr) == []
+
+
+async def test_rollback_is_never_visible_and_is_never_checked(tmp_path: Path) -> None:
+    inbox = CheckInbox()
+    # rounds every 200 ms, but a second for the rollback to land before a check is due
+    overrides = {**FAST_CHECKS, "transactionTimeOut": "1000"}
+    async with (
+        running_broker(tmp_path, overrides=overrides) as (broker, addr),
+        RemotingClient(handlers=inbox.handlers(), default_timeout_s=LIMIT) as client,
+    ):
+        await heartbeat(client, addr, "producer-1")
+        sent = await send_half(client, addr, b"refund")
+        await end_oneway(client, addr, end_fields(sent, ROLLBACK))
+        service = broker.transactions
+        assert service is not None
+        await wait_until(lambda: len(queue_records(broker, TRANS_OP_HALF_TOPIC)) == 1, "op")
+        late = await end_tx(client, addr, end_fields(sent, COMMIT))
+        assert late.remark == "already decided"
+        # a later round passes the decided half message by: progress reaches the queue's end
+        await wait_until(
+            lambda: (
+                broker.offsets is not None
+                and broker.offsets.query_offset(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0) == 1
+            ),
+            "half progress past the rolled-back message",
+        )
+        assert service.checks_sent == 0
+        assert queue_records(broker, TOPIC) == []
+        assert await pull_all(client, addr) == []
+
+
+async def test_bad_requests_are_refused(tmp_path: Path) -> None:
+    async with (
+        running_broker(tmp_path, overrides=NO_CHECKS) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        batch = RemotingCommand.request(
+            RequestCode.SEND_BATCH_MESSAGE,
+            {"a": GROUP, "b": TOPIC, "e": "0", "f": str(MessageSysFlag.TRANSACTION_PREPARED_TYPE)},
+            encode_batch_body([{"body": b"x"}, {"body": b"y"}]),
+            opaque=1,
+        )
+        resp = await client.invoke(addr, batch)
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+        sent = await send_half(client, addr, b"x")
+        wrong_group = await end_tx(client, addr, end_fields(sent, COMMIT, group="other"))
+        assert wrong_group.code == ResponseCode.SYSTEM_ERROR
+        fields = end_fields(sent, COMMIT)
+        fields["tranStateTableOffset"] = "7"
+        wrong_offset = await end_tx(client, addr, fields)
+        assert wrong_offset.code == ResponseCode.SYSTEM_ERROR
+        unknown = await end_tx(client, addr, end_fields(sent, UNKNOW))
+        assert unknown.code == ResponseCode.SUCCESS
+        assert len(await pending(client, addr)) == 1
+        assert queue_records(broker, TOPIC) == []
+
+
+async def test_unknown_is_checked_on_the_producer_connection_then_committed(
+    tmp_path: Path,
+) -> None:
+    inbox = CheckInbox()
+    async with (
+        running_broker(tmp_path, overrides=FAST_CHECKS) as (broker, addr),
+        RemotingClient(handlers=inbox.handlers(), default_timeout_s=LIMIT) as client,
+    ):
+        await heartbeat(client, addr, "producer-1")
+        sent = await send_half(client, addr, b"order 7", queue_id=2)
+        await end_oneway(client, addr, end_fields(sent, UNKNOW))
+        check = await inbox.next()
+        fields = check.ext_fields
+        assert fields["topic"] == TOPIC
+        assert fields["msgId"] == fields["transactionId"] == sent.ext_fields["transactionId"]
+        rec = decode_record(check.body)
+        assert rec.topic == TRANS_HALF_TOPIC
+        assert rec.body == b"order 7"
+        assert rec.properties[MessageConst.REAL_TOPIC] == TOPIC
+        assert rec.properties[MessageConst.REAL_QID] == "2"
+        assert rec.properties[MessageConst.TRANSACTION_CHECK_TIMES] == "1"
+        assert str(rec.physical_offset) == fields["commitLogOffset"]
+        assert str(rec.queue_offset) == fields["tranStateTableOffset"]
+        [listed] = await pending(client, addr, GROUP)
+        assert (listed.topic, listed.queue_id) == (TOPIC, 2)
+        assert listed.check_times >= 1
+
+        await end_oneway(client, addr, check_end_fields(check, COMMIT))
+        await wait_until(lambda: len(queue_records(broker, TOPIC, 2)) == 1, "commit")
+        # the original offsets name the same transaction: a late decision is ignored
+        late = await end_tx(client, addr, end_fields(sent, ROLLBACK))
+        assert late.remark == "already decided"
+        assert [m.body for m in await pull_all(client, addr, TOPIC, 2)] == [b"order 7"]
+        assert await pending(client, addr) == []
+
+
+async def test_unknow_until_the_limit_moves_it_to_the_max_time_topic(tmp_path: Path) -> None:
+    inbox = CheckInbox()
+    overrides = {**FAST_CHECKS, "transactionCheckMax": "3"}
+    async with (
+        running_broker(tmp_path, overrides=overrides) as (broker, addr),
+        RemotingClient(handlers=inbox.handlers(), default_timeout_s=LIMIT) as client,
+    ):
+        await heartbeat(client, addr, "producer-1")
+        sent = await send_half(client, addr, b"stuck")
+        for times in (1, 2, 3):
+            check = await inbox.next()
+            rec = decode_record(check.body)
+            assert rec.properties[MessageConst.TRANSACTION_CHECK_TIMES] == str(times)
+            await end_oneway(client, addr, check_end_fields(check, UNKNOW))
+        await wait_until(
+            lambda: len(queue_records(broker, TRANS_CHECK_MAX_TIME_TOPIC)) == 1, "discard"
+        )
+        moved = queue_records(broker, TRANS_CHECK_MAX_TIME_TOPIC)[0]
+        assert moved.body == b"stuck"
+        assert moved.properties[MessageConst.TRANSACTION_CHECK_TIMES] == "3"
+        assert await pending(client, addr) == []
+        late = await end_tx(client, addr, end_fields(sent, COMMIT))
+        assert late.remark == "already decided"
+        assert broker.transactions is not None
+        assert broker.transactions.checks_sent == 3
+        assert queue_records(broker, TOPIC) == []
+
+
+@pytest.mark.parametrize("lose_progress", [False, True])
+async def test_decisions_and_checks_survive_a_restart(tmp_path: Path, lose_progress: bool) -> None:
+    """``lose_progress``: the consumer offsets file is gone (as after a crash before its flush):
+    the op topic alone still says what was decided."""
+    async with (
+        running_broker(tmp_path, overrides=FAST_CHECKS) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        # nobody of the group is connected: no check goes out, everything stays pending
+        committed = await send_half(client, addr, b"committed")
+        to_commit = await send_half(client, addr, b"commit after restart")
+        to_check = await send_half(client, addr, b"checked after restart")
+        await end_tx(client, addr, end_fields(committed, COMMIT))
+        await wait_until(lambda: len(queue_records(broker, TOPIC)) == 1, "first commit")
+        await wait_until(
+            lambda: (
+                broker.offsets is not None
+                and broker.offsets.query_offset(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0) == 1
+            ),
+            "a check round after the commit",
+        )
+    if lose_progress:
+        lost = list((tmp_path / "store" / "config").glob("consumerOffset.json*"))
+        assert lost
+        for path in lost:
+            path.unlink()
+    inbox = CheckInbox()
+    async with (
+        running_broker(tmp_path, overrides=FAST_CHECKS) as (broker, addr),
+        RemotingClient(handlers=inbox.handlers(), default_timeout_s=LIMIT) as client,
+    ):
+        again = await end_tx(client, addr, end_fields(committed, COMMIT))
+        assert again.remark == "already decided"
+        resp = await end_tx(client, addr, end_fields(to_commit, COMMIT))
+        assert resp.code == ResponseCode.SUCCESS
+        assert resp.remark != "already decided"
+        await heartbeat(client, addr, "producer-2")
+        check = await inbox.next()
+        assert check.ext_fields["msgId"] == to_check.ext_fields["transactionId"]
+        await end_oneway(client, addr, check_end_fields(check, COMMIT))
+        await wait_until(lambda: len(queue_records(broker, TOPIC)) == 3, "all commits")
+        bodies = sorted(m.body for m in await pull_all(client, addr))
+        assert bodies == [b"checked after restart", b"commit after restart", b"committed"]
+
+
+async def test_progress_waits_for_the_oldest_pending_and_then_forgets_old_ops(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_broker(tmp_path, overrides=NO_CHECKS) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        service = broker.transactions
+        offsets = broker.offsets
+        assert service is not None
+        assert offsets is not None
+        sent = [await send_half(client, addr, f"m{i}".encode()) for i in range(4)]
+        for later in sent[1:]:
+            await end_tx(client, addr, end_fields(later, COMMIT))
+        await wait_until(lambda: len(queue_records(broker, TRANS_OP_HALF_TOPIC)) == 3, "ops")
+        await service.check_once()  # nobody to ask about m0: it holds the progress
+        assert (service.half_progress, service.op_progress) == (0, 0)
+        assert sorted(service.decided) == [1, 2, 3]
+        await end_tx(client, addr, end_fields(sent[0], ROLLBACK))
+        await wait_until(lambda: len(queue_records(broker, TRANS_OP_HALF_TOPIC)) == 4, "op")
+        await service.check_once()
+        assert offsets.query_offset(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0) == 4
+        assert offsets.query_offset(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0) == 4
+        assert service.decided == {}
+        assert service.floor == 4
+        for old in sent:  # decided long ago: still ignored
+            again = await end_tx(client, addr, end_fields(old, COMMIT))
+            assert again.remark == "already decided"
+        assert sorted(m.body for m in queue_records(broker, TOPIC)) == [b"m1", b"m2", b"m3"]
