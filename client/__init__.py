@@ -19,7 +19,7 @@ from client.allocate import (
     AllocateMessageQueueStrategy,
     MachineRoomResolver,
 )
-from client.blocking import Producer, PullConsumer, PushConsumer
+from client.blocking import Producer, PullConsumer, PushConsumer, TransactionProducer
 from client.compression import decompress_if_needed, maybe_compress
 from client.consume_service import ConsumeResult
 from client.errors import (
@@ -47,6 +47,7 @@ from client.queue_selector import (
     publish_queues,
     select_by_key,
 )
+from client.transaction import LocalTransactionState, TransactionSendResult
 from client.validation import validate_group, validate_message
 from remoting.client_bodies import ConsumeFrom, ConsumeFromWhere, MessageModel
 
@@ -64,6 +65,7 @@ __all__ = [
     "ConsumeResult",
     "GroupInvalidError",
     "LatencyFaultTolerance",
+    "LocalTransactionState",
     "MQBrokerError",
     "MQClientError",
     "MQFaultStrategy",
@@ -82,6 +84,8 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "TopicRouteError",
+    "TransactionProducer",
+    "TransactionSendResult",
     "decompress_if_needed",
     "from_record",
     "maybe_compress",

@@ -28,6 +28,7 @@ from client.message import Message, MessageQueue, ReceivedMessage, SendResult, S
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
+from client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 from remoting.client_bodies import ConsumeFrom, ConsumeFromWhere, MessageModel
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "ConsumeFrom",
     "ConsumeFromWhere",
     "ConsumeResult",
+    "LocalTransactionState",
     "MachineRoomResolver",
     "Message",
     "MessageModel",
@@ -52,4 +54,6 @@ __all__ = [
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

@@ -25,12 +25,13 @@ import trio
 from client import producer as aio_producer
 from client import pull_consumer as aio_consumer
 from client import push_consumer as aio_push
+from client import transaction as aio_tx
 from client.config import ClientConfig, parse_namesrv
 from client.consume_service import Handler
 from client.errors import ClientClosedError, RequestTimeoutError
 from client.instance import ClientInstance
 from client.loop_thread import LoopThread
-from client.message import Message, MessageQueue, ReceivedMessage, SendResult
+from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import DEFAULT_PRODUCER_GROUP, QueueSelector, SendCallback
 
 log = logging.getLogger(__name__)
@@ -266,6 +267,75 @@ class Producer(_BlockingBase):
         if callback is not None:
             future.add_done_callback(lambda f: _deliver(f, callback))
         return future
+
+
+class TransactionProducer(Producer):
+    """Blocking transactional producer:
+    ``with TransactionProducer(group="tx-pg", namesrv=..., checker=check) as p:`` then
+    ``p.send_in_transaction(msg, execute, arg)``.
+
+    ``execute(msg, arg)`` runs in the calling thread between the half message and the decision;
+    ``checker(msg)`` runs in a worker thread whenever a broker asks. Options are those of
+    :class:`client.aio.TransactionProducer`.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        checker: aio_tx.TransactionChecker,
+        **options: Any,
+    ) -> None:
+        super().__init__(group, namesrv, **options)
+        self.checker = checker
+
+    def start(self) -> Self:
+        """Join the shared client instance, register the group and its checker; returns
+        self."""
+
+        def open_(shared: _Shared) -> None:
+            producer = aio_tx.TransactionProducer(
+                self.group, instance=shared.instance, checker=self.checker, **self._options
+            )
+            shared.loop.run(producer.__aenter__, timeout=CLOSE_TIMEOUT_S)
+            self._async = producer
+
+        self._start(open_)
+        return self
+
+    def _tx(self) -> aio_tx.TransactionProducer:
+        producer = self._p()
+        assert isinstance(producer, aio_tx.TransactionProducer)
+        return producer
+
+    def send_in_transaction(
+        self,
+        msg: Message,
+        execute: aio_tx.LocalExecutor,
+        arg: Any = None,
+        *,
+        timeout: float | None = None,
+    ) -> aio_tx.TransactionSendResult:
+        """Store ``msg`` as a half message, run ``execute(msg, arg)`` here (an exception or a
+        non-state result counts as UNKNOW), then send the decision; ``timeout`` bounds each of
+        the two network steps."""
+        producer = self._tx()
+        half = self._run(producer.send_half, msg, timeout=self._timeout(timeout))
+        if half.status is not SendStatus.SEND_OK:
+            state = aio_tx.LocalTransactionState.ROLLBACK_MESSAGE
+        elif aio_tx.is_async_callable(execute):
+            state = self._loop().run(aio_tx.run_local, execute, msg, arg)
+        else:
+            state = aio_tx.run_local_sync(execute, msg, arg)
+        return self._run(producer.end_transaction, half, state, timeout=self._timeout(timeout))
+
+    def fetch_publish_queues(
+        self, topic: str, *, timeout: float | None = None
+    ) -> list[MessageQueue]:
+        """The topic's writable queues; heartbeats to its brokers at once so they may ask this
+        member to check the group's half messages."""
+        return self._run(self._tx().fetch_publish_queues, topic, timeout=self._timeout(timeout))
 
 
 async def _send(

@@ -45,6 +45,8 @@ from client.errors import (
 )
 from client.message import MessageQueue
 from client.queue_selector import publish_queues
+from common.message import MessageConst
+from common.record import MessageRecord, RecordError, decode_record
 from common.route import MASTER_ID, TopicRouteData
 from remoting.admin_bodies import decode_reset_offset
 from remoting.channel import Channel, Handler
@@ -58,6 +60,10 @@ log = logging.getLogger(__name__)
 
 UNREGISTER_TIMEOUT_S = 3.0
 """Upper bound of the UNREGISTER_CLIENT round when the instance closes."""
+
+TransactionCheckHandler = Callable[[MessageRecord, RemotingCommand, str], Awaitable[None]]
+"""``handler(half record, CHECK_TRANSACTION_STATE request, broker address)`` of a
+transactional producer group (see :meth:`ClientInstance.register_transaction_checker`)."""
 
 
 class ClientInstance:
@@ -76,6 +82,7 @@ class ClientInstance:
         table: dict[int, Handler] = {
             int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED): self._on_consumer_ids_changed,
             int(RequestCode.RESET_CONSUMER_CLIENT_OFFSET): self._on_reset_offset,
+            int(RequestCode.CHECK_TRANSACTION_STATE): self._on_check_transaction_state,
         }
         table.update(handlers or {})
         self._remoting = RemotingClient(
@@ -90,6 +97,7 @@ class ClientInstance:
         self._namesrv_index = 0
         self._producer_groups: dict[str, int] = {}
         self._consumers: dict[str, Callable[[], ConsumerData]] = {}
+        self._transaction_checkers: dict[str, TransactionCheckHandler] = {}
         self._heartbeat_wakeup = trio.Event()
         self._stop_requested = trio.Event()
         self.stopped = trio.Event()
@@ -191,6 +199,38 @@ class ClientInstance:
             except Exception:
                 log.exception("offset-reset listener failed")
         return None
+
+    async def _on_check_transaction_state(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | None:
+        """CHECK_TRANSACTION_STATE (oneway; body: the half record): hand it to the checker of
+        the record's producer group (PGROUP), which answers with END_TRANSACTION."""
+        try:
+            record = decode_record(request.body)
+        except RecordError as exc:
+            log.warning("bad transaction check from %s: %s", channel.remote_addr, exc)
+            return None
+        group = record.properties.get(MessageConst.PGROUP, "")
+        handler = self._transaction_checkers.get(group)
+        if handler is None:
+            log.warning("transaction check for unknown producer group %r", group)
+            return None
+        await handler(record, request, channel.remote_addr)
+        return None
+
+    def register_transaction_checker(self, group: str, handler: TransactionCheckHandler) -> None:
+        """Route the brokers' CHECK_TRANSACTION_STATE for ``group`` to ``handler`` (one
+        transactional producer per group and instance, as in RocketMQ)."""
+        if group in self._transaction_checkers:
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR,
+                f"the producer group[{group}] has been created before, specify another name",
+            )
+        self._transaction_checkers[group] = handler
+
+    def unregister_transaction_checker(self, group: str) -> None:
+        """Stop answering transaction checks for ``group``."""
+        self._transaction_checkers.pop(group, None)
 
     # ------------------------------------------------------------------ calls
 
@@ -302,6 +342,13 @@ class ClientInstance:
                 ResponseCode.SYSTEM_ERROR, f"The broker[{mq.broker_name}] not exist"
             )
         return addr
+
+    def broker_name_of(self, addr: str) -> str | None:
+        """The name of the broker at ``addr`` (any role) from the cached routes, or None."""
+        for name, addrs in self._broker_addrs.items():
+            if addr in addrs.values():
+                return name
+        return None
 
     def broker_addresses(self) -> list[str]:
         """Every known broker address (masters and slaves), sorted."""

@@ -62,6 +62,7 @@ LAZY_COMMANDS = {
     "push": ("client.bench.push_cli", "push_command"),
     "rebalance": ("client.bench.push_cli", "rebalance_command"),
     "spark-read": ("client.bench.spark_cli", "spark_read_command"),
+    "tx": ("client.bench.tx_cli", "tx_command"),
 }
 
 
@@ -221,7 +222,11 @@ def main() -> None:
 @common_options
 @click.option("--clients", type=click.IntRange(1), default=1, show_default=True)
 @click.option(
-    "--mode", type=click.Choice(["sync", "batch", "oneway"]), default="sync", show_default=True
+    "--mode",
+    type=click.Choice(["sync", "batch", "oneway", "tx"]),
+    default="sync",
+    show_default=True,
+    help="tx: transactional sends whose local transaction commits at once.",
 )
 @click.option("--batch", type=click.IntRange(1), default=32, show_default=True)
 @click.option(

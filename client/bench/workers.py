@@ -25,7 +25,7 @@ from client.bench.protocol import WorkerLink, now_ns, run_worker
 from client.errors import TopicRouteError
 from common.benchkit import LatencyRecorder
 
-SendMode = Literal["sync", "batch", "oneway"]
+SendMode = Literal["sync", "batch", "oneway", "tx"]
 Api = Literal["aio", "blocking"]
 
 STALL_LIMIT_S = 30.0
@@ -98,11 +98,33 @@ def _result(quota: _Quota, start: int, end: int, lat: LatencyRecorder) -> dict[s
     }
 
 
+def _commit(msg: object, arg: object) -> aio.LocalTransactionState:
+    """The benchmark's local transaction: an immediate commit."""
+    return aio.LocalTransactionState.COMMIT_MESSAGE
+
+
+async def _commit_async(msg: object, arg: object) -> aio.LocalTransactionState:
+    """:func:`_commit` for the trio-native producer (no worker-thread hop)."""
+    return aio.LocalTransactionState.COMMIT_MESSAGE
+
+
+def _aio_producer(spec: ProduceSpec) -> aio.Producer:
+    if spec.mode == "tx":
+        return aio.TransactionProducer(spec.group, spec.namesrv, checker=_check_commit)
+    return aio.Producer(group=spec.group, namesrv=spec.namesrv)
+
+
+def _check_commit(msg: object) -> aio.LocalTransactionState:
+    return aio.LocalTransactionState.COMMIT_MESSAGE
+
+
 async def _produce_aio(spec: ProduceSpec, link: WorkerLink) -> dict[str, Any]:
     body = os.urandom(spec.body_size)
-    async with aio.Producer(group=spec.group, namesrv=spec.namesrv) as p:
+    async with _aio_producer(spec) as p:
 
         def op(n: int) -> Callable[[], Awaitable[object]]:
+            if isinstance(p, aio.TransactionProducer):
+                return lambda: p.send_in_transaction(aio.Message(spec.topic, body), _commit_async)
             if spec.mode == "batch":
                 return lambda: p.send_batch([aio.Message(spec.topic, body) for _ in range(n)])
             if spec.mode == "oneway":
@@ -137,10 +159,17 @@ async def _produce_aio(spec: ProduceSpec, link: WorkerLink) -> dict[str, Any]:
 
 def _produce_blocking(spec: ProduceSpec, link: WorkerLink) -> dict[str, Any]:
     body = os.urandom(spec.body_size)
-    with client.Producer(group=spec.group, namesrv=spec.namesrv) as p:
+    p = (
+        client.TransactionProducer(spec.group, spec.namesrv, checker=_check_commit)
+        if spec.mode == "tx"
+        else client.Producer(group=spec.group, namesrv=spec.namesrv)
+    )
+    with p:
 
         def call(n: int) -> None:
-            if spec.mode == "batch":
+            if isinstance(p, client.TransactionProducer):
+                p.send_in_transaction(client.Message(spec.topic, body), _commit)
+            elif spec.mode == "batch":
                 p.send_batch([client.Message(spec.topic, body) for _ in range(n)])
             elif spec.mode == "oneway":
                 p.send_oneway(client.Message(spec.topic, body))

@@ -81,6 +81,16 @@ def test_produce_blocking_sync(tmp_path: Path) -> None:
     assert_cleaned_up(out, tmp_path)
 
 
+def test_tx_against_plain_sync(tmp_path: Path) -> None:
+    out = run_bench(tmp_path, "tx", "--api", "blocking", "--count", "200", "--inflight", "2")
+    assert out["workload"] == "tx"
+    assert out["msgs"] == out["requests"] == 200
+    assert out["plain_sync"]["msgs"] == 200
+    assert out["ratio_to_sync"] == round(out["msgs_per_s"] / out["plain_sync"]["msgs_per_s"], 3)
+    assert_rates(out)
+    assert_cleaned_up(out, tmp_path)
+
+
 def test_consume_two_clients(tmp_path: Path) -> None:
     out = run_bench(tmp_path, "consume", "--count", "200", "--clients", "2", "--pull-batch", "8")
     assert out["workload"] == "consume"
