@@ -117,11 +117,13 @@ class Consumption:
     ) -> list[tuple[Handler | None, list[ReceivedMessage]]]:
         """``msgs`` split by topic, each with its handler (a retried message goes to its
         original topic's handler; None: the topic is no longer subscribed)."""
-        restore_retry_topic(msgs, self.group)
+        topic = msgs[0].topic
+        if all(m.topic == topic for m in msgs):  # the usual case: one topic, one handler
+            return [(self.handler_of(topic), msgs)]
         by_topic: dict[str, list[ReceivedMessage]] = {}
         for m in msgs:
             by_topic.setdefault(m.topic, []).append(m)
-        return [(self.handler_of(topic), group) for topic, group in by_topic.items()]
+        return [(self.handler_of(t), group) for t, group in by_topic.items()]
 
     async def call(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> ConsumeResult:
         """Run the handlers for ``msgs``; SUCCESS only if every call succeeded."""
@@ -136,6 +138,8 @@ class Consumption:
         When every handler involved is a plain function, all batches run in ONE worker-thread
         hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
         """
+        for batch in batches:
+            restore_retry_topic(batch, self.group)
         plans = [self._plan(b) for b in batches]
         handlers = [h for plan in plans for h, _ in plan if h is not None]
         if handlers and not any(_is_async(h) for h in handlers):
@@ -244,31 +248,38 @@ class ConcurrentService:
                 pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)
             ]
             results = await self.c.call_batches(slot, batches)
+            done: list[ReceivedMessage] = []
             for msgs, result in zip(batches, results, strict=True):
-                await self._settle(slot, msgs, result)
-
-    async def _settle(
-        self, slot: QueueSlot, msgs: list[ReceivedMessage], result: ConsumeResult
-    ) -> None:
-        ack_index = len(msgs) - 1 if result is ConsumeResult.SUCCESS else -1
-        done = msgs[: ack_index + 1]
-        failed = msgs[ack_index + 1 :]
-        retry_here: list[ReceivedMessage] = []
-        if failed and self.c.clustering and not slot.pq.dropped:
-            for m in failed:
-                if await self.c.send_back(m, 0):
-                    done.append(m)
+                if result is ConsumeResult.SUCCESS:
+                    done.extend(msgs)
                 else:
-                    m.reconsume_times += 1
-                    retry_here.append(m)
-        elif failed:
-            log.warning("broadcasting: %d message(s) of %s failed, dropped", len(failed), slot.mq)
-            done.extend(failed)
-        offset = slot.pq.remove(done)
-        if offset >= 0 and not slot.pq.dropped:
-            self.c.record_offset(slot, offset)
+                    done.extend(await self._settle_failed(slot, msgs))
+            offset = slot.pq.remove(done)  # one removal and one offset update per pull
+            if offset >= 0 and not slot.pq.dropped:
+                self.c.record_offset(slot, offset)
+
+    async def _settle_failed(
+        self, slot: QueueSlot, msgs: list[ReceivedMessage]
+    ) -> list[ReceivedMessage]:
+        """A batch the handler did not acknowledge (ackIndex -1): send each message back (or,
+        broadcasting, drop it); the ones now settled are returned, the ones whose send-back
+        failed are consumed here again later."""
+        if not self.c.clustering:
+            log.warning("broadcasting: %d message(s) of %s failed, dropped", len(msgs), slot.mq)
+            return msgs
+        settled: list[ReceivedMessage] = []
+        retry_here: list[ReceivedMessage] = []
+        for m in msgs:
+            if slot.pq.dropped:
+                break
+            if await self.c.send_back(m, 0):
+                settled.append(m)
+            else:
+                m.reconsume_times += 1
+                retry_here.append(m)
         if retry_here and self._nursery is not None:
             self._nursery.start_soon(self._resubmit_later, slot, retry_here)
+        return settled
 
     async def _resubmit_later(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> None:
         """A failed send-back: consume the messages here again after a pause (not a worker's)."""

@@ -63,7 +63,10 @@ class ProcessQueue:
             if off in self._msgs or off in self._taken:
                 continue
             self._msgs[off] = m
-            bisect.insort(self._offsets, off)
+            if not self._offsets or off > self._offsets[-1]:
+                self._offsets.append(off)  # pulls arrive in offset order: the common case
+            else:
+                bisect.insort(self._offsets, off)
             self.size_bytes += len(m.body)
             self.max_offset = max(self.max_offset, off)
             added += 1
