@@ -280,3 +280,59 @@ def test_retention_deleted_offsets_fail_or_skip(
         offsets = sorted(r.queue_offset for r in rows)
         assert offsets[0] >= lo
         assert offsets == list(range(offsets[0], 300))
+
+
+def test_queues_added_while_a_query_runs_are_read_from_their_start(
+    spark: Any, cluster: SyncCluster, tmp_path: Path
+) -> None:
+    """The same StreamReader the engine drives: a queue that appears between two triggers is
+    admitted from its min offset (no message of it lost); and a query restarted from its
+    checkpoint after queues were added reads them from the start too."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from client.spark.options import parse_read
+    from client.spark.stream import StreamReader
+
+    topic = "SparkGrowing"
+    cluster.create_topic(topic, {"broker-a": 1})
+    first_sent = produce(cluster.namesrv, topic, {("broker-a", 0): 4})
+    opts = {"namesrv": cluster.namesrv, "topic": topic, "startingOffsets": "earliest"}
+    reader = StreamReader(parse_read(opts, streaming=True))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {topic: {"broker-a": {"0": 4}}}
+
+    # the topic grows while the query runs: two more queues on broker-a, one on broker-b
+    cluster.create_topic(topic, {"broker-a": 3, "broker-b": 1})
+    grown = {("broker-a", 0): 1, ("broker-a", 1): 2, ("broker-a", 2): 2, ("broker-b", 0): 3}
+    later_sent = produce(cluster.namesrv, topic, grown)
+    nxt = reader.latestOffset(end, ReadAllAvailable())
+    assert nxt == {
+        topic: {"broker-a": {"0": 5, "1": 2, "2": 2}, "broker-b": {"0": 3}},
+    }
+    parts = reader.partitions(end, nxt)
+    ranges = sorted((p.qr.broker, p.qr.queue_id, p.qr.start, p.qr.end) for p in parts)
+    assert ranges == [
+        ("broker-a", 0, 4, 5),
+        ("broker-a", 1, 0, 2),
+        ("broker-a", 2, 0, 2),
+        ("broker-b", 0, 0, 3),
+    ]
+    rows = [
+        msg_id
+        for p in parts
+        for batch in reader.read(p)
+        for msg_id in batch.column("msg_id").to_pylist()
+    ]
+    assert sorted(rows) == sorted(later_sent)
+    reader.stop()
+
+    # through Spark: a query over the grown topic, restarted from its checkpoint
+    ckpt = tmp_path / "ckpt"
+    first = stream_once(spark, cluster.namesrv, topic, ckpt, startingOffsets="earliest")
+    seen = {r.msg_id for b in first for r in b}
+    assert seen == set(first_sent) | set(later_sent)
+    cluster.create_topic(topic, {"broker-a": 4, "broker-b": 2})
+    newest = produce(cluster.namesrv, topic, {("broker-a", 3): 2, ("broker-b", 1): 2})
+    second = stream_once(spark, cluster.namesrv, topic, ckpt, startingOffsets="earliest")
+    assert sorted(r.msg_id for b in second for r in b) == sorted(newest)
