@@ -41,7 +41,7 @@ from broker.config import BrokerConfig
 from broker.status_codes import put_response_code
 from broker.topic_config import TopicConfigManager
 from common.message import MessageConst, MessageSysFlag
-from common.message_id import create_offset_msg_id
+from common.message_id import offset_msg_id_of_packed
 from common.record import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
@@ -109,14 +109,23 @@ def parse_properties(raw: str) -> dict[str, str]:
 
 
 def _check_properties(props: Mapping[str, Any]) -> dict[str, str]:
-    """Properties as a str map of legal size; IllegalMessageError otherwise."""
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
-        raise IllegalMessageError("properties must map str to str")
+    """Properties as a str map of legal size; IllegalMessageError otherwise.
+
+    One encoding answers both questions for a well-formed map (the usual case): its size, and
+    whether a name or value hides a separator (then the separators outnumber the pairs); only
+    a bad map is walked again to name the offending property.
+    """
     for k, v in props.items():
-        if not k or any(s in k or s in v for s in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)):
-            raise IllegalMessageError(f"illegal property {k!r}")
-    out = dict(props)
-    if len(encode_properties(out)) > MAX_PROPERTIES_LENGTH:
+        if type(k) is not str or type(v) is not str:
+            raise IllegalMessageError("properties must map str to str")
+    out = props if isinstance(props, dict) else dict(props)
+    encoded = encode_properties(out)
+    n = len(out)
+    if "" in out or encoded.count(b"\x01") != n or encoded.count(b"\x02") != n:
+        for k, v in out.items():
+            if not k or any(s in k or s in v for s in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)):
+                raise IllegalMessageError(f"illegal property {k!r}")
+    if len(encoded) > MAX_PROPERTIES_LENGTH:
         raise IllegalMessageError(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes")
     return out
 
@@ -275,9 +284,9 @@ class SendProcessor:
         code, remark = put_response_code(result.status)
         if not result.phys_offsets:  # not stored: no id to give
             return error(request, code, result.remark or remark)
-        host, port = self.store.config.store_host
+        packed_host = pack_host(*self.store.config.store_host)  # cached
         fields: dict[str, ExtValue] = {
-            "msgId": ",".join(create_offset_msg_id(host, port, p) for p in result.phys_offsets),
+            "msgId": ",".join(offset_msg_id_of_packed(packed_host, p) for p in result.phys_offsets),
             "queueId": str(queue_id),
             "queueOffset": str(result.queue_offsets[0]),
         }
