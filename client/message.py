@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from client.compression import decompress_if_needed
-from common.message import MessageConst
+from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id, offset_msg_id_of_packed
 from common.record import MessageRecord, unpack_host
 
@@ -183,26 +183,38 @@ def from_record(
     the address the client reached the broker at if the broker stores a placeholder). A
     compressed body is decompressed unless ``decompress`` is false.
     """
+    phys = record.physical_offset
     if store_host_port is None:
-        offset_msg_id = offset_msg_id_of_packed(record.store_host, record.physical_offset)
+        offset_msg_id = offset_msg_id_of_packed(record.store_host, phys)
     else:
-        offset_msg_id = create_offset_msg_id(*store_host_port, record.physical_offset)
-    body = decompress_if_needed(record.body, record.sys_flag) if decompress else record.body
+        offset_msg_id = create_offset_msg_id(*store_host_port, phys)
+    sys_flag = record.sys_flag
+    body = record.body
+    if decompress and sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+        body = decompress_if_needed(body, sys_flag)
     props = record.properties  # a freshly decoded record's own map: no copy
+    topic = record.topic
+    # positional, in field order: this runs once per consumed message
     return ReceivedMessage(
-        topic=record.topic,
-        body=body,
-        properties=props,
-        queue=MessageQueue(record.topic, broker_name, record.queue_id),
-        queue_offset=record.queue_offset,
-        msg_id=props.get(MessageConst.UNIQ_KEY) or offset_msg_id,
-        offset_msg_id=offset_msg_id,
-        commitlog_offset=record.physical_offset,
-        born_timestamp=record.born_timestamp,
-        store_timestamp=record.store_timestamp,
-        born_host=_host_str(record.born_host),
-        store_host=_host_str(record.store_host),
-        reconsume_times=record.reconsume_times,
-        flag=record.flag,
-        sys_flag=record.sys_flag,
+        topic,
+        body,
+        props,
+        _queue(topic, broker_name, record.queue_id),
+        record.queue_offset,
+        props.get(MessageConst.UNIQ_KEY) or offset_msg_id,
+        offset_msg_id,
+        phys,
+        record.born_timestamp,
+        record.store_timestamp,
+        _host_str(record.born_host),
+        _host_str(record.store_host),
+        record.reconsume_times,
+        record.flag,
+        sys_flag,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _queue(topic: str, broker_name: str, queue_id: int) -> MessageQueue:
+    """The (immutable, shared) MessageQueue: building a frozen dataclass per message is costly."""
+    return MessageQueue(topic, broker_name, queue_id)
