@@ -12,8 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from client.errors import MQBrokerError, TopicRouteError
-from client.message import MessageQueue, ReceivedMessage, SendResult, SendStatus, from_record
-from common.record import RecordError, decode_records
+from client.message import (
+    MessageQueue,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    from_record,
+    received_from_fields,
+)
+from common.record import RecordError, decode_fields, decode_records
 from common.route import PermName, TopicRouteData
 from common.subscription import SubscriptionData
 from remoting.client_bodies import (
@@ -202,13 +209,7 @@ def parse_pull(
         raise _fail(resp, addr)
     messages: list[ReceivedMessage] = []
     if status is PullStatus.FOUND and resp.body:
-        try:
-            records = decode_records(resp.body)
-        except RecordError as exc:
-            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
-        for rec in records:
-            if subscription.matches_all or subscription.matches_tag(rec.tags):
-                messages.append(from_record(rec, mq.broker_name))
+        messages = _pulled_messages(resp.body, mq.broker_name, subscription, addr)
     return PullResult(
         status=status,
         next_begin_offset=_int_field(resp, "nextBeginOffset", addr),
@@ -216,6 +217,24 @@ def parse_pull(
         max_offset=_int_field(resp, "maxOffset", addr),
         messages=messages,
     )
+
+
+def _pulled_messages(
+    body: bytes, broker_name: str, subscription: SubscriptionData, addr: str
+) -> list[ReceivedMessage]:
+    """The messages of a pull body whose exact tag the subscription names."""
+    fields = decode_fields(body) if isinstance(body, bytes) else None
+    if fields is not None:  # the fast path: one object per message
+        msgs = [received_from_fields(f, broker_name) for f in fields]
+    else:
+        try:
+            records = decode_records(body)
+        except RecordError as exc:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
+        msgs = [from_record(rec, broker_name) for rec in records]
+    if subscription.matches_all:
+        return msgs
+    return [m for m in msgs if subscription.matches_tag(m.tags)]
 
 
 # ---------------------------------------------------------------------- offsets

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from client.compression import decompress_if_needed
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id, offset_msg_id_of_packed
-from common.record import MessageRecord, unpack_host
+from common.record import MessageRecord, RecordFields, unpack_host
 
 
 def _split_keys(raw: str | None) -> list[str]:
@@ -210,6 +210,49 @@ def from_record(
         _host_str(record.store_host),
         record.reconsume_times,
         record.flag,
+        sys_flag,
+    )
+
+
+def received_from_fields(fields: RecordFields, broker_name: str) -> ReceivedMessage:
+    """:func:`from_record` for a field tuple of :func:`common.record.decode_fields` (the pull
+    path: one object per message instead of two)."""
+    (
+        topic,
+        body,
+        queue_id,
+        flag,
+        props,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        _prepared,
+        queue_offset,
+        phys,
+        _crc,
+        _size,
+    ) = fields
+    if sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+        body = decompress_if_needed(body, sys_flag)
+    offset_msg_id = offset_msg_id_of_packed(store_host, phys)
+    return ReceivedMessage(
+        topic,
+        body,
+        props,
+        _queue(topic, broker_name, queue_id),
+        queue_offset,
+        props.get(MessageConst.UNIQ_KEY) or offset_msg_id,
+        offset_msg_id,
+        phys,
+        born_ts,
+        store_ts,
+        _host_str(born_host),
+        _host_str(store_host),
+        reconsume,
+        flag,
         sys_flag,
     )
 

@@ -20,7 +20,7 @@ import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeAlias
 
 from common.message import MessageConst, MessageSysFlag
 
@@ -291,7 +291,13 @@ def _topic_name(raw: bytes) -> str:
     return raw.decode()
 
 
-def _decode_v4(buf: bytes, pos: int, n: int) -> MessageRecord | None:
+RecordFields: TypeAlias = tuple[
+    str, bytes, int, int, dict[str, str], int, int, bytes, int, bytes, int, int, int, int, int, int
+]
+"""A record's fields in :class:`MessageRecord`'s order (``MessageRecord(*fields)``)."""
+
+
+def _fields_v4(buf: bytes, pos: int, n: int) -> RecordFields | None:
     """The common case of :func:`_decode` in one unpack: an IPv4 record whose fields add up.
 
     Returns None for anything else (IPv6 hosts, a bad magic or length), which the caller
@@ -331,7 +337,7 @@ def _decode_v4(buf: bytes, pos: int, n: int) -> MessageRecord | None:
     p += 2
     if props_len > 0x7FFF or p + props_len != end:
         return None
-    return MessageRecord(
+    return (
         topic,
         body,
         queue_id,
@@ -349,6 +355,22 @@ def _decode_v4(buf: bytes, pos: int, n: int) -> MessageRecord | None:
         crc,
         total,
     )
+
+
+def decode_fields(buf: bytes) -> list[RecordFields] | None:
+    """Every record of a ``bytes`` body as a field tuple (see :data:`RecordFields`), or None
+    when one is not a well-formed IPv4 record: then use :func:`decode_records`, which checks
+    everything and raises the precise error. Consumers build their own message objects from
+    the tuples without an intermediate :class:`MessageRecord`."""
+    out: list[RecordFields] = []
+    pos, n = 0, len(buf)
+    while pos < n:
+        fields = _fields_v4(buf, pos, n)
+        if fields is None:
+            return None
+        out.append(fields)
+        pos += fields[15]
+    return out
 
 
 def decode_records(
@@ -384,16 +406,10 @@ def decode_records(
 
 
 def _decode_all_v4(buf: bytes) -> list[MessageRecord] | None:
-    """Every record of ``buf`` by :func:`_decode_v4`, or None if one needs the slow path."""
-    out: list[MessageRecord] = []
-    pos, n = 0, len(buf)
-    while pos < n:
-        rec = _decode_v4(buf, pos, n)
-        if rec is None:
-            return None
-        out.append(rec)
-        pos += rec.store_size
-    return out
+    """Every record of ``buf`` through :func:`decode_fields`, or None if one needs the slow
+    path."""
+    fields = decode_fields(buf)
+    return None if fields is None else [MessageRecord(*f) for f in fields]
 
 
 def encode_blank(remaining: int) -> bytes:
