@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from client.compression import decompress_if_needed
 from common.message import MessageConst, MessageSysFlag
@@ -104,11 +104,25 @@ class Message(_PropertyView):
 
 @dataclass(frozen=True, slots=True, order=True)
 class MessageQueue:
-    """One queue of a topic on one broker; sorts by (topic, broker_name, queue_id) as Java does."""
+    """One queue of a topic on one broker; sorts by (topic, broker_name, queue_id) as Java does.
+
+    The hash is computed once: queues key the consumers' tables, looked up per message.
+    """
 
     topic: str
     broker_name: str
     queue_id: int
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.topic, self.broker_name, self.queue_id)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[MessageQueue], tuple[str, str, int]]:
+        # str hashes differ between processes: a pickled queue recomputes its hash on arrival
+        return (MessageQueue, (self.topic, self.broker_name, self.queue_id))
 
     def __str__(self) -> str:
         return (

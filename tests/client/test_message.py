@@ -166,3 +166,25 @@ def test_fields_path_equals_the_record_path() -> None:
     assert via_fields == via_records
     assert via_fields[0].body == b"big" * 2000  # decompressed
     assert via_fields[3].msg_id == via_fields[3].offset_msg_id  # no UNIQ_KEY: the offset id
+
+
+def test_message_queue_hash_is_recomputed_in_another_process() -> None:
+    """The cached hash must not travel in a pickle (str hashes differ between processes)."""
+    import pickle
+    import subprocess
+    import sys
+
+    mq = MessageQueue("Orders", "broker-a", 3)
+    code = (
+        "import pickle, sys; from client.message import MessageQueue; "
+        "mq = pickle.loads(sys.stdin.buffer.read()); "
+        "print({MessageQueue('Orders', 'broker-a', 3): 'found'}.get(mq, 'missing'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps(mq),
+        capture_output=True,
+        env={"PYTHONHASHSEED": "123"},
+        check=True,
+    )
+    assert done.stdout.strip() == b"found"
