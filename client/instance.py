@@ -350,6 +350,14 @@ class ClientInstance:
                 return name
         return None
 
+    async def broker_offset(
+        self, code: RequestCode, mq: MessageQueue, timestamp_ms: int = 0
+    ) -> int:
+        """GET_MIN_OFFSET / GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP of ``mq`` on its broker."""
+        addr = await self.find_broker_addr(mq)
+        resp = await self.invoke(addr, api.offset_request(code, mq, timestamp_ms))
+        return api.parse_offset(resp, addr)
+
     def broker_addresses(self) -> list[str]:
         """Every known broker address (masters and slaves), sorted."""
         return sorted({a for addrs in self._broker_addrs.values() for a in addrs.values()})

@@ -26,6 +26,8 @@ from client.errors import MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from common.json_store import load_json, write_json_atomic
+from remoting.client_bodies import ConsumeFromWhere
+from remoting.codes import RequestCode
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,23 @@ class RemoteOffsetStore:
         """Forget ``mq``."""
         self.table.pop(mq, None)
         self._persisted.pop(mq, None)
+
+
+async def offset_from_where(
+    instance: ClientInstance,
+    mq: MessageQueue,
+    consume_from: ConsumeFromWhere,
+    timestamp_ms: int = 0,
+) -> int:
+    """Where a group with no stored offset starts reading ``mq`` (``computePullFromWhere``):
+    its first offset, the first one stored at or after ``timestamp_ms``, or its end."""
+    if consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+        return await instance.broker_offset(RequestCode.GET_MIN_OFFSET, mq)
+    if consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+        return await instance.broker_offset(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, timestamp_ms
+        )
+    return await instance.broker_offset(RequestCode.GET_MAX_OFFSET, mq)
 
 
 def _key(mq: MessageQueue) -> str:

@@ -46,6 +46,7 @@ from client.config import ClientConfig
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage
+from client.offset_store import offset_from_where
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
@@ -330,15 +331,17 @@ class PullConsumer:
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         """Seek to the queue's min offset."""
-        self.seek(mq, await self._broker_offset(RequestCode.GET_MIN_OFFSET, mq))
+        self.seek(mq, await self._instance.broker_offset(RequestCode.GET_MIN_OFFSET, mq))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
         """Seek to the queue's max offset (only new messages)."""
-        self.seek(mq, await self._broker_offset(RequestCode.GET_MAX_OFFSET, mq))
+        self.seek(mq, await self._instance.broker_offset(RequestCode.GET_MAX_OFFSET, mq))
 
     async def seek_to_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> None:
         """Seek to the first message stored at or after ``timestamp_ms``."""
-        offset = await self._broker_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, timestamp_ms)
+        offset = await self._instance.broker_offset(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, timestamp_ms
+        )
         self.seek(mq, offset)
 
     def position(self, mq: MessageQueue) -> int | None:
@@ -351,22 +354,13 @@ class PullConsumer:
         resp = await self._instance.invoke(addr, api.query_offset_request(self.group, mq))
         return api.parse_query_offset(resp, addr)
 
-    async def _broker_offset(self, code: RequestCode, mq: MessageQueue, ts: int = 0) -> int:
-        addr = await self._instance.find_broker_addr(mq)
-        resp = await self._instance.invoke(addr, api.offset_request(code, mq, ts))
-        return api.parse_offset(resp, addr)
-
     async def _start_offset(self, mq: MessageQueue) -> int:
         committed = await self.committed(mq)
         if committed is not None:
             return committed
-        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-            return await self._broker_offset(RequestCode.GET_MIN_OFFSET, mq)
-        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
-            return await self._broker_offset(
-                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, self.consume_timestamp_ms
-            )
-        return await self._broker_offset(RequestCode.GET_MAX_OFFSET, mq)
+        return await offset_from_where(
+            self._instance, mq, self.consume_from, self.consume_timestamp_ms
+        )
 
     # ------------------------------------------------------------------ fetching
 

@@ -53,7 +53,12 @@ from client.consume_service import (
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage
-from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from client.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    RemoteOffsetStore,
+    offset_from_where,
+)
 from client.process_queue import ProcessQueue
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
@@ -417,18 +422,9 @@ class PushConsumer:
             return stored
         if mq.topic == retry_topic(self.group):
             return 0
-        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-            return await self._broker_offset(RequestCode.GET_MIN_OFFSET, mq)
-        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
-            return await self._broker_offset(
-                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, self.consume_timestamp_ms
-            )
-        return await self._broker_offset(RequestCode.GET_MAX_OFFSET, mq)
-
-    async def _broker_offset(self, code: RequestCode, mq: MessageQueue, ts: int = 0) -> int:
-        addr = await self._instance.find_broker_addr(mq)
-        resp = await self._instance.invoke(addr, api.offset_request(code, mq, ts))
-        return api.parse_offset(resp, addr)
+        return await offset_from_where(
+            self._instance, mq, self.consume_from, self.consume_timestamp_ms
+        )
 
     async def _remove_queue(self, mq: MessageQueue) -> None:
         q = self._queues.pop(mq, None)

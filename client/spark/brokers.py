@@ -24,12 +24,6 @@ def _mq(key: QueueKey) -> MessageQueue:
     return MessageQueue(*key)
 
 
-async def _offset(instance: ClientInstance, code: RequestCode, mq: MessageQueue, ts: int) -> int:
-    addr = await instance.find_broker_addr(mq)
-    resp = await instance.invoke(addr, api.offset_request(code, mq, ts))
-    return api.parse_offset(resp, addr)
-
-
 async def queues(instance: ClientInstance, topics: Sequence[str]) -> list[QueueKey]:
     """Every readable queue of ``topics`` (fresh routes from the name servers), sorted."""
     out: list[QueueKey] = []
@@ -45,7 +39,7 @@ async def _each(
     out: dict[QueueKey, int] = {}
 
     async def one(key: QueueKey) -> None:
-        out[key] = await _offset(instance, code, _mq(key), ts)
+        out[key] = await instance.broker_offset(code, _mq(key), ts)
 
     async with trio.open_nursery() as nursery:
         for key in keys:
