@@ -259,9 +259,7 @@ class AdminClient:
 
     async def offset(self, code: RequestCode, mq: MessageQueue, timestamp: int = 0) -> int:
         """GET_MIN_OFFSET / GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP of a queue."""
-        addr = await self.instance.find_broker_addr(mq)
-        resp = await self.instance.invoke(addr, api.offset_request(code, mq, timestamp))
-        return api.parse_offset(resp, addr)
+        return await self.instance.broker_offset(code, mq, timestamp)
 
     async def pull(
         self,
