@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import mul
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -81,7 +82,7 @@ def java_string_hashes(strings: Sequence[str]) -> npt.NDArray[np.int32]:
 
 def _hashes_and_lengths(
     strings: Sequence[str],
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
+) -> tuple[npt.NDArray[np.unsignedinteger[Any]], npt.NDArray[np.signedinteger[Any]]]:
     """Unsigned 32-bit hash codes and UTF-16 lengths of ``strings``."""
     n = len(strings)
     if n == 0:
@@ -132,10 +133,40 @@ def index_key_hashes_prefixed(
     ``hash(p + s) = hash(p) * 31**len(s) + hash(s)`` modulo 2**32, so a topic's ``topic#``
     prefix is hashed once and no ``topic#key`` string is built.
     """
-    suffix_hash, lengths = _hashes_and_lengths(suffixes)
+    padded = _ascii_hashes_padded(suffixes)
+    suffix_hash, lengths = _hashes_and_lengths(suffixes) if padded is None else padded
     scale = _POW31.upto(int(lengths.max()) + 1 if len(lengths) else 1)[lengths]
     combined = np.array(prefix_hashes, dtype=np.uint64) * scale + suffix_hash
     return _abs_hash(combined.astype(np.uint32).view(np.int32).astype(np.int64))
+
+
+def _ascii_hashes_padded(
+    strings: Sequence[str],
+) -> tuple[npt.NDArray[np.unsignedinteger[Any]], npt.NDArray[np.signedinteger[Any]]] | None:
+    """Hash codes (mod 2**32, unsigned) and lengths of ASCII ``strings`` as one matrix product.
+
+    The strings are right-aligned in rows of zeros (a leading zero leaves a Java hash
+    unchanged), so each hash is the row times ``31**(width-1) ... 31, 1`` in uint32
+    arithmetic, which wraps modulo 2**32 exactly as Java's int does. (``einsum`` rather than
+    ``@``: numpy's integer matmul is slower, and a float one would hand the work to BLAS
+    threads.) None for non-ASCII text, an empty list, or rows so uneven that padding would
+    cost more than the general path.
+    """
+    n = len(strings)
+    data = "".join(strings).encode("utf-8")
+    length_list = list(map(len, strings))
+    total = len(data)
+    if n == 0 or total != sum(length_list):  # a multi-byte character: not ASCII
+        return None
+    lengths = np.array(length_list, dtype=np.intp)
+    width = max(int(lengths.max()), 1)
+    if n * width > 4 * total + 4096:
+        return None
+    rows = np.zeros((n, width), dtype=np.uint32)
+    rows[np.arange(width) >= (width - lengths)[:, None]] = np.frombuffer(data, dtype=np.uint8)
+    powers = _POW31.upto(width)[width - 1 :: -1]
+    hashes: npt.NDArray[np.uint32] = np.einsum("ij,j->i", rows, powers)
+    return hashes, lengths
 
 
 def index_key_hash_prefixed(prefix: int, suffix: str) -> int:

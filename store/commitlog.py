@@ -14,6 +14,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from typing import NamedTuple
 
 from common.message import MessageConst, MessageSysFlag
@@ -45,11 +46,19 @@ _SYSFLAG = struct.Struct(">i")
 _HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _TX_MASK = MessageSysFlag.TRANSACTION_MASK
 _TX_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
-_new_tuple = tuple.__new__
 
-# A message validated and encoded except for what is assigned inside the lock:
-# (message, tail bytes, body crc, total size, sys flag, tags code, (topic, queue) or None)
-_Encoded = tuple[MessageRecord, bytes, int, int, int, int, "tuple[str, int] | None"]
+
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (hot path)
+
+
+class _Encoded(NamedTuple):
+    """A batch validated and encoded except for what is assigned inside the lock."""
+
+    tails: list[bytes]
+    """Each record from BODY on (body, topic, properties)."""
+    sizes: list[int]
+    tags_codes: list[int]
+    total: int
 
 
 class CommitLog:
@@ -67,22 +76,23 @@ class CommitLog:
         self._topic_prefix: dict[str, bytes] = {}  # validated topic -> length byte + UTF-8
 
     # -- validation and encoding (outside the lock) ----------------------------------------
-    def _encode_all(self, msgs: Sequence[MessageRecord]) -> list[_Encoded] | PutResult:
+    def _encode_all(self, msgs: Sequence[MessageRecord]) -> _Encoded | PutResult:
         """Validate and pre-encode a batch in one pass; a PutResult says why it was refused."""
         max_body = self.config.max_message_size
         topic_prefix = self._topic_prefix
-        crc32 = zlib.crc32
+        join = b"".join
         pack_short = _SHORT.pack
         tag_cache = TAGS_CODE_CACHE
-        out: list[_Encoded] = []
+        tails: list[bytes] = []
+        sizes: list[int] = []
+        codes: list[int] = []
         for m in msgs:
-            topic = m.topic
-            prefix = topic_prefix.get(topic)
+            prefix = topic_prefix.get(m.topic)
             if prefix is None:
-                problem = topic_problem(topic, self.config.max_topic_length)
+                problem = topic_problem(m.topic, self.config.max_topic_length)
                 if problem:
                     return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=problem)
-                prefix = self._remember_topic(topic)
+                prefix = self._remember_topic(m.topic)
             body = m.body
             if len(body) > max_body:
                 return PutResult(
@@ -99,18 +109,16 @@ class CommitLog:
                         f"{MAX_PROPERTIES_LENGTH}",
                     )
                 tag = props.get(MessageConst.TAGS)
-                code = (tag_cache.get(tag) or tags_code(tag)) if tag else 0
+                codes.append((tag_cache.get(tag) or tags_code(tag)) if tag else 0)
             else:
                 raw = b""
-                code = 0
+                codes.append(0)
             if len(m.born_host) != 8:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="born host must be IPv4")
-            tail = b"".join((body, prefix, pack_short(len(raw)), raw))
-            sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
-            tx = sys_flag & _TX_MASK
-            key = (topic, m.queue_id) if tx == 0 or tx == _TX_COMMIT else None
-            out.append((m, tail, crc32(body) & 0x7FFFFFFF, 88 + len(tail), sys_flag, code, key))
-        return out
+            tail = join((body, prefix, pack_short(len(raw)), raw))
+            tails.append(tail)
+            sizes.append(88 + len(tail))
+        return _Encoded(tails, sizes, codes, sum(sizes))
 
     def _remember_topic(self, topic: str) -> bytes:
         encoded = topic.encode()
@@ -125,7 +133,7 @@ class CommitLog:
         encoded = self._encode_all(msgs)
         if isinstance(encoded, PutResult):
             return encoded
-        batch_size = sum([e[3] for e in encoded])
+        batch_size = encoded.total
         if batch_size + END_FILE_MIN_BLANK_LENGTH > self.queue.file_size:
             return PutResult(
                 PutStatus.MESSAGE_ILLEGAL,
@@ -136,7 +144,9 @@ class CommitLog:
                 mf = self._file_for(batch_size)
             except MappedFileCreateError as exc:
                 return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
-            return self._write(mf, encoded, batch_size)
+            if len(msgs) == 1:
+                return self._write_one(mf, msgs[0], encoded)
+            return self._write(mf, msgs, encoded)
 
     def _file_for(self, batch_size: int) -> MappedFile:
         mf = self.queue.writable_file()
@@ -148,43 +158,71 @@ class CommitLog:
             mf = nxt
         return mf
 
-    def _write(self, mf: MappedFile, encoded: list[_Encoded], batch_size: int) -> PutResult:
+    def _write_one(self, mf: MappedFile, m: MessageRecord, enc: _Encoded) -> PutResult:
+        """:meth:`_write` for one message (most sends), without the run bookkeeping."""
         now = self.clock_ms()
         phys = mf.file_from_offset + mf.wrote_position
-        table = self.topic_queue_table
+        sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
+        tx = sys_flag & _TX_MASK
+        if tx == 0 or tx == _TX_COMMIT:  # consumable: numbered in its queue
+            key = (m.topic, m.queue_id)
+            qoff = self.topic_queue_table.get(key, 0)
+            self.topic_queue_table[key] = qoff + 1
+        else:
+            qoff = 0
+        total = enc.total
+        header = HEADER_V4.pack(
+            total, MAGIC_CODE_V1, zlib.crc32(m.body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff,
+            phys, sys_flag, m.born_timestamp, m.born_host, now, self.store_host, m.reconsume_times,
+            m.prepared_transaction_offset, len(m.body),
+        )  # fmt: skip
+        mf.append(header + enc.tails[0])
+        self.pending_dispatch.append(
+            _new_tuple(
+                DispatchRequest,
+                (
+                    m.topic, m.queue_id, sys_flag, now, phys, phys + total, qoff, enc.sizes,
+                    enc.tags_codes, [m.properties],
+                ),
+            )
+        )  # fmt: skip
+        self.last_store_timestamp = now
+        return PutResult(PutStatus.PUT_OK, [phys], [qoff], now, total, phys + total)
+
+    def _write(self, mf: MappedFile, msgs: Sequence[MessageRecord], enc: _Encoded) -> PutResult:
+        """Number, pack and copy the batch; queue it for dispatch as runs (one per send)."""
+        now = self.clock_ms()
+        phys = start = mf.file_from_offset + mf.wrote_position
         store_host = self.store_host
         pack = HEADER_V4.pack
         parts: list[bytes] = []
-        phys_offsets: list[int] = []
-        queue_offsets: list[int] = []
-        dispatch = self.pending_dispatch.append
-        for m, tail, crc, total, sys_flag, code, key in encoded:
-            if key is not None:
-                qoff = table.get(key, 0)
-                table[key] = qoff + 1
-            else:
-                qoff = 0
+        runs = _RunSplitter(self, msgs, enc, now)
+        run_topic, run_queue, run_flag = "", -1, -1
+        qoff = step = 0
+        crc32 = zlib.crc32
+        for i, (m, tail, total) in enumerate(zip(msgs, enc.tails, enc.sizes, strict=True)):
+            sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
+            if m.queue_id != run_queue or sys_flag != run_flag or m.topic != run_topic:
+                qoff, step = runs.begin(i, m, sys_flag, phys, qoff)
+                run_topic, run_queue, run_flag = m.topic, m.queue_id, sys_flag
             body = m.body
             parts.append(
                 pack(
-                    total, MAGIC_CODE_V1, crc, m.queue_id, m.flag, qoff, phys, sys_flag,
-                    m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
-                    m.prepared_transaction_offset, len(body),
+                    total, MAGIC_CODE_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff,
+                    phys, sys_flag, m.born_timestamp, m.born_host, now, store_host,
+                    m.reconsume_times, m.prepared_transaction_offset, len(body),
                 )
             )  # fmt: skip
             parts.append(tail)
-            dispatch(
-                _new_tuple(
-                    DispatchRequest,
-                    (m.topic, m.queue_id, phys, total, code, now, qoff, sys_flag, m.properties),
-                )
-            )
-            phys_offsets.append(phys)
-            queue_offsets.append(qoff)
+            qoff += step
             phys += total
+        runs.end(len(msgs), phys, qoff)
         mf.append(b"".join(parts))
         self.last_store_timestamp = now
-        return PutResult(PutStatus.PUT_OK, phys_offsets, queue_offsets, now, batch_size, phys)
+        phys_offsets = list(accumulate(enc.sizes[:-1], initial=start))
+        return PutResult(
+            PutStatus.PUT_OK, phys_offsets, runs.queue_offsets, now, phys - start, phys
+        )
 
     # -- reads -----------------------------------------------------------------------------
     @property
@@ -251,6 +289,64 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         end = min(mf.file_size, pos + 4096)
         return mf.mm[pos:end] == bytes(end - pos)
+
+
+class _RunSplitter:
+    """Cuts a batch being written into dispatch runs and numbers each run's queue offsets.
+
+    ``_write`` calls :meth:`begin` where topic, queue or sys flag change and :meth:`end` after
+    the last message; in between, a run costs nothing per message.
+    """
+
+    def __init__(
+        self, log: CommitLog, msgs: Sequence[MessageRecord], enc: _Encoded, now: int
+    ) -> None:
+        self.log, self.msgs, self.enc, self.now = log, msgs, enc, now
+        self.open: tuple[str, int, int, int, int, int, int] | None = None
+        # (topic, queue_id, sys_flag, first index, first phys, first queue offset, step)
+        self.queue_offsets: list[int] = []
+        """Each message's queue offset (0 for those no consume queue sees)."""
+
+    def begin(
+        self, i: int, m: MessageRecord, sys_flag: int, phys: int, qoff: int
+    ) -> tuple[int, int]:
+        """Close the open run at message ``i`` and open one; return (queue offset, step)."""
+        self.end(i, phys, qoff)
+        tx = sys_flag & _TX_MASK
+        if tx == 0 or tx == _TX_COMMIT:  # consumable: numbered in its queue
+            first, step = self.log.topic_queue_table.get((m.topic, m.queue_id), 0), 1
+        else:
+            first, step = 0, 0
+        self.open = (m.topic, m.queue_id, sys_flag, i, phys, first, step)
+        return first, step
+
+    def end(self, i: int, phys: int, next_queue_offset: int) -> None:
+        """Queue the open run, messages up to ``i`` ending at ``phys``, for dispatch."""
+        if self.open is None:
+            return
+        topic, queue_id, sys_flag, first, start, first_qoff, step = self.open
+        self.open = None
+        if step:
+            self.log.topic_queue_table[(topic, queue_id)] = next_queue_offset
+            self.queue_offsets += range(first_qoff, next_queue_offset)
+        else:
+            self.queue_offsets += [0] * (i - first)
+        whole = first == 0 and i == len(self.msgs)
+        enc = self.enc
+        self.log.pending_dispatch.append(
+            DispatchRequest(
+                topic,
+                queue_id,
+                sys_flag,
+                self.now,
+                start,
+                phys,
+                first_qoff,
+                enc.sizes if whole else enc.sizes[first:i],
+                enc.tags_codes if whole else enc.tags_codes[first:i],
+                [m.properties for m in self.msgs[first:i]],
+            )
+        )
 
 
 class ScannedRecord(NamedTuple):

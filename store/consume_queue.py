@@ -8,9 +8,11 @@ filler for a queue that starts past zero.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, chain, islice
 from pathlib import Path
 
 from store.dispatch_request import DispatchRequest
@@ -20,6 +22,25 @@ from store.mapped_file_queue import MappedFileQueue
 CQ_STORE_UNIT_SIZE = 20
 UNIT = struct.Struct(">qiq")
 BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _units_struct(count: int) -> struct.Struct:
+    """``count`` units in one struct (one pack call per run instead of one per record)."""
+    return struct.Struct(">" + "qiq" * count)
+
+
+def _pack_units(run: DispatchRequest, skip: int) -> bytes:
+    """The units of ``run``'s records from the ``skip``-th on."""
+    sizes, codes = run.sizes, run.tags_codes
+    if len(sizes) == 1:  # a single send: no iterators
+        return UNIT.pack(run.phys_offset, sizes[0], codes[0])
+    phys: Iterable[int] = accumulate(sizes, initial=run.phys_offset)
+    if skip:
+        sizes, codes, phys = sizes[skip:], codes[skip:], islice(phys, skip, None)
+    # phys has one item more than sizes (the run's end), which zip leaves out
+    units = chain.from_iterable(zip(phys, sizes, codes, strict=False))
+    return _units_struct(len(sizes)).pack(*units)
 
 
 class ConsumeQueueGapError(Exception):
@@ -109,29 +130,36 @@ class ConsumeQueue:
         self.min_logic_offset = first.file_from_offset + pos
 
     # -- writes ----------------------------------------------------------------------------
-    def put(self, requests: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
-        """Append units for ``requests`` (by queue offset), skipping those already present.
+    def put(self, runs: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
+        """Append units for ``runs`` (by queue offset), skipping those already present.
 
-        A first offset beyond the end starts an empty queue there (pre-blank filled); in a
-        non-empty queue it raises :class:`ConsumeQueueGapError` unless ``allow_gap``, which
-        restarts the queue at that offset.
+        A run starting beyond the end starts an empty queue there (pre-blank filled); in a
+        non-empty queue it raises :class:`ConsumeQueueGapError` (after writing the runs before
+        it) unless ``allow_gap``, which restarts the queue at that offset.
         """
         expected = self.max_offset
-        skip = 0
-        while skip < len(requests) and requests[skip].queue_offset < expected:
-            skip += 1
-        if skip == len(requests):
-            return
-        first = requests[skip].queue_offset
-        if first > expected:
-            if self.queue.files and not allow_gap:
-                raise ConsumeQueueGapError(self.topic, self.queue_id, expected, first)
-            self._restart_at(first)
-        pack = UNIT.pack  # fields 2, 3, 4: phys_offset, size, tags_code
-        data = b"".join([pack(r[2], r[3], r[4]) for r in requests[skip:]])
-        self._append_bytes(data)
-        last = requests[-1]
-        self.max_physic_offset = last.phys_offset + last.size
+        parts: list[bytes] = []
+        last: DispatchRequest | None = None
+        for run in runs:
+            first = run.queue_offset
+            if first + len(run.sizes) <= expected:
+                continue  # already present
+            if first > expected:
+                self._write_units(parts, last)
+                parts, last = [], None
+                if self.queue.files and not allow_gap:
+                    raise ConsumeQueueGapError(self.topic, self.queue_id, expected, first)
+                self._restart_at(first)
+                expected = first
+            parts.append(_pack_units(run, expected - first))
+            expected = first + len(run.sizes)
+            last = run
+        self._write_units(parts, last)
+
+    def _write_units(self, parts: list[bytes], last: DispatchRequest | None) -> None:
+        if last is not None:
+            self._append_bytes(parts[0] if len(parts) == 1 else b"".join(parts))
+            self.max_physic_offset = last.end_offset
 
     def _restart_at(self, logical: int) -> None:
         self.queue.destroy()

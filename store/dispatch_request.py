@@ -1,33 +1,104 @@
-"""DispatchRequest: what the reput service needs to index one stored record."""
+"""DispatchRequest: what the reput service needs to put stored records into queues and the index.
+
+RocketMQ builds one ``DispatchRequest`` per record. minimq builds one per *run*: consecutive
+records of one put that share topic, queue, sys flag and store time (a batch send is one run).
+Everything per record that a run can derive is derived: the i-th record lies at
+``phys_offset + sum(sizes[:i])`` and, when consumable, has queue offset ``queue_offset + i``.
+That keeps the put path free of per-record objects and lets consume queues and the index
+handle a run with a few calls instead of one per record.
+"""
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import NamedTuple
 
-from common.message import MessageConst
+from common.message import MessageConst, MessageSysFlag
 
 
 class DispatchRequest(NamedTuple):
-    """One record to put into its consume queue and the index (RocketMQ's ``DispatchRequest``)."""
+    """A run of records appended together; see the module docstring."""
 
     topic: str
     queue_id: int
-    phys_offset: int
-    size: int
-    tags_code: int
-    store_timestamp: int
-    queue_offset: int
     sys_flag: int
-    properties: dict[str, str]
+    store_timestamp: int
+    phys_offset: int
+    """Commitlog offset of the run's first record."""
+    end_offset: int
+    """Commitlog offset just past the run's last record."""
+    queue_offset: int
+    """Queue offset of the first record (0 when the records are not consumable)."""
+    sizes: list[int]
+    tags_codes: list[int]
+    properties: list[dict[str, str]]
 
-    def key_suffixes(self) -> list[str]:
-        """What follows ``topic#`` in each index key: the UNIQ_KEY, then each of KEYS."""
-        props = self.properties
-        out = []
-        uniq = props.get(MessageConst.UNIQ_KEY)
-        if uniq:
-            out.append(uniq)
-        raw = props.get(MessageConst.KEYS)
-        if raw:
-            out.extend(k for k in raw.split(MessageConst.KEY_SEPARATOR) if k)
-        return out
+    @classmethod
+    def single(
+        cls,
+        topic: str,
+        queue_id: int,
+        phys_offset: int,
+        size: int,
+        tags_code: int,
+        store_timestamp: int,
+        queue_offset: int,
+        sys_flag: int,
+        properties: dict[str, str],
+    ) -> DispatchRequest:
+        """A run of one record."""
+        return cls(
+            topic,
+            queue_id,
+            sys_flag,
+            store_timestamp,
+            phys_offset,
+            phys_offset + size,
+            queue_offset,
+            [size],
+            [tags_code],
+            [properties],
+        )
+
+    @property
+    def consumable(self) -> bool:
+        """True when the records belong in a consume queue (not prepared, not rolled back)."""
+        return MessageSysFlag.is_consumable(self.sys_flag)
+
+    def phys_offsets(self) -> list[int]:
+        """Commitlog offset of each record."""
+        return list(accumulate(self.sizes[:-1], initial=self.phys_offset))
+
+    def can_extend(self, other: DispatchRequest) -> bool:
+        """True when ``other`` continues this run (recovery merges records back into runs)."""
+        return (
+            other.phys_offset == self.end_offset
+            and other.topic == self.topic
+            and other.queue_id == self.queue_id
+            and other.sys_flag == self.sys_flag
+            and other.store_timestamp == self.store_timestamp
+            and (
+                other.queue_offset == self.queue_offset + len(self.sizes)
+                if self.consumable
+                else other.queue_offset == self.queue_offset
+            )
+        )
+
+    def extended(self, other: DispatchRequest) -> DispatchRequest:
+        """This run followed by ``other`` (which :meth:`can_extend` accepted); grows in place."""
+        self.sizes.extend(other.sizes)
+        self.tags_codes.extend(other.tags_codes)
+        self.properties.extend(other.properties)
+        return self._replace(end_offset=other.end_offset)
+
+
+def key_suffixes(properties: dict[str, str]) -> list[str]:
+    """What follows ``topic#`` in each index key of a record: its UNIQ_KEY, then each of KEYS."""
+    out = []
+    uniq = properties.get(MessageConst.UNIQ_KEY)
+    if uniq:
+        out.append(uniq)
+    raw = properties.get(MessageConst.KEYS)
+    if raw:
+        out.extend(k for k in raw.split(MessageConst.KEY_SEPARATOR) if k)
+    return out

@@ -134,8 +134,16 @@ class IndexFile:
         slots = self.slots
         old = slots[slot_no].astype(np.int64)
         old[(old <= INVALID_INDEX) | (old > first_idx)] = INVALID_INDEX
+        s_sorted = np.sort(slot_no)
+        if n == 1 or s_sorted[1:].__ne__(s_sorted[:-1]).all():
+            # every key in its own slot (the usual case): each entry chains to the slot's
+            # current head and becomes the new head
+            self._write_entries(first_idx, hashes, phy, ts, old)
+            self.hash_slot_count += int(np.count_nonzero(old == INVALID_INDEX))
+            self._after_put(first_idx + n, phy, ts)
+            slots[slot_no] = idx
+            return n
         order = np.argsort(slot_no, kind="stable")
-        s_sorted = slot_no[order]
         starts_group = np.ones(n, dtype=bool)
         starts_group[1:] = s_sorted[1:] != s_sorted[:-1]
         prev_sorted = np.empty(n, dtype=np.int64)
@@ -144,7 +152,28 @@ class IndexFile:
         prev_sorted[starts_group] = old[order][starts_group]
         prev = np.empty(n, dtype=np.int64)
         prev[order] = prev_sorted
-        entries = np.empty(n, dtype=ENTRY_DTYPE)
+        self._write_entries(first_idx, hashes, phy, ts, prev)
+        # header next, then the slots (see the module docstring for why this order)
+        self.hash_slot_count += int(np.count_nonzero(old[order][starts_group] == INVALID_INDEX))
+        self._after_put(first_idx + n, phy, ts)
+        ends_group = np.ones(n, dtype=bool)
+        ends_group[:-1] = s_sorted[1:] != s_sorted[:-1]
+        slots[s_sorted[ends_group]] = idx[order][ends_group]
+        return n
+
+    def _write_entries(
+        self,
+        first_idx: int,
+        hashes: npt.NDArray[np.int64],
+        phy: npt.NDArray[np.int64],
+        ts: npt.NDArray[np.int64],
+        prev: npt.NDArray[np.int64],
+    ) -> None:
+        """Write entries ``first_idx ...`` straight into the mapping (the first crash-safe step)."""
+        n = len(hashes)
+        entries = np.frombuffer(
+            self.file.mm, dtype=ENTRY_DTYPE, count=n, offset=self._entry_pos(first_idx)
+        )
         entries["hash"] = hashes
         entries["phy"] = phy
         entries["tdiff"] = self._time_diffs(ts, first_idx)
@@ -152,18 +181,15 @@ class IndexFile:
         if first_idx <= 1:
             self.begin_timestamp = int(ts[0])
             self.begin_phy_offset = int(phy[0])
-        pos = self._entry_pos(first_idx)
-        self.file.mm[pos : pos + n * INDEX_SIZE] = entries.tobytes()
-        # header next, then the slots (see the module docstring for why this order)
-        self.hash_slot_count += int(np.count_nonzero(old[order][starts_group] == INVALID_INDEX))
-        self.index_count = first_idx + n
+
+    def _after_put(
+        self, index_count: int, phy: npt.NDArray[np.int64], ts: npt.NDArray[np.int64]
+    ) -> None:
+        """Advance the header past a put's entries and write it (before the slots)."""
+        self.index_count = index_count
         self.end_phy_offset = int(phy[-1])
         self.end_timestamp = int(ts[-1])
         self._write_header()
-        ends_group = np.ones(n, dtype=bool)
-        ends_group[:-1] = s_sorted[1:] != s_sorted[:-1]
-        slots[s_sorted[ends_group]] = idx[order][ends_group]
-        return n
 
     def put_keys(self, hashes: Sequence[int], phy: Sequence[int], ts: Sequence[int]) -> int:
         """Pure-Python :meth:`put_batch` for a few keys, where numpy's fixed cost dominates.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from itertools import chain, repeat
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from common.hashing import (
 )
 from common.message import MessageConst, MessageSysFlag
 from store.config import StoreConfig
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_file import IndexFile, index_file_size
 
 SMALL_BATCH = 24
@@ -27,6 +28,78 @@ SMALL_BATCH = 24
 def timestamp_file_name(ms: int) -> str:
     """RocketMQ's ``timeMillisToHumanString``: ``yyyyMMddHHmmssSSS`` in local time."""
     return time.strftime("%Y%m%d%H%M%S", time.localtime(ms / 1000)) + f"{ms % 1000:03d}"
+
+
+class _KeyBatch:
+    """The keys of one dispatch, as parallel lists (prefix hash, suffix, phys, store time)."""
+
+    def __init__(self) -> None:
+        self.prefixes: list[int] = []
+        self.suffixes: list[str] = []
+        self.phys: list[int] = []
+        self.stamps: list[int] = []
+
+    def add(self, prefix: int, suffixes: list[str], phys: int, stamp: int) -> None:
+        """One record's keys."""
+        n = len(suffixes)
+        self.prefixes += [prefix] * n
+        self.suffixes += suffixes
+        self.phys += [phys] * n
+        self.stamps += [stamp] * n
+
+    def add_record(self, prefix: int, props: dict[str, str], phys: int, stamp: int) -> None:
+        """One record's keys, from its properties."""
+        uniq = props.get(_UNIQ_KEY)
+        raw = props.get(_KEYS)
+        if uniq:
+            self.prefixes.append(prefix)
+            self.suffixes.append(uniq)
+            self.phys.append(phys)
+            self.stamps.append(stamp)
+        if raw:
+            if _SEPARATOR in raw:
+                self.add(prefix, [k for k in raw.split(_SEPARATOR) if k], phys, stamp)
+            else:
+                self.prefixes.append(prefix)
+                self.suffixes.append(raw)
+                self.phys.append(phys)
+                self.stamps.append(stamp)
+
+    def add_run(self, run: DispatchRequest, prefix: int) -> None:
+        """Every key of a run, with whole-run list operations when records look alike."""
+        props = run.properties
+        n = len(props)
+        if n == 1:  # a single send
+            self.add_record(prefix, props[0], run.phys_offset, run.store_timestamp)
+            return
+        uniqs: list[str] = list(map(dict.get, props, repeat(_UNIQ_KEY)))  # type: ignore[arg-type]
+        plain: list[str] = list(map(dict.get, props, repeat(_KEYS)))  # type: ignore[arg-type]
+        # (None where a record lacks the property: the checks below look for it)
+        phys = run.phys_offsets()
+        if _all_set(uniqs) and _all_set(plain) and _SEPARATOR not in "".join(plain):
+            # each record has a UNIQ_KEY and one key: interleave them in record order
+            self.suffixes += chain.from_iterable(zip(uniqs, plain, strict=True))
+            self.phys += chain.from_iterable(zip(phys, phys, strict=True))
+            n *= 2
+        elif _all_set(uniqs) and not any(plain):
+            self.suffixes += uniqs
+            self.phys += phys
+        else:
+            for p, record in zip(phys, props, strict=True):
+                self.add(prefix, key_suffixes(record), p, run.store_timestamp)
+            return
+        self.prefixes += [prefix] * n
+        self.stamps += [run.store_timestamp] * n
+
+
+_UNIQ_KEY = MessageConst.UNIQ_KEY
+_KEYS = MessageConst.KEYS
+_SEPARATOR = MessageConst.KEY_SEPARATOR
+
+
+def _all_set(values: list[str]) -> bool:
+    """True when no value is None or empty."""
+    return None not in values and "" not in values
 
 
 class IndexService:
@@ -79,60 +152,48 @@ class IndexService:
         if self.files and self.indexed_up_to >= phys_offset:
             self.files[-1].end_phy_offset = phys_offset - 1
 
-    # -- building --------------------------------------------------------------------------
-    def build_index(self, requests: Sequence[DispatchRequest]) -> None:
-        """Index every key of ``requests`` (commitlog order) not already indexed.
+    # -- building ----------------------------------------------------------------------------
+    def build_index(self, runs: Sequence[DispatchRequest]) -> None:
+        """Index every key of the records of ``runs`` (commitlog order) not already indexed.
 
         A key is ``topic#suffix``; its hash is combined from the topic's cached prefix hash
-        and the suffix's, so no key string is built.
+        and the suffix's, so no key string is built. Entries go in record order, each record's
+        UNIQ_KEY before its KEYS.
         """
+        keys = _KeyBatch()
         floor = self.indexed_up_to
-        prefixes: list[int] = []
-        suffixes: list[str] = []
-        phys: list[int] = []
-        stamps: list[int] = []
         rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         mask = MessageSysFlag.TRANSACTION_MASK
-        uniq_key, keys_key = MessageConst.UNIQ_KEY, MessageConst.KEYS
-        sep = MessageConst.KEY_SEPARATOR
-        topic_prefix = self._prefix_hashes
-        for r in requests:
-            phys_offset = r[2]
-            if phys_offset <= floor or r[7] & mask == rollback:
-                if phys_offset == floor:
-                    self._complete_newest(r, prefixes, suffixes, phys, stamps)
+        for run in runs:
+            if run.sys_flag & mask == rollback or run.end_offset <= floor:
                 continue
-            props = r[8]
-            uniq = props.get(uniq_key)
-            raw = props.get(keys_key)
-            if not (uniq or raw):
-                continue
-            prefix = topic_prefix.get(r[0])
+            prefix = self._prefix_hashes.get(run.topic)
             if prefix is None:
-                prefix = self._prefix_hash(r[0])
-            if uniq:
-                prefixes.append(prefix)
-                suffixes.append(uniq)
-                phys.append(phys_offset)
-                stamps.append(r[5])
-            if raw:
-                for k in raw.split(sep) if sep in raw else (raw,):
-                    if k:
-                        prefixes.append(prefix)
-                        suffixes.append(k)
-                        phys.append(phys_offset)
-                        stamps.append(r[5])
-        if len(suffixes) <= SMALL_BATCH:
-            hashes = [
-                index_key_hash_prefixed(p, s) for p, s in zip(prefixes, suffixes, strict=True)
-            ]
-            self._put_keys(hashes, phys, stamps)
-        else:
-            self._put_batch(index_key_hashes_prefixed(prefixes, suffixes), phys, stamps)
-        if requests and requests[-1].phys_offset > self.indexed_up_to:
+                prefix = self._prefix_hash(run.topic)
+            if run.phys_offset > floor:
+                keys.add_run(run, prefix)
+            else:  # the run straddles what is indexed (recovery): record by record
+                for phys, props in zip(run.phys_offsets(), run.properties, strict=True):
+                    if phys == floor:
+                        self._complete_newest(run, phys, props, prefix, keys)
+                    elif phys > floor:
+                        keys.add(prefix, key_suffixes(props), phys, run.store_timestamp)
+        if keys.suffixes:
+            if len(keys.suffixes) <= SMALL_BATCH:
+                hashes = [
+                    index_key_hash_prefixed(p, s)
+                    for p, s in zip(keys.prefixes, keys.suffixes, strict=True)
+                ]
+                self._put_keys(hashes, keys.phys, keys.stamps)
+            else:
+                hashes_arr = index_key_hashes_prefixed(keys.prefixes, keys.suffixes)
+                self._put_batch(hashes_arr, keys.phys, keys.stamps)
+        if runs and runs[-1].end_offset > floor:
             # keyless records count as indexed too, so recovery need not rescan them
-            last = requests[-1]
-            self._writable_file().mark_covered(last.phys_offset, last.store_timestamp)
+            last = runs[-1]
+            last_phys = last.end_offset - last.sizes[-1]
+            if last_phys > self.indexed_up_to:
+                self._writable_file().mark_covered(last_phys, last.store_timestamp)
 
     def _prefix_hash(self, topic: str) -> int:
         if len(self._prefix_hashes) >= 100_000:
@@ -156,28 +217,25 @@ class IndexService:
 
     def _complete_newest(
         self,
-        r: DispatchRequest,
-        prefixes: list[int],
-        suffixes: list[str],
-        phys: list[int],
-        stamps: list[int],
+        run: DispatchRequest,
+        phys: int,
+        props: dict[str, str],
+        prefix: int,
+        keys: _KeyBatch,
     ) -> None:
         """Offer the keys the newest indexed record may lack.
 
         Its keys may have straddled two index files with a crash or a full disk before the
         second: only the missing ones are added.
         """
-        if r.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
-            return
-        record_suffixes = r.key_suffixes()
-        prefix = self._prefix_hash(r.topic)
+        record_suffixes = key_suffixes(props)
         depth = len(record_suffixes) + 1
-        for suffix in record_suffixes:
-            if not self._has_entry(index_key_hash_prefixed(prefix, suffix), r.phys_offset, depth):
-                prefixes.append(prefix)
-                suffixes.append(suffix)
-                phys.append(r.phys_offset)
-                stamps.append(r.store_timestamp)
+        missing = [
+            suffix
+            for suffix in record_suffixes
+            if not self._has_entry(index_key_hash_prefixed(prefix, suffix), phys, depth)
+        ]
+        keys.add(prefix, missing, phys, run.store_timestamp)
 
     def _has_entry(self, key_hash: int, phys: int, depth: int) -> bool:
         """True when one of the two newest files maps ``key_hash`` to ``phys``."""

@@ -215,17 +215,25 @@ class MessageStore:
 
     # -- dispatch (reput) ------------------------------------------------------------------
     def dispatch_pending(self, max_batch: int = 8192) -> int:
-        """Put up to ``max_batch`` appended records into consume queues and the index.
+        """Put appended records into consume queues and the index, about ``max_batch`` at most.
 
-        Returns how many were dispatched. On a full disk the batch goes back to the front of
-        the pending list and :class:`MappedFileCreateError` propagates; dispatch is idempotent,
-        so a later call redoes it safely.
+        Whole runs (see :mod:`store.dispatch_request`) are taken until ``max_batch`` records
+        are reached, so one call may dispatch a little more. Returns how many records were
+        dispatched. On a full disk the runs go back to the front of the pending list and
+        :class:`MappedFileCreateError` propagates; dispatch is idempotent, so a later call
+        redoes it safely.
         """
         with self._dispatch_lock:
             pending = self.commitlog.pending_dispatch
             with self.commitlog.lock:
-                batch = pending[:max_batch]
-                del pending[:max_batch]
+                taken = count = 0
+                for run in pending:
+                    taken += 1
+                    count += len(run.sizes)
+                    if count >= max_batch:
+                        break
+                batch = pending[:taken]
+                del pending[:taken]
             if not batch:
                 return 0
             try:
@@ -234,32 +242,37 @@ class MessageStore:
                 with self.commitlog.lock:
                     pending[:0] = batch
                 raise
-            return len(batch)
+            return count
 
     @property
     def dispatch_behind(self) -> int:
         """Appended records not yet dispatched."""
-        return len(self.commitlog.pending_dispatch)
+        return sum([len(run.sizes) for run in self.commitlog.pending_dispatch])
 
-    def dispatch(self, requests: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
-        """Write ``requests`` (commitlog order) into consume queues and the index."""
+    @property
+    def has_pending_dispatch(self) -> bool:
+        """True when appended records wait for dispatch."""
+        return bool(self.commitlog.pending_dispatch)
+
+    def dispatch(self, runs: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
+        """Write ``runs`` (commitlog order) into consume queues and the index."""
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
         mask, commit = MessageSysFlag.TRANSACTION_MASK, MessageSysFlag.TRANSACTION_COMMIT_TYPE
-        for r in requests:
-            tx = r[7] & mask  # sys_flag: only plain and committed messages are consumable
+        for run in runs:
+            tx = run.sys_flag & mask  # only plain and committed messages are consumable
             if tx == 0 or tx == commit:
-                key = (r[0], r[1])  # (topic, queue_id)
+                key = (run.topic, run.queue_id)
                 group = groups.get(key)
                 if group is None:
                     groups[key] = group = []
-                group.append(r)
+                group.append(run)
         for (topic, queue_id), group in groups.items():
             cq = self.cq_table.get((topic, queue_id)) or self._new_consume_queue(topic, queue_id)
             cq.put(group, allow_gap=allow_gap)
         if self.config.message_index_enable:
-            self.index.build_index(requests)
-        last = requests[-1]
-        self.reput_offset = max(self.reput_offset, last.phys_offset + last.size)
+            self.index.build_index(runs)
+        last = runs[-1]
+        self.reput_offset = max(self.reput_offset, last.end_offset)
         self.last_dispatched_timestamp = last.store_timestamp
         listener = self.arrival_listener
         if listener is not None:

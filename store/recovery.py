@@ -91,7 +91,7 @@ def _verify_last_unit(store: MessageStore, cq: ConsumeQueue) -> None:
         isinstance(rec, ScannedRecord)
         and (rec.offset, rec.size, rec.topic, rec.queue_id, rec.queue_offset)
         == (offset, size, cq.topic, cq.queue_id, last)
-        and _to_request(rec).tags_code == code
+        and _to_request(rec).tags_codes[0] == code
     ):
         return
     log.warning("%s/%d: last unit %d does not match its record; cut", cq.topic, cq.queue_id, last)
@@ -139,7 +139,8 @@ def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
     if covered > start:
         # nothing below ``covered`` needs dispatch: verify that stretch in bulk
         start = verify_until(store.commitlog, start, covered, check_crc=check_crc)
-    batch: list[DispatchRequest] = []
+    runs: list[DispatchRequest] = []
+    records = 0
     seen: set[tuple[str, int]] = set()
     end = start
     for item in scan_records(store.commitlog, start, check_crc=check_crc):
@@ -149,12 +150,17 @@ def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
         if not allow_gap:
             _check_queue_exists(store, item, seen)
         if _needs_dispatch(store, item, index_floor):
-            batch.append(_to_request(item))
-            if len(batch) >= DISPATCH_BATCH:
-                store.dispatch(batch, allow_gap=allow_gap)
-                batch = []
-    if batch:
-        store.dispatch(batch, allow_gap=allow_gap)
+            request = _to_request(item)
+            if runs and runs[-1].can_extend(request):
+                runs[-1] = runs[-1].extended(request)  # records of one put become one run again
+            else:
+                runs.append(request)
+            records += 1
+            if records >= DISPATCH_BATCH:
+                store.dispatch(runs, allow_gap=allow_gap)
+                runs, records = [], 0
+    if runs:
+        store.dispatch(runs, allow_gap=allow_gap)
     return end
 
 
@@ -182,7 +188,7 @@ def _needs_dispatch(store: MessageStore, rec: ScannedRecord, index_floor: int) -
 
 def _to_request(rec: ScannedRecord) -> DispatchRequest:
     props = decode_properties(rec.properties_raw) if rec.properties_raw else {}
-    return DispatchRequest(
+    return DispatchRequest.single(
         rec.topic,
         rec.queue_id,
         rec.offset,

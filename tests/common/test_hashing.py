@@ -111,3 +111,25 @@ def test_prefixed_index_hashes_equal_hashing_the_whole_key(
     ph = prefix_hash(prefix)
     assert [index_key_hash_prefixed(ph, s) for s in suffixes] == direct
     assert index_key_hashes_prefixed([ph] * len(suffixes), suffixes).tolist() == direct
+
+
+@given(
+    prefix=st.text(max_size=20),
+    suffixes=st.lists(
+        st.text(alphabet=st.characters(max_codepoint=127), max_size=40), min_size=1, max_size=60
+    ),
+)
+def test_prefixed_index_hashes_of_ascii_keys(prefix: str, suffixes: list[str]) -> None:
+    """ASCII keys take the padded matrix path (uneven ones the general path): same hashes."""
+    direct = [index_key_hash(prefix + s) for s in suffixes]
+    ph = prefix_hash(prefix)
+    assert index_key_hashes_prefixed([ph] * len(suffixes), suffixes).tolist() == direct
+
+
+def test_prefixed_index_hashes_of_long_uniform_keys() -> None:
+    """Many 32-character ids (the UNIQ_KEY shape) and one long outlier key."""
+    suffixes = [f"7F0000011234ABCDEF01{i:012X}" for i in range(500)] + ["k" * 5000]
+    ph = prefix_hash("Topic#")
+    direct = [index_key_hash("Topic#" + s) for s in suffixes]
+    assert index_key_hashes_prefixed([ph] * len(suffixes), suffixes).tolist() == direct
+    assert index_key_hashes_prefixed([ph] * 500, suffixes[:500]).tolist() == direct[:500]

@@ -19,7 +19,7 @@ RECORD = 100  # every fake record is 100 bytes long in these tests
 
 def req(queue_offset: int, *, phys: int | None = None, size: int = RECORD, tags_code: int = 0):
     """A DispatchRequest for TopicTest/0 whose record lies at ``queue_offset * RECORD``."""
-    return DispatchRequest(
+    return DispatchRequest.single(
         "TopicTest",
         0,
         queue_offset * RECORD if phys is None else phys,

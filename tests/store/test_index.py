@@ -296,7 +296,7 @@ def dreq(phys: int, ts: int, *, keys: str = "", uniq: str = "", topic: str = "T"
         props["KEYS"] = keys
     if uniq:
         props["UNIQ_KEY"] = uniq
-    return DispatchRequest(topic, 0, phys, 100, 0, ts, 0, sys_flag, props)
+    return DispatchRequest.single(topic, 0, phys, 100, 0, ts, 0, sys_flag, props)
 
 
 @pytest.fixture

@@ -156,7 +156,8 @@ class StoreModel(RuleBasedStateMachine):
     @rule(max_batch=st.integers(1, 10))
     def dispatch(self, max_batch: int) -> None:
         n = self.store.dispatch_pending(max_batch)
-        assert n == min(max_batch, len(self.pending))
+        # whole runs (the records of one put) go together, so a call may pass max_batch
+        assert min(max_batch, len(self.pending)) <= n <= len(self.pending)
         self._mark_dispatched(n)
 
     @rule(
