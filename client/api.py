@@ -18,9 +18,9 @@ from client.message import (
     SendResult,
     SendStatus,
     from_record,
-    received_from_fields,
+    received_from_raw_fields,
 )
-from common.record import RecordError, decode_fields, decode_records
+from common.record import RecordError, decode_raw_fields, decode_records
 from common.route import PermName, TopicRouteData
 from common.subscription import SubscriptionData
 from remoting.client_bodies import (
@@ -223,9 +223,9 @@ def _pulled_messages(
     body: bytes, broker_name: str, subscription: SubscriptionData, addr: str
 ) -> list[ReceivedMessage]:
     """The messages of a pull body whose exact tag the subscription names."""
-    fields = decode_fields(body) if isinstance(body, bytes) else None
-    if fields is not None:  # the fast path: one object per message
-        msgs = [received_from_fields(f, broker_name) for f in fields]
+    fields = decode_raw_fields(body) if isinstance(body, bytes) else None
+    if fields is not None:  # the fast path: one object per message, decoded lazily
+        msgs = received_from_raw_fields(fields, broker_name)
     else:
         try:
             records = decode_records(body)

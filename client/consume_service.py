@@ -31,9 +31,10 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import itertools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -81,13 +82,14 @@ class QueueSlot:
     consuming: trio.Lock
 
 
-def restore_retry_topic(msgs: Sequence[ReceivedMessage], group: str) -> None:
+def restore_retry_topic(msgs: Iterable[ReceivedMessage], group: str) -> None:
     """Give messages from ``%RETRY%<group>`` their original topic back (``resetRetryTopic``)."""
     retry = RETRY_GROUP_TOPIC_PREFIX + group
     for m in msgs:
-        original = m.properties.get(MessageConst.RETRY_TOPIC)
-        if original and m.topic == retry:
-            m.topic = original
+        if m.topic == retry:  # the topic first: it spares other messages decoding properties
+            original = m.properties.get(MessageConst.RETRY_TOPIC)
+            if original:
+                m.topic = original
 
 
 class Consumption:
@@ -138,9 +140,16 @@ class Consumption:
         When every handler involved is a plain function, all batches run in ONE worker-thread
         hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
         """
-        for batch in batches:
-            restore_retry_topic(batch, self.group)
-        plans = [self._plan(b) for b in batches]
+        restore_retry_topic(itertools.chain.from_iterable(batches), self.group)
+        topic = batches[0][0].topic if batches and batches[0] else None
+        if topic is not None and all(m.topic == topic for b in batches for m in b):
+            # the usual case: one topic, so one handler for every batch of the pull
+            handler = self.handler_of(topic)
+            if handler is not None and _is_async(handler):
+                return await self._call_async(slot, handler, batches)
+            plans = [[(handler, b)] for b in batches]
+        else:
+            plans = [self._plan(b) for b in batches]
         handlers = [h for plan in plans for h, _ in plan if h is not None]
         if handlers and not any(_is_async(h) for h in handlers):
             return await trio.to_thread.run_sync(
@@ -186,17 +195,36 @@ class Consumption:
         self, slot: QueueSlot, handler: Handler, msgs: list[ReceivedMessage]
     ) -> ConsumeResult:
         """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
+        if _is_async(handler):
+            (outcome,) = await self._call_async(slot, handler, [msgs])
+            return outcome
+        result: ConsumeResult | Awaitable[ConsumeResult] | None
         try:
-            if _is_async(handler):
-                result = handler(msgs)  # an async def handler runs in the loop
-            else:
-                result = await trio.to_thread.run_sync(handler, msgs, limiter=self.limiter)
+            result = await trio.to_thread.run_sync(handler, msgs, limiter=self.limiter)
             if inspect.isawaitable(result):
                 result = await result
         except Exception:
             log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
             return ConsumeResult.RECONSUME_LATER
         return _checked(result)
+
+    async def _call_async(
+        self, slot: QueueSlot, handler: Handler, batches: list[list[ReceivedMessage]]
+    ) -> list[ConsumeResult]:
+        """Run an ``async def`` handler in the loop on each batch in turn (one result per
+        batch); an exception or a bad return value means RECONSUME_LATER."""
+        results: list[ConsumeResult] = []
+        for msgs in batches:
+            try:
+                result = handler(msgs)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception:
+                log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
+                results.append(ConsumeResult.RECONSUME_LATER)
+                continue
+            results.append(_checked(result))
+        return results
 
 
 def _checked(result: object) -> ConsumeResult:

@@ -10,11 +10,18 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from client.compression import decompress_if_needed
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id, offset_msg_id_of_packed
-from common.record import MessageRecord, RecordFields, unpack_host
+from common.record import (
+    MessageRecord,
+    RawRecordFields,
+    RecordFields,
+    decode_properties,
+    unpack_host,
+)
 
 
 def _split_keys(raw: str | None) -> list[str]:
@@ -159,6 +166,11 @@ class ReceivedMessage(_PropertyView):
     ``msg_id`` is the UNIQ_KEY when the producer set one, else ``offset_msg_id``. Timestamps are
     ms since the epoch; hosts are ``"ip:port"``. Not frozen: building a frozen dataclass costs
     three times as much, and consumers build hundreds of thousands per second.
+
+    Messages of a pull (:func:`received_from_raw_fields`) decode ``properties``, ``msg_id``,
+    ``offset_msg_id``, ``born_host`` and ``store_host`` on first access (then they are plain
+    attributes): decoding the properties alone cost a third of a pulled message, and many
+    consumers never read them.
     """
 
     topic: str
@@ -176,6 +188,37 @@ class ReceivedMessage(_PropertyView):
     reconsume_times: int = 0
     flag: int = 0
     sys_flag: int = 0
+    _encoded: tuple[bytes, bytes, bytes] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """Pulled messages: (raw properties, packed born host, packed store host) for the lazily
+    decoded attributes, which stay unset until first read."""
+
+    if not TYPE_CHECKING:  # hidden from type checkers: every attribute is declared above
+
+        def __getattr__(self, name: str) -> object:
+            # only called when a slot is unset: a lazy attribute of a pulled message
+            # the name first: unpickling asks for names before any slot is set
+            encoded = self._encoded if name in _LAZY else None
+            if encoded is None:
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+                )
+            raw_props, born_host, store_host = encoded
+            value: object
+            if name == "properties":
+                value = decode_properties(raw_props) if raw_props else {}
+            elif name == "msg_id":
+                value = self.properties.get(MessageConst.UNIQ_KEY) or self.offset_msg_id
+            elif name == "offset_msg_id":
+                value = offset_msg_id_of_packed(store_host, self.commitlog_offset)
+            else:
+                value = _host_str(born_host if name == "born_host" else store_host)
+            setattr(self, name, value)
+            return value
+
+
+_LAZY = frozenset({"properties", "msg_id", "offset_msg_id", "born_host", "store_host"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -226,6 +269,58 @@ def from_record(
         record.flag,
         sys_flag,
     )
+
+
+_new_message = ReceivedMessage.__new__
+
+
+def received_from_raw_fields(
+    fields: list[RawRecordFields], broker_name: str
+) -> list[ReceivedMessage]:
+    """The messages of a pull from ``broker_name`` (field tuples of
+    :func:`common.record.decode_raw_fields`), their properties, ids and hosts decoded lazily
+    (see :class:`ReceivedMessage`). A compressed body is decompressed."""
+    out: list[ReceivedMessage] = []
+    last_queue_id = -1
+    mq: MessageQueue | None = None
+    for (
+        topic,
+        body,
+        queue_id,
+        flag,
+        raw_props,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        _prepared,
+        queue_offset,
+        phys,
+        _crc,
+        _size,
+    ) in fields:
+        if sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+            body = decompress_if_needed(body, sys_flag)
+        if queue_id != last_queue_id or mq is None or mq.topic != topic:
+            mq = _queue(topic, broker_name, queue_id)  # a pull's records share their queue
+            last_queue_id = queue_id
+        # no __init__: it would set the lazy attributes; this runs once per consumed message
+        m = _new_message(ReceivedMessage)
+        m.topic = topic
+        m.body = body
+        m.queue = mq
+        m.queue_offset = queue_offset
+        m.commitlog_offset = phys
+        m.born_timestamp = born_ts
+        m.store_timestamp = store_ts
+        m.reconsume_times = reconsume
+        m.flag = flag
+        m.sys_flag = sys_flag
+        m._encoded = (raw_props, born_host, store_host)
+        out.append(m)
+    return out
 
 
 def received_from_fields(fields: RecordFields, broker_name: str) -> ReceivedMessage:

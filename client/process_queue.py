@@ -57,30 +57,45 @@ class ProcessQueue:
 
     def put(self, msgs: Iterable[ReceivedMessage]) -> int:
         """Hold pulled messages; returns how many were new."""
-        added = 0
+        held, taken, offsets = self._msgs, self._taken, self._offsets
+        added = size = 0
+        top = self.max_offset
         for m in msgs:
             off = m.queue_offset
-            if off in self._msgs or off in self._taken:
+            if off in held or off in taken:
                 continue
-            self._msgs[off] = m
-            if not self._offsets or off > self._offsets[-1]:
-                self._offsets.append(off)  # pulls arrive in offset order: the common case
+            held[off] = m
+            if not offsets or off > offsets[-1]:
+                offsets.append(off)  # pulls arrive in offset order: the common case
             else:
-                bisect.insort(self._offsets, off)
-            self.size_bytes += len(m.body)
-            self.max_offset = max(self.max_offset, off)
+                bisect.insort(offsets, off)
+            size += len(m.body)
+            if off > top:
+                top = off
             added += 1
+        self.size_bytes += size
+        self.max_offset = top
         return added
 
     def remove(self, msgs: Sequence[ReceivedMessage]) -> int:
         """Forget consumed messages; the offset that may now be committed (-1 if none held
         ever)."""
+        held, offsets = self._msgs, self._offsets
+        removed: list[int] = []
+        size = 0
         for m in msgs:
-            held = self._msgs.pop(m.queue_offset, None)
-            if held is not None:
-                i = bisect.bisect_left(self._offsets, m.queue_offset)
-                del self._offsets[i]
-                self.size_bytes -= len(held.body)
+            off = m.queue_offset
+            msg = held.pop(off, None)
+            if msg is not None:
+                removed.append(off)
+                size += len(msg.body)
+        self.size_bytes -= size
+        n = len(removed)
+        if offsets[:n] == removed:  # the oldest pull's messages, in order: the common case
+            del offsets[:n]  # one shift of the list instead of one per message
+        else:
+            for off in removed:
+                del offsets[bisect.bisect_left(offsets, off)]
         return self.commit_offset()
 
     def commit_offset(self) -> int:

@@ -90,13 +90,17 @@ def encode_properties(props: dict[str, str]) -> bytes:
 
 def decode_properties(raw: bytes | str) -> dict[str, str]:
     """Decode :func:`encode_properties`'s output, skipping malformed segments as RocketMQ does."""
-    text = raw.decode() if isinstance(raw, bytes | bytearray | memoryview) else raw
+    text = raw.decode() if isinstance(raw, _BINARY) else raw
     out: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+    # the separators as literals (not the module constants): this runs per consumed message
+    for item in text.split("\x02"):
+        name, sep, value = item.partition("\x01")
         if sep and name:
             out[name] = value
     return out
+
+
+_BINARY: Final = (bytes, bytearray, memoryview)
 
 
 @dataclass(slots=True)
@@ -296,65 +300,10 @@ RecordFields: TypeAlias = tuple[
 ]
 """A record's fields in :class:`MessageRecord`'s order (``MessageRecord(*fields)``)."""
 
-
-def _fields_v4(buf: bytes, pos: int, n: int) -> RecordFields | None:
-    """The common case of :func:`_decode` in one unpack: an IPv4 record whose fields add up.
-
-    Returns None for anything else (IPv6 hosts, a bad magic or length), which the caller
-    then decodes with :func:`_decode` to get the exact error.
-    """
-    if pos + _V4_SIZE > n:
-        return None
-    (
-        total,
-        magic,
-        crc,
-        queue_id,
-        flag,
-        queue_offset,
-        phys,
-        sys_flag,
-        born_ts,
-        born_host,
-        store_ts,
-        store_host,
-        reconsume,
-        prepared,
-        body_len,
-    ) = HEADER_V4.unpack_from(buf, pos)
-    end = pos + total
-    if magic != MAGIC_CODE_V1 or sys_flag & _V6_BITS or total < _V4_SIZE or end > n:
-        return None
-    p = pos + _V4_SIZE
-    if body_len < 0 or p + body_len + 3 > end:
-        return None
-    body = buf[p : p + body_len]
-    p += body_len
-    topic_len = buf[p]
-    topic = _topic_name(buf[p + 1 : p + 1 + topic_len])
-    p += 1 + topic_len
-    props_len = (buf[p] << 8) | buf[p + 1]
-    p += 2
-    if props_len > 0x7FFF or p + props_len != end:
-        return None
-    return (
-        topic,
-        body,
-        queue_id,
-        flag,
-        decode_properties(buf[p:end]) if props_len else {},
-        sys_flag,
-        born_ts,
-        born_host,
-        store_ts,
-        store_host,
-        reconsume,
-        prepared,
-        queue_offset,
-        phys,
-        crc,
-        total,
-    )
+RawRecordFields: TypeAlias = tuple[
+    str, bytes, int, int, bytes, int, int, bytes, int, bytes, int, int, int, int, int, int
+]
+""":data:`RecordFields` with the properties still encoded (``name\\x01value\\x02`` bytes)."""
 
 
 def decode_fields(buf: bytes) -> list[RecordFields] | None:
@@ -362,14 +311,85 @@ def decode_fields(buf: bytes) -> list[RecordFields] | None:
     when one is not a well-formed IPv4 record: then use :func:`decode_records`, which checks
     everything and raises the precise error. Consumers build their own message objects from
     the tuples without an intermediate :class:`MessageRecord`."""
-    out: list[RecordFields] = []
+    return _walk_v4(buf, True)  # type: ignore[return-value]
+
+
+def decode_raw_fields(buf: bytes) -> list[RawRecordFields] | None:
+    """:func:`decode_fields` without decoding the properties (field 4 is their raw bytes, to
+    decode with :func:`decode_properties` when needed): for consumers that decode lazily."""
+    return _walk_v4(buf, False)  # type: ignore[return-value]
+
+
+def _walk_v4(buf: bytes, decode_props: bool) -> list[tuple[object, ...]] | None:
+    """The common case of :func:`_decode` for every record of ``buf``, one unpack each: IPv4
+    records whose fields add up. None as soon as one is anything else (IPv6 hosts, a bad magic
+    or length), which the caller then decodes with :func:`_decode` to get the exact error.
+
+    One loop without a call per record: this runs for every consumed message.
+    """
+    out: list[tuple[object, ...]] = []
+    append = out.append
+    unpack = HEADER_V4.unpack_from
     pos, n = 0, len(buf)
     while pos < n:
-        fields = _fields_v4(buf, pos, n)
-        if fields is None:
+        if pos + _V4_SIZE > n:
             return None
-        out.append(fields)
-        pos += fields[15]
+        (
+            total,
+            magic,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            phys,
+            sys_flag,
+            born_ts,
+            born_host,
+            store_ts,
+            store_host,
+            reconsume,
+            prepared,
+            body_len,
+        ) = unpack(buf, pos)
+        end = pos + total
+        if magic != MAGIC_CODE_V1 or sys_flag & _V6_BITS or total < _V4_SIZE or end > n:
+            return None
+        p = pos + _V4_SIZE
+        if body_len < 0 or p + body_len + 3 > end:
+            return None
+        body = buf[p : p + body_len]
+        p += body_len
+        topic_len = buf[p]
+        topic = _topic_name(buf[p + 1 : p + 1 + topic_len])
+        p += 1 + topic_len
+        props_len = (buf[p] << 8) | buf[p + 1]
+        p += 2
+        if props_len > 0x7FFF or p + props_len != end:
+            return None
+        props: object = buf[p:end]
+        if decode_props:
+            props = decode_properties(props) if props_len else {}  # type: ignore[arg-type]
+        append(
+            (
+                topic,
+                body,
+                queue_id,
+                flag,
+                props,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                store_host,
+                reconsume,
+                prepared,
+                queue_offset,
+                phys,
+                crc,
+                total,
+            )
+        )
+        pos = end
     return out
 
 

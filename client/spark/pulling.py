@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Final
 
 import pyarrow as pa
 
@@ -27,7 +28,7 @@ from client.instance import ClientInstance
 from client.message import MessageQueue
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import offset_msg_id_of_packed
-from common.record import MessageRecord, RecordError, decode_records
+from common.record import RecordError, RecordFields, decode_fields, decode_records
 from common.subscription import SubscriptionData, build_subscription
 from remoting.codes import ResponseCode
 
@@ -56,6 +57,9 @@ ROWS_PER_BATCH = 8192
 IN_FLIGHT = 8
 """Pulls kept in flight per queue without a tag filter."""
 PULL_TIMEOUT_S = 30.0
+_PROPERTIES: Final = 4
+_QUEUE_OFFSET: Final = 12
+"""Positions in a :data:`common.record.RecordFields` tuple."""
 
 _instances: dict[str, SharedInstance] = {}
 _instances_lock = threading.Lock()
@@ -149,24 +153,11 @@ class _Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, rec: MessageRecord) -> None:
-        props = rec.properties
-        self.offsets.append(rec.queue_offset)
-        self.msg_ids.append(
-            props.get(MessageConst.UNIQ_KEY)
-            or offset_msg_id_of_packed(rec.store_host, rec.physical_offset)
-        )
-        self.tags.append(props.get(MessageConst.TAGS))
-        self.keys.append(props.get(MessageConst.KEYS))
-        self.bodies.append(decompress_if_needed(rec.body, rec.sys_flag))
-        self.prop_keys.extend(props.keys())
-        self.prop_values.extend(props.values())
-        self.prop_offsets.append(len(self.prop_keys))
-        self.born.append(rec.born_timestamp * 1000)
-        self.stored.append(rec.store_timestamp * 1000)
-        self.reconsume.append(rec.reconsume_times)
+    def add(self, fields: RecordFields) -> None:
+        """One record (a field tuple of :func:`common.record.decode_fields`)."""
+        self.add_range([fields], fields[_QUEUE_OFFSET], fields[_QUEUE_OFFSET] + 1)
 
-    def add_range(self, records: list[MessageRecord], lo: int, hi: int) -> None:
+    def add_range(self, records: list[RecordFields], lo: int, hi: int) -> None:
         """:meth:`add` every record with ``lo <= queue_offset < hi`` (no tag filter): the hot
         loop of a read, with the list methods bound once instead of looked up per record."""
         offsets, msg_ids, tags, keys = self.offsets, self.msg_ids, self.tags, self.keys
@@ -179,26 +170,37 @@ class _Columns:
         )
         uniq, tag_key, keys_key = MessageConst.UNIQ_KEY, MessageConst.TAGS, MessageConst.KEYS
         compressed = MessageSysFlag.COMPRESSED_FLAG
-        for rec in records:
-            if not lo <= rec.queue_offset < hi:
+        for (
+            _topic,
+            body,
+            _queue_id,
+            _flag,
+            props,
+            sys_flag,
+            born_ts,
+            _born_host,
+            store_ts,
+            store_host,
+            reconsume_times,
+            _prepared,
+            queue_offset,
+            phys,
+            _crc,
+            _size,
+        ) in records:
+            if not lo <= queue_offset < hi:
                 continue
-            props = rec.properties
-            offsets.append(rec.queue_offset)
-            msg_ids.append(
-                props.get(uniq) or offset_msg_id_of_packed(rec.store_host, rec.physical_offset)
-            )
+            offsets.append(queue_offset)
+            msg_ids.append(props.get(uniq) or offset_msg_id_of_packed(store_host, phys))
             tags.append(props.get(tag_key))
             keys.append(props.get(keys_key))
-            body = rec.body
-            bodies.append(
-                decompress_if_needed(body, rec.sys_flag) if rec.sys_flag & compressed else body
-            )
+            bodies.append(decompress_if_needed(body, sys_flag) if sys_flag & compressed else body)
             prop_keys.extend(props)
             prop_values.extend(props.values())
             prop_offsets.append(len(prop_keys))
-            born.append(rec.born_timestamp * 1000)
-            stored.append(rec.store_timestamp * 1000)
-            reconsume.append(rec.reconsume_times)
+            born.append(born_ts * 1000)
+            stored.append(store_ts * 1000)
+            reconsume.append(reconsume_times)
 
     def batch(self) -> pa.RecordBatch:
         n = len(self.offsets)
@@ -225,6 +227,38 @@ class _Columns:
         ]
         self.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _decode(body: bytes) -> list[RecordFields]:
+    """A pull body's records as field tuples (no per-record objects)."""
+    fields = decode_fields(body)
+    if fields is not None:
+        return fields
+    try:  # not the common IPv4 layout: the checked decoder, which names what is wrong
+        records = decode_records(body)
+    except RecordError as exc:
+        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}") from None
+    return [
+        (
+            r.topic,
+            r.body,
+            r.queue_id,
+            r.flag,
+            r.properties,
+            r.sys_flag,
+            r.born_timestamp,
+            r.born_host,
+            r.store_timestamp,
+            r.store_host,
+            r.reconsume_times,
+            r.prepared_transaction_offset,
+            r.queue_offset,
+            r.physical_offset,
+            r.body_crc,
+            r.store_size,
+        )
+        for r in records
+    ]
 
 
 class RangePuller:
@@ -294,19 +328,17 @@ class RangePuller:
         status = api.PULL_STATUS_BY_CODE[ResponseCode(raw.code)]
         end = self.qr.end
         if status is api.PullStatus.FOUND:
-            try:
-                records = decode_records(raw.body)
-            except RecordError as exc:
-                raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}") from None
-            if records and self.subscription.matches_all and records[0].queue_offset > self.cur:
-                self._lost(records[0].queue_offset, raw, "missing from the answer")
+            records = _decode(raw.body)
+            first = records[0][_QUEUE_OFFSET] if records else self.cur
+            if self.subscription.matches_all and first > self.cur:
+                self._lost(first, raw, "missing from the answer")
             sub = self.subscription
             if sub.matches_all:
                 cols.add_range(records, self.cur, end)
             else:
                 for rec in records:
-                    if self.cur <= rec.queue_offset < end and sub.matches_tag(
-                        rec.properties.get(MessageConst.TAGS)
+                    if self.cur <= rec[_QUEUE_OFFSET] < end and sub.matches_tag(
+                        rec[_PROPERTIES].get(MessageConst.TAGS)
                     ):
                         cols.add(rec)
             got = raw.next_begin - raw.offset

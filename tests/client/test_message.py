@@ -7,10 +7,17 @@ import zlib
 import pytest
 
 from client import Message, MessageQueue, SendResult, SendStatus, from_record
-from client.message import received_from_fields
+from client.message import received_from_fields, received_from_raw_fields
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id
-from common.record import MessageRecord, decode_fields, decode_records, encode_record, pack_host
+from common.record import (
+    MessageRecord,
+    decode_fields,
+    decode_raw_fields,
+    decode_records,
+    encode_record,
+    pack_host,
+)
 
 
 def test_tags_keys_delay_stored_in_properties() -> None:
@@ -188,3 +195,73 @@ def test_message_queue_hash_is_recomputed_in_another_process() -> None:
         check=True,
     )
     assert done.stdout.strip() == b"found"
+
+
+def _pull_body() -> bytes:
+    records = [
+        MessageRecord(
+            "T",
+            (b"%d" % i) * 300 if i % 2 else zlib.compress(b"big" * 2000),
+            queue_id=1,
+            flag=i,
+            sys_flag=0 if i % 2 else 0x301,
+            properties={"TAGS": f"t{i}", "UNIQ_KEY": f"U{i}", "KEYS": "a b"} if i != 3 else {},
+            born_host=pack_host("10.0.0.1", 1000 + i),
+            store_host=pack_host("10.0.0.2", 10911),
+            born_timestamp=1000 + i,
+            store_timestamp=2000 + i,
+            reconsume_times=i,
+            queue_offset=10 + i,
+            physical_offset=500 * i,
+        )
+        for i in range(5)
+    ]
+    return b"".join(encode_record(r) for r in records)
+
+
+def test_lazy_pulled_messages_equal_the_eager_ones() -> None:
+    """Pulled messages decode properties, ids and hosts on first access, to the same values."""
+    body = _pull_body()
+    raw = decode_raw_fields(body)
+    assert raw is not None
+    lazy = received_from_raw_fields(raw, "broker-a")
+    eager = [from_record(r, "broker-a") for r in decode_records(body)]
+    assert lazy == eager  # dataclass equality reads every field, lazy ones included
+    fresh = received_from_raw_fields(raw, "broker-a")
+    assert [m.msg_id for m in fresh] == ["U0", "U1", "U2", eager[3].offset_msg_id, "U4"]
+    assert [m.born_host for m in fresh] == [f"10.0.0.1:{1000 + i}" for i in range(5)]
+    assert fresh[0].store_host == "10.0.0.2:10911"
+    assert fresh[0].body == b"big" * 2000  # decompressed eagerly
+    assert (fresh[1].tags, fresh[1].keys, fresh[3].properties) == ("t1", ["a", "b"], {})
+    assert fresh[0].queue is fresh[4].queue == MessageQueue("T", "broker-a", 1)
+    assert repr(received_from_raw_fields(raw, "broker-a")) == repr(eager)
+
+
+def test_lazy_attributes_are_plain_attributes_once_read_or_set() -> None:
+    raw = decode_raw_fields(_pull_body())
+    assert raw is not None
+    m, n = received_from_raw_fields(raw, "broker-a")[:2]
+    m.properties["extra"] = "1"  # the decoded map is kept: changes stay
+    assert m.properties["extra"] == "1"
+    m.msg_id = "mine"
+    n.store_host = "1.2.3.4:5"
+    assert (m.msg_id, n.store_host, n.msg_id) == ("mine", "1.2.3.4:5", "U1")
+    with pytest.raises(AttributeError, match="no_such"):
+        m.no_such  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(m, "no_such")
+
+
+def test_lazy_messages_copy_pickle_and_replace() -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    raw = decode_raw_fields(_pull_body())
+    assert raw is not None
+    expected = received_from_raw_fields(raw, "broker-a")[1]
+    assert expected.msg_id == "U1"  # one decoded, the others still encoded
+    for m in received_from_raw_fields(raw, "broker-a")[1:2]:
+        assert pickle.loads(pickle.dumps(m)) == expected
+        assert copy.copy(m) == expected
+        replaced = dataclasses.replace(m, topic="X")
+        assert (replaced.topic, replaced.properties) == ("X", expected.properties)

@@ -72,3 +72,16 @@ def test_commit_never_passes_a_message_in_flight(offsets: set[int], data: st.Dat
     commit = pq.remove([ms[o] for o in done])
     left = offsets - done
     assert commit == (min(left) if left else max(offsets) + 1)
+
+
+def test_remove_out_of_order_and_duplicates_keep_the_offsets_sorted() -> None:
+    pq = ProcessQueue()
+    ms = [msg(i) for i in range(20)]
+    pq.put(ms[10:])
+    pq.put(ms[:10])  # an older pull arriving late: inserted, not appended
+    assert pq.span == 19
+    assert pq.remove([ms[5], ms[5], ms[0], ms[19]]) == 1  # not the front, in order
+    assert pq.remove(ms[1:5]) == 6  # the front, in order: one cut
+    assert pq.remove([ms[7], ms[6]]) == 8
+    assert (pq.count, pq.size_bytes, pq.span) == (11, 22, 10)
+    assert [m.queue_offset for m in pq.take(20)] == [8, *range(9, 19)]

@@ -1,0 +1,58 @@
+"""The Spark executor's record decoding (client/spark/pulling.py): field tuples to Arrow rows."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from client.errors import MQBrokerError
+from client.spark.pulling import QueueRange, _Columns, _decode
+from common.record import MessageRecord, encode_record, pack_host
+
+
+def _body(host: str) -> bytes:
+    return b"".join(
+        encode_record(
+            MessageRecord(
+                "T",
+                zlib.compress(b"z" * 100) if i == 1 else b"m%d" % i,
+                queue_id=2,
+                sys_flag=0x301 if i == 1 else 0,
+                properties={"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": f"U{i}"} if i else {},
+                born_host=pack_host(host, 1000),
+                store_host=pack_host(host, 10911),
+                born_timestamp=7,
+                store_timestamp=9,
+                reconsume_times=i,
+                queue_offset=100 + i,
+                physical_offset=64 * i,
+            )
+        )
+        for i in range(3)
+    )
+
+
+def _rows(body: bytes, lo: int, hi: int) -> list[dict[str, object]]:
+    cols = _Columns(QueueRange("T", "broker-a", 2, 0, 1000))
+    cols.add_range(_decode(body), lo, hi)
+    rows: list[dict[str, object]] = cols.batch().to_pylist()
+    for row in rows:
+        if not row["properties"]:
+            del row["msg_id"]  # no UNIQ_KEY: the offset id, which differs with the host
+    return rows
+
+
+def test_ipv4_fast_path_and_ipv6_fallback_give_the_same_rows() -> None:
+    v4, v6 = _rows(_body("10.0.0.1"), 0, 1000), _rows(_body("::1"), 0, 1000)
+    assert v4 == v6
+    assert [r["queue_offset"] for r in v4] == [100, 101, 102]
+    assert v4[1]["body"] == b"z" * 100  # decompressed
+    assert (v4[2]["tags"], v4[2]["keys"], v4[2]["msg_id"]) == ("a", "k1 k2", "U2")
+    assert (v4[0]["properties"], v4[0]["tags"]) == ([], None)
+    assert [r["queue_offset"] for r in _rows(_body("10.0.0.1"), 101, 102)] == [101]
+
+
+def test_a_bad_body_is_a_broker_error() -> None:
+    with pytest.raises(MQBrokerError, match="bad pull body"):
+        _decode(_body("10.0.0.1")[:-1])
