@@ -136,7 +136,11 @@ def index_key_hashes_prefixed(
     padded = _ascii_hashes_padded(suffixes)
     suffix_hash, lengths = _hashes_and_lengths(suffixes) if padded is None else padded
     scale = _POW31.upto(int(lengths.max()) + 1 if len(lengths) else 1)[lengths]
-    combined = np.array(prefix_hashes, dtype=np.uint64) * scale + suffix_hash
+    if prefix_hashes and prefix_hashes.count(prefix_hashes[0]) == len(prefix_hashes):
+        prefix: npt.NDArray[np.uint64] | np.uint64 = np.uint64(prefix_hashes[0])  # one topic
+    else:
+        prefix = np.array(prefix_hashes, dtype=np.uint64)
+    combined = prefix * scale + suffix_hash
     return _abs_hash(combined.astype(np.uint32).view(np.int32).astype(np.int64))
 
 

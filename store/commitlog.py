@@ -74,6 +74,8 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.lock = threading.Lock()
         self._topic_prefix: dict[str, bytes] = {}  # validated topic -> length byte + UTF-8
+        self.warmed_offset = 0
+        """Commitlog offset up to which the pages are prefaulted (see :meth:`warm_ahead`)."""
 
     # -- validation and encoding (outside the lock) ----------------------------------------
     def _encode_all(self, msgs: Sequence[MessageRecord]) -> _Encoded | PutResult:
@@ -118,7 +120,7 @@ class CommitLog:
             tail = join((body, prefix, pack_short(len(raw)), raw))
             tails.append(tail)
             sizes.append(88 + len(tail))
-        return _Encoded(tails, sizes, codes, sum(sizes))
+        return _new_tuple(_Encoded, (tails, sizes, codes, sum(sizes)))
 
     def _remember_topic(self, topic: str) -> bytes:
         encoded = topic.encode()
@@ -223,6 +225,34 @@ class CommitLog:
         return PutResult(
             PutStatus.PUT_OK, phys_offsets, runs.queue_offsets, now, phys - start, phys
         )
+
+    # -- prefaulting ------------------------------------------------------------------------
+    def needs_warming(self, window: int) -> bool:
+        """True when less than half of ``window`` is prefaulted ahead of the write position
+        (and the file being written has pages left to prefault)."""
+        mf = self.queue.last_file()
+        if mf is None or self.warmed_offset >= mf.file_from_offset + mf.file_size:
+            return False
+        return self.warmed_offset - (mf.file_from_offset + mf.wrote_position) < window // 2
+
+    def warm_ahead(self, window: int) -> bool:
+        """Prefault the file being written up to ``window`` bytes past the write position.
+
+        For a worker thread (the event loop keeps appending meanwhile). False when the system
+        cannot prefault: the caller stops asking.
+        """
+        mf = self.queue.last_file()
+        if mf is None:
+            return True
+        base = mf.file_from_offset
+        start = max(self.warmed_offset, base + mf.wrote_position)
+        end = min(base + mf.file_size, base + mf.wrote_position + window)
+        if end <= start:
+            return True
+        if not mf.prefault(start - base, end - base):
+            return False
+        self.warmed_offset = end
+        return True
 
     # -- reads -----------------------------------------------------------------------------
     @property

@@ -29,6 +29,9 @@ class StoreConfig:
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval_commit_log: int = 500
     flush_interval_consume_queue: int = 1000
+    warm_ahead_size_commit_log: int = 4 * 1024 * 1024
+    """ASYNC_FLUSH only: bytes of the commitlog kept prefaulted ahead of the write position
+    (0 = off). See :mod:`store.prefault`; costs at most this much extra disk writing per flush."""
     sync_flush_timeout: int = 5000
     file_reserved_time: int = 72  # hours
     delete_when: str = "04"

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from store.errors import MappedFileCreateError
+from store.prefault import PAGE_SIZE, mapping_address, populate_write
 
 NAME_DIGITS = 20
 _TMP_SUFFIX = ".tmp"
@@ -46,6 +47,7 @@ class MappedFile:
         self.flushed_position = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._address: int | None = None
         if create:
             self.fd = _create_allocated(self.path, file_size)
         else:
@@ -82,6 +84,23 @@ class MappedFile:
         self.mm[pos:end] = data
         self.wrote_position = end
         return pos
+
+    def prefault(self, start: int, end: int) -> bool:
+        """Populate the pages of ``[start, end)`` for writing (:mod:`store.prefault`).
+
+        Safe from a worker thread: holds the file's lock, so close() waits. False when the
+        system cannot do it.
+        """
+        start -= start % PAGE_SIZE
+        end = min(end, self.file_size)
+        if end <= start:
+            return True
+        with self._lock:
+            if self._closed:
+                return True
+            if self._address is None:
+                self._address = mapping_address(self.mm)
+            return populate_write(self._address + start, end - start)
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` at ``pos`` without moving ``wrote_position``."""

@@ -202,16 +202,19 @@ class MessageStore:
 
         The result's ``end_offset`` is what a SYNC_FLUSH caller must wait to see flushed.
         """
-        if not self.running:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
-        if self.disk_full:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the disk is full")
-        if not msgs:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no messages")
+        if not self.running or self.disk_full or not msgs:
+            return self._refuse(msgs)
         result = self.commitlog.append(msgs)
         if result.status is PutStatus.PUT_OK and self.put_listener is not None:
             self.put_listener()
         return result
+
+    def _refuse(self, msgs: Sequence[MessageRecord]) -> PutResult:
+        if not self.running:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
+        if self.disk_full:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the disk is full")
+        return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no messages")
 
     # -- dispatch (reput) ------------------------------------------------------------------
     def dispatch_pending(self, max_batch: int = 8192) -> int:

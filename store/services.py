@@ -9,7 +9,8 @@ GroupCommitService, FlushConsumeQueueService and CleanCommitLogService)::
     │                      RocketMQ's ReputMessageService period)
     ├─ flush_commitlog_loop  every flushIntervalCommitLog, or at once for SYNC_FLUSH waiters
     ├─ flush_logics_loop   consume queues + index + checkpoint, every flushIntervalConsumeQueue
-    └─ clean_loop          retention, every cleanResourceInterval
+    ├─ clean_loop          retention, every cleanResourceInterval
+    └─ warm_loop           prefault the commitlog ahead of the writer (ASYNC_FLUSH)
 
 Every disk wait runs in a worker thread (``trio.to_thread.run_sync``), never on the event loop.
 On cancellation the loops drain what they can under a shielded, bounded scope; ``store.close()``
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 DISK_FULL_RETRY_S = 1.0
 SHUTDOWN_DRAIN_S = 5.0
 DISPATCH_BATCH = 8192
+WARM_CHECK_S = 0.01
 
 
 class _Wakeup:
@@ -122,6 +124,7 @@ class StoreServices:
                 nursery.start_soon(self._flush_commitlog_loop)
                 nursery.start_soon(self._flush_logics_loop)
                 nursery.start_soon(self._clean_loop)
+                nursery.start_soon(self._warm_loop)
                 self.started = True
                 task_status.started()
         finally:
@@ -205,6 +208,24 @@ class StoreServices:
         while True:
             await trio.sleep(interval)
             await trio.to_thread.run_sync(self.store.flush_logics)
+
+    async def _warm_loop(self) -> None:
+        """Keep the commitlog prefaulted ahead of the writer (ASYNC_FLUSH; see store.prefault).
+
+        Checked every ``WARM_CHECK_S``; the prefault itself runs in a worker thread. Not with
+        SYNC_FLUSH: every flush there would write the prefaulted zero pages once more.
+        """
+        window = self.config.warm_ahead_size_commit_log
+        if window <= 0 or self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return
+        log_ = self.store.commitlog
+        while True:
+            if log_.needs_warming(window) and not await trio.to_thread.run_sync(
+                log_.warm_ahead, window
+            ):
+                log.info("prefaulting the commitlog is not supported here; not warming it")
+                return
+            await trio.sleep(WARM_CHECK_S)
 
     async def _clean_loop(self) -> None:
         interval = self.config.clean_resource_interval / 1000

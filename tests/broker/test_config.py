@@ -136,6 +136,7 @@ def test_store_keys_cover_store_config() -> None:
         "flush_disk_type",
         "flush_interval_commit_log",
         "flush_interval_consume_queue",
+        "warm_ahead_size_commit_log",
         "sync_flush_timeout",
         "file_reserved_time",
         "delete_when",
