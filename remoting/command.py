@@ -104,9 +104,26 @@ class RemotingCommand:
             body=body,
         )
 
+    def with_opaque(self, opaque: int, flag: int) -> RemotingCommand:
+        """This command with another ``opaque`` and ``flag`` (what a channel sends)."""
+        return RemotingCommand(
+            self.code,
+            opaque,
+            flag,
+            self.remark,
+            self.ext_fields,
+            self.body,
+            self.language,
+            self.version,
+        )
+
     def to_wire(self) -> dict[str, Any]:
         """Return the msgpack-ready map for this command; raise LocalProtocolError if invalid."""
-        _check_wire(self._raw_fields(), LocalProtocolError)
+        if not _valid(
+            self.code, self.opaque, self.flag, self.language, self.version, self.remark,
+            self.ext_fields, self.body,
+        ):  # fmt: skip
+            _check_wire(self._raw_fields(), LocalProtocolError)  # raises, naming the field
         wire: dict[str, Any] = {
             "code": int(self.code),
             "language": int(self.language),
@@ -117,7 +134,7 @@ class RemotingCommand:
         if self.remark:
             wire["remark"] = self.remark
         if self.ext_fields:
-            wire["extFields"] = dict(self.ext_fields)
+            wire["extFields"] = self.ext_fields  # packed at once by the caller, never kept
         if self.body:
             wire["body"] = self.body
         return wire
@@ -127,32 +144,36 @@ class RemotingCommand:
         """Build a command from a decoded map; raise RemoteProtocolError if it is malformed."""
         if not isinstance(wire, dict):
             raise RemoteProtocolError(f"command must be a map, got {type(wire).__name__}")
-        for key in ("code", "opaque"):
-            if key not in wire:
-                raise RemoteProtocolError(f"command has no {key!r} field")
-        fields = {
-            "code": wire["code"],
-            "opaque": wire["opaque"],
-            "flag": wire.get("flag", 0),
-            "language": wire.get("language", LanguageCode.OTHER),
-            "version": wire.get("version", 0),
-            "remark": wire.get("remark", ""),
-            "extFields": wire.get("extFields", {}),
-            "body": wire.get("body", b""),
-        }
-        _check_wire(fields, RemoteProtocolError)
-        language: int = fields["language"]
-        if language in LanguageCode._value2member_map_:
-            language = LanguageCode(language)
+        get = wire.get
+        code = get("code")
+        opaque = get("opaque")
+        flag = get("flag", 0)
+        language = get("language", LanguageCode.OTHER)
+        version = get("version", 0)
+        remark = get("remark", "")
+        ext = get("extFields", _NO_FIELDS)
+        body = get("body", b"")
+        if code is None or opaque is None:
+            raise RemoteProtocolError(
+                f"command has no {'code' if code is None else 'opaque'!r} field"
+            )
+        if not _valid(code, opaque, flag, language, version, remark, ext, body):
+            _check_wire(  # raises, naming the field
+                {
+                    "code": code, "opaque": opaque, "flag": flag, "language": language,
+                    "version": version, "remark": remark, "extFields": ext, "body": body,
+                },
+                RemoteProtocolError,
+            )  # fmt: skip
         return cls(
-            code=fields["code"],
-            opaque=fields["opaque"],
-            flag=fields["flag"],
-            remark=fields["remark"],
-            ext_fields=dict(fields["extFields"]),
-            body=fields["body"],
-            language=language,
-            version=fields["version"],
+            code,
+            opaque,
+            flag,
+            remark,
+            ext if ext is not _NO_FIELDS else {},  # the decoded map is ours: no copy
+            body,
+            _LANGUAGES.get(language, language),  # type: ignore[arg-type]  # checked by _valid
+            version,
         )
 
     def _raw_fields(self) -> dict[str, object]:
@@ -167,6 +188,48 @@ class RemotingCommand:
             "extFields": self.ext_fields,
             "body": self.body,
         }
+
+
+_NO_FIELDS: Final[dict[str, ExtValue]] = {}
+_LANGUAGES: Final = dict(LanguageCode._value2member_map_)
+_EXT_VALUE_TYPE_SET: Final = frozenset(_EXT_VALUE_TYPES)
+_STR_ONLY: Final = frozenset({str})
+_LANGUAGE_TYPES: Final = frozenset({int, LanguageCode})
+
+
+def _valid(
+    code: object,
+    opaque: object,
+    flag: object,
+    language: object,
+    version: object,
+    remark: object,
+    ext: object,
+    body: object,
+) -> bool:
+    """Fast check of what :func:`_check_wire` checks (the hot path of every frame)."""
+    if not (
+        type(code) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and type(version) is int
+        and type(language) in _LANGUAGE_TYPES
+    ):
+        return False  # maybe an IntEnum (allowed) or a bool (not): the full check decides
+    if not (
+        INT32_MIN <= code <= INT32_MAX
+        and INT32_MIN <= opaque <= INT32_MAX
+        and INT32_MIN <= flag <= INT32_MAX
+        and INT32_MIN <= version <= INT32_MAX
+    ):
+        return False
+    return (
+        type(remark) is str
+        and type(body) is bytes
+        and type(ext) is dict
+        and set(map(type, ext)) <= _STR_ONLY
+        and set(map(type, ext.values())) <= _EXT_VALUE_TYPE_SET
+    )
 
 
 def _check_wire(fields: Mapping[str, object], error: type[ProtocolError]) -> None:
