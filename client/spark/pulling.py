@@ -5,7 +5,11 @@ instance (:class:`client.blocking.SharedInstance`, opened on first use and kept 
 worker's life, so a reused worker does not reconnect per task). Pulls never wait on the broker
 (``suspendTimeoutMillis`` 0). Without a tag filter the offsets of the next pulls are known, so
 several pulls are kept in flight; a short answer discards the guesses after it. Records are
-decoded straight into Arrow columns (no per-message objects).
+decoded straight into Arrow columns (:mod:`client.spark.columns`, no per-message objects).
+
+The whole pull, decode and column-building loop is one producer task in the client's loop
+thread (pulls in flight are its child tasks); it hands finished record batches through a small
+memory channel, so the reading thread makes one cross-thread call per batch, not per pull.
 """
 
 from __future__ import annotations
@@ -13,53 +17,45 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
+import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Final
 
 import pyarrow as pa
+import trio
 
 from client import api
 from client.blocking import SharedInstance
-from client.compression import decompress_if_needed
 from client.errors import MQBrokerError
 from client.instance import ClientInstance
 from client.message import MessageQueue
-from common.message import MessageConst, MessageSysFlag
-from common.message_id import offset_msg_id_of_packed
-from common.record import RecordError, RecordFields, decode_fields, decode_records
+from client.spark.columns import ARROW_SCHEMA, QUEUE_OFFSET, record_tag
+from client.spark.columns import Columns as _Columns
+from client.spark.columns import decode_body as _decode
 from common.subscription import SubscriptionData, build_subscription
 from remoting.codes import ResponseCode
 
+__all__ = [
+    "ARROW_SCHEMA",
+    "DataLossError",
+    "QueueRange",
+    "RangePuller",
+    "read_range",
+    "shared_instance",
+]
+
 log = logging.getLogger(__name__)
 
-ARROW_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("broker", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("msg_id", pa.string()),
-        ("tags", pa.string()),
-        ("keys", pa.string()),
-        ("body", pa.binary()),
-        ("properties", pa.map_(pa.string(), pa.string())),
-        ("born_timestamp", pa.timestamp("us", tz="UTC")),
-        ("store_timestamp", pa.timestamp("us", tz="UTC")),
-        ("reconsume_times", pa.int32()),
-    ]
-)
-"""Exactly Spark's ``to_arrow_schema`` of the source schema (checked by a test)."""
 
 DEFAULT_PULL_GROUP = "minimq-spark"
 ROWS_PER_BATCH = 8192
 IN_FLIGHT = 8
 """Pulls kept in flight per queue without a tag filter."""
 PULL_TIMEOUT_S = 30.0
-_PROPERTIES: Final = 4
-_QUEUE_OFFSET: Final = 12
-"""Positions in a :data:`common.record.RecordFields` tuple."""
+BATCHES_BUFFERED = 2
+"""Batches the producer task may have built ahead of the reader."""
+STOP_TIMEOUT_S = 10.0
 
 _instances: dict[str, SharedInstance] = {}
 _instances_lock = threading.Lock()
@@ -130,135 +126,55 @@ async def _pull(
     )
 
 
-class _Columns:
-    """Arrow columns being filled for one partition."""
+class _Slot:
+    """One pull in flight (loop thread): its offset and outcome. A pull that is no longer
+    wanted (a guess after a short answer) is not cancelled: its answer, due at once, is
+    dropped; the producer's nursery cancels whatever still runs when it ends."""
 
-    def __init__(self, qr: QueueRange) -> None:
-        self.qr = qr
-        self.clear()
+    __slots__ = ("done", "error", "offset", "raw")
 
-    def clear(self) -> None:
-        self.offsets: list[int] = []
-        self.msg_ids: list[str] = []
-        self.tags: list[str | None] = []
-        self.keys: list[str | None] = []
-        self.bodies: list[bytes] = []
-        self.prop_offsets: list[int] = [0]
-        self.prop_keys: list[str] = []
-        self.prop_values: list[str] = []
-        self.born: list[int] = []
-        self.stored: list[int] = []
-        self.reconsume: list[int] = []
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.done = trio.Event()
+        self.raw: _Raw | None = None
+        self.error: Exception | None = None
 
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def add(self, fields: RecordFields) -> None:
-        """One record (a field tuple of :func:`common.record.decode_fields`)."""
-        self.add_range([fields], fields[_QUEUE_OFFSET], fields[_QUEUE_OFFSET] + 1)
-
-    def add_range(self, records: list[RecordFields], lo: int, hi: int) -> None:
-        """:meth:`add` every record with ``lo <= queue_offset < hi`` (no tag filter): the hot
-        loop of a read, with the list methods bound once instead of looked up per record."""
-        offsets, msg_ids, tags, keys = self.offsets, self.msg_ids, self.tags, self.keys
-        bodies, prop_keys, prop_values = self.bodies, self.prop_keys, self.prop_values
-        prop_offsets, born, stored, reconsume = (
-            self.prop_offsets,
-            self.born,
-            self.stored,
-            self.reconsume,
-        )
-        uniq, tag_key, keys_key = MessageConst.UNIQ_KEY, MessageConst.TAGS, MessageConst.KEYS
-        compressed = MessageSysFlag.COMPRESSED_FLAG
-        for (
-            _topic,
-            body,
-            _queue_id,
-            _flag,
-            props,
-            sys_flag,
-            born_ts,
-            _born_host,
-            store_ts,
-            store_host,
-            reconsume_times,
-            _prepared,
-            queue_offset,
-            phys,
-            _crc,
-            _size,
-        ) in records:
-            if not lo <= queue_offset < hi:
-                continue
-            offsets.append(queue_offset)
-            msg_ids.append(props.get(uniq) or offset_msg_id_of_packed(store_host, phys))
-            tags.append(props.get(tag_key))
-            keys.append(props.get(keys_key))
-            bodies.append(decompress_if_needed(body, sys_flag) if sys_flag & compressed else body)
-            prop_keys.extend(props)
-            prop_values.extend(props.values())
-            prop_offsets.append(len(prop_keys))
-            born.append(born_ts * 1000)
-            stored.append(store_ts * 1000)
-            reconsume.append(reconsume_times)
-
-    def batch(self) -> pa.RecordBatch:
-        n = len(self.offsets)
-        qr = self.qr
-        props = pa.MapArray.from_arrays(
-            pa.array(self.prop_offsets, pa.int32()),
-            pa.array(self.prop_keys, pa.string()),
-            pa.array(self.prop_values, pa.string()),
-        )
-        ts = ARROW_SCHEMA.field("born_timestamp").type
-        arrays = [
-            pa.array([qr.topic] * n, pa.string()),
-            pa.array([qr.broker] * n, pa.string()),
-            pa.array([qr.queue_id] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(self.msg_ids, pa.string()),
-            pa.array(self.tags, pa.string()),
-            pa.array(self.keys, pa.string()),
-            pa.array(self.bodies, pa.binary()),
-            props.cast(ARROW_SCHEMA.field("properties").type),
-            pa.array(self.born, ts),
-            pa.array(self.stored, ts),
-            pa.array(self.reconsume, pa.int32()),
-        ]
-        self.clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    async def result(self) -> _Raw:
+        """The answer (waited for at most ``PULL_TIMEOUT_S``), or the pull's error."""
+        if not self.done.is_set():
+            with trio.move_on_after(PULL_TIMEOUT_S):
+                await self.done.wait()
+            if not self.done.is_set():
+                raise TimeoutError(f"a pull at offset {self.offset} took over {PULL_TIMEOUT_S} s")
+        if self.error is not None:
+            raise self.error
+        assert self.raw is not None
+        return self.raw
 
 
-def _decode(body: bytes) -> list[RecordFields]:
-    """A pull body's records as field tuples (no per-record objects)."""
-    fields = decode_fields(body)
-    if fields is not None:
-        return fields
-    try:  # not the common IPv4 layout: the checked decoder, which names what is wrong
-        records = decode_records(body)
-    except RecordError as exc:
-        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}") from None
-    return [
-        (
-            r.topic,
-            r.body,
-            r.queue_id,
-            r.flag,
-            r.properties,
-            r.sys_flag,
-            r.born_timestamp,
-            r.born_host,
-            r.store_timestamp,
-            r.store_host,
-            r.reconsume_times,
-            r.prepared_transaction_offset,
-            r.queue_offset,
-            r.physical_offset,
-            r.body_crc,
-            r.store_size,
-        )
-        for r in records
-    ]
+class _Handoff:
+    """What the caller's thread shares with one producer task in the loop thread: the batch
+    channel, the producer's cancel scope and its end (trio objects, used in the loop only)."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[pa.RecordBatch](BATCHES_BUFFERED)
+        self.scope = trio.CancelScope()
+        self.finished = trio.Event()
+
+
+async def _next_batch(_instance: ClientInstance, handoff: _Handoff) -> pa.RecordBatch | None:
+    """The producer's next batch; None once it has ended (then its outcome is in its future)."""
+    try:
+        return await handoff.receive.receive()
+    except trio.EndOfChannel:
+        return None
+
+
+async def _stop(_instance: ClientInstance, handoff: _Handoff) -> None:
+    """Cancel the producer and wait until it (and every pull it started) has ended."""
+    handoff.scope.cancel()
+    handoff.receive.close()
+    await handoff.finished.wait()
 
 
 class RangePuller:
@@ -283,45 +199,86 @@ class RangePuller:
         self.group = group or DEFAULT_PULL_GROUP
         self.cur = qr.start
         self.window = IN_FLIGHT if self.subscription.matches_all else 1
-        self._inflight: collections.deque[tuple[int, concurrent.futures.Future[_Raw]]] = (
-            collections.deque()
-        )
+        self._inflight: collections.deque[_Slot] = collections.deque()
 
-    def _submit(self, offset: int) -> None:
-        n = min(self.step, self.qr.end - offset)
-        fut = self.instance.submit(_pull, self.mq, offset, n, self.subscription, self.group)
-        self._inflight.append((offset, fut))
+    def batches(self) -> Generator[pa.RecordBatch, None, None]:
+        """Arrow record batches of the range's (tag-matching) messages, in offset order.
 
-    def _refill(self) -> None:
-        nxt = self._inflight[-1][0] + self.step if self._inflight else self.cur
-        while len(self._inflight) < self.window and nxt < self.qr.end:
-            self._submit(nxt)
+        One producer task in the loop thread pulls and builds the batches; this generator takes
+        them one cross-thread call per batch. Its errors are raised here unchanged; closing the
+        generator early cancels it and waits until nothing of it runs any more.
+        """
+        handoff = _Handoff()
+        producer = self.instance.submit(_produce, self, handoff)
+        try:
+            while (batch := self.instance.call(_next_batch, handoff, timeout=math.inf)) is not None:
+                yield batch
+            producer.result(STOP_TIMEOUT_S)  # its error, if it failed
+        finally:
+            if not producer.done():
+                self._stop(handoff, producer)
+
+    def _stop(self, handoff: _Handoff, producer: concurrent.futures.Future[None]) -> None:
+        try:
+            self.instance.call(_stop, handoff, timeout=STOP_TIMEOUT_S)
+        except RuntimeError:  # the loop is closed, or this is the loop thread (gc): no wait
+            producer.cancel()
+
+    async def produce(
+        self, instance: ClientInstance, send: trio.MemorySendChannel[pa.RecordBatch]
+    ) -> None:
+        """Pull the range and send its batches (loop thread); pulls are kept in flight as
+        tasks, every one of them ended when this returns."""
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            try:
+                await self._fill(instance, nursery, send)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, outside the nursery
+                error = exc
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    async def _fill(
+        self,
+        instance: ClientInstance,
+        nursery: trio.Nursery,
+        send: trio.MemorySendChannel[pa.RecordBatch],
+    ) -> None:
+        cols = _Columns(self.qr)
+        inflight = self._inflight
+        while self.cur < self.qr.end:
+            self._refill(instance, nursery)
+            slot = inflight.popleft()
+            if slot.offset != self.cur:  # a guess after a short answer
+                self._discard()
+                continue
+            if not self._handle(await slot.result(), cols):
+                break
+            if len(cols) >= ROWS_PER_BATCH:
+                await send.send(cols.batch())
+        if len(cols):
+            await send.send(cols.batch())
+
+    def _refill(self, instance: ClientInstance, nursery: trio.Nursery) -> None:
+        inflight = self._inflight
+        nxt = inflight[-1].offset + self.step if inflight else self.cur
+        end = self.qr.end
+        while len(inflight) < self.window and nxt < end:
+            slot = _Slot(nxt)
+            nursery.start_soon(self._pull_into, instance, slot, min(self.step, end - nxt))
+            inflight.append(slot)
             nxt += self.step
 
-    def _discard(self) -> None:
-        while self._inflight:
-            self._inflight.popleft()[1].cancel()
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """Arrow record batches of the range's (tag-matching) messages, in offset order."""
-        cols = _Columns(self.qr)
+    async def _pull_into(self, instance: ClientInstance, slot: _Slot, n: int) -> None:
         try:
-            while self.cur < self.qr.end:
-                self._refill()
-                offset, fut = self._inflight.popleft()
-                if offset != self.cur:  # a guess after a short answer
-                    fut.cancel()
-                    self._discard()
-                    continue
-                raw = fut.result(PULL_TIMEOUT_S)
-                if not self._handle(raw, cols):
-                    break
-                if len(cols) >= ROWS_PER_BATCH:
-                    yield cols.batch()
-            if len(cols):
-                yield cols.batch()
-        finally:
-            self._discard()
+            slot.raw = await _pull(instance, self.mq, slot.offset, n, self.subscription, self.group)
+        except Exception as exc:  # noqa: BLE001 - raised when the slot's turn comes
+            slot.error = exc
+        slot.done.set()
+
+    def _discard(self) -> None:
+        self._inflight.clear()
 
     def _handle(self, raw: _Raw, cols: _Columns) -> bool:
         """Take one answer; False when the range cannot go on (data lost at its end)."""
@@ -329,7 +286,7 @@ class RangePuller:
         end = self.qr.end
         if status is api.PullStatus.FOUND:
             records = _decode(raw.body)
-            first = records[0][_QUEUE_OFFSET] if records else self.cur
+            first = records[0][QUEUE_OFFSET] if records else self.cur
             if self.subscription.matches_all and first > self.cur:
                 self._lost(first, raw, "missing from the answer")
             sub = self.subscription
@@ -337,9 +294,7 @@ class RangePuller:
                 cols.add_range(records, self.cur, end)
             else:
                 for rec in records:
-                    if self.cur <= rec[_QUEUE_OFFSET] < end and sub.matches_tag(
-                        rec[_PROPERTIES].get(MessageConst.TAGS)
-                    ):
+                    if self.cur <= rec[QUEUE_OFFSET] < end and sub.matches_tag(record_tag(rec)):
                         cols.add(rec)
             got = raw.next_begin - raw.offset
             if sub.matches_all and 0 < got < self.step and raw.next_begin < end:
@@ -371,6 +326,15 @@ class RangePuller:
         if self.fail_on_data_loss:
             raise DataLossError(text + ". Set failOnDataLoss=false to skip lost data.")
         log.warning("%s; skipping them (failOnDataLoss=false)", text)
+
+
+async def _produce(instance: ClientInstance, puller: RangePuller, handoff: _Handoff) -> None:
+    """The producer task: ``puller``'s batches into the channel until done or cancelled."""
+    try:
+        with handoff.send, handoff.scope:
+            await puller.produce(instance, handoff.send)
+    finally:
+        handoff.finished.set()
 
 
 def read_range(

@@ -5,10 +5,17 @@ from __future__ import annotations
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from client.errors import MQBrokerError
+from client.spark.columns import (
+    _properties_by_row,
+    _properties_vectorised,
+    properties_columns,
+)
 from client.spark.pulling import QueueRange, _Columns, _decode
-from common.record import MessageRecord, encode_record, pack_host
+from common.record import MessageRecord, encode_properties, encode_record, pack_host
 
 
 def _body(host: str) -> bytes:
@@ -56,3 +63,51 @@ def test_ipv4_fast_path_and_ipv6_fallback_give_the_same_rows() -> None:
 def test_a_bad_body_is_a_broker_error() -> None:
     with pytest.raises(MQBrokerError, match="bad pull body"):
         _decode(_body("10.0.0.1")[:-1])
+
+
+_NAMES = st.text(
+    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=12,
+)
+_VALUES = st.text(
+    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    max_size=20,
+)
+
+
+@given(
+    st.lists(
+        st.dictionaries(
+            st.one_of(st.sampled_from(["UNIQ_KEY", "TAGS", "KEYS", "WAIT"]), _NAMES),
+            _VALUES,
+            min_size=1,
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_vectorised_properties_equal_row_by_row_decoding(rows: list[dict[str, str]]) -> None:
+    """The Arrow-kernel path gives the same map and columns as decoding each record."""
+    raw = [encode_properties(r) for r in rows]
+    fast = _properties_vectorised(raw)
+    assert fast is not None
+    slow = _properties_by_row(raw)
+    assert [a.to_pylist() for a in fast] == [b.to_pylist() for b in slow]
+    assert fast[0].to_pylist() == [list(r.items()) for r in rows]
+    assert fast[2].to_pylist() == [r.get("TAGS") for r in rows]
+
+
+def test_malformed_properties_take_the_row_by_row_path() -> None:
+    assert _properties_vectorised([b"TAGS\x01a\x02", b""]) is None  # a record without any
+    assert _properties_vectorised([b"TAGS\x01a"]) is None  # no final separator
+    assert _properties_vectorised([b"TAGSa\x02"]) is None  # an entry without a name separator
+    assert _properties_vectorised([b"TAGS\x01\xff\x02"]) is None  # not UTF-8
+    props, uniq, tags, keys = properties_columns([b"TAGS\x01a\x02", b""])
+    assert props.to_pylist() == [[("TAGS", "a")], []]
+    assert (uniq.to_pylist(), tags.to_pylist(), keys.to_pylist()) == (
+        [None, None],
+        ["a", None],
+        [None, None],
+    )
