@@ -85,6 +85,7 @@ class CommitLog:
         join = b"".join
         pack_short = _SHORT.pack
         tag_cache = TAGS_CODE_CACHE
+        tags_key = MessageConst.TAGS
         tails: list[bytes] = []
         sizes: list[int] = []
         codes: list[int] = []
@@ -110,7 +111,7 @@ class CommitLog:
                         remark=f"properties take {len(raw)} bytes, more than "
                         f"{MAX_PROPERTIES_LENGTH}",
                     )
-                tag = props.get(MessageConst.TAGS)
+                tag = props.get(tags_key)
                 codes.append((tag_cache.get(tag) or tags_code(tag)) if tag else 0)
             else:
                 raw = b""

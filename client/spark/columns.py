@@ -3,6 +3,7 @@ column builder (records are decoded straight into columns, no per-message object
 
 from __future__ import annotations
 
+import struct
 from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
@@ -15,6 +16,7 @@ from client.errors import MQBrokerError
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import offset_msg_id_of_packed
 from common.record import (
+    MAGIC_CODE_V1,
     RawRecordFields,
     RecordError,
     decode_properties,
@@ -116,6 +118,68 @@ class Columns:
             hosts.append(store_host)
             phys_.append(phys)
 
+    def add_body(self, buf: bytes, lo: int, hi: int) -> int | None:
+        """:meth:`add_range` straight from a pull body, without field tuples: the fields Spark
+        needs are unpacked and appended to the columns as each record is read.
+
+        Returns the first record's queue offset (``lo`` for an empty body), or None, having
+        added nothing, when a record is not in the common IPv4 layout or does not add up
+        (then decode with :func:`decode_body` and use :meth:`add_range`, which checks
+        everything). The checks are those of :func:`common.record.decode_raw_fields`.
+        """
+        offsets, bodies, props_, born = self.offsets, self.bodies, self.props, self.born
+        stored, reconsume, hosts, phys_ = self.stored, self.reconsume, self.store_hosts, self.phys
+        start = len(offsets)
+        unpack = _SPARK_HEADER.unpack_from
+        compressed = MessageSysFlag.COMPRESSED_FLAG
+        first = lo
+        pos, n = 0, len(buf)
+        while pos < n:
+            if pos + _HEADER_SIZE > n:
+                self._undo(start)
+                return None
+            (
+                total, magic, queue_offset, phys, sys_flag, born_ts, store_ts, store_host,
+                reconsume_times, body_len,
+            ) = unpack(buf, pos)  # fmt: skip
+            end = pos + total
+            if magic != MAGIC_CODE_V1 or sys_flag & _V6_BITS or total < _HEADER_SIZE or end > n:
+                self._undo(start)
+                return None
+            p = pos + _HEADER_SIZE
+            if body_len < 0 or p + body_len + 3 > end:
+                self._undo(start)
+                return None
+            body_end = p + body_len
+            props_at = body_end + 1 + buf[body_end] + 2  # past the topic and the length
+            props_len = (buf[props_at - 2] << 8) | buf[props_at - 1]
+            if props_len > 0x7FFF or props_at + props_len != end:
+                self._undo(start)
+                return None
+            if pos == 0:
+                first = queue_offset
+            pos = end
+            if not lo <= queue_offset < hi:
+                continue
+            body = buf[p:body_end]
+            bodies.append(decompress_if_needed(body, sys_flag) if sys_flag & compressed else body)
+            offsets.append(queue_offset)
+            props_.append(buf[props_at:end])
+            born.append(born_ts)
+            stored.append(store_ts)
+            reconsume.append(reconsume_times)
+            hosts.append(store_host)
+            phys_.append(phys)
+        return first
+
+    def _undo(self, start: int) -> None:
+        """Drop the rows from ``start`` on (a body that turned out not to be simple)."""
+        for column in (
+            self.offsets, self.bodies, self.props, self.born, self.stored, self.reconsume,
+            self.store_hosts, self.phys,
+        ):  # fmt: skip
+            del column[start:]
+
     def batch(self) -> pa.RecordBatch:
         n = len(self.offsets)
         qr = self.qr
@@ -149,6 +213,12 @@ class Columns:
 
 
 _MAP_TYPE: Final = ARROW_SCHEMA.field("properties").type
+_SPARK_HEADER: Final = struct.Struct(">ii12xqqiq8xq8si8xi")
+"""The v1 record header (:data:`common.record.HEADER_V4`) with only what the columns need:
+total size, magic, queue offset, physical offset, sys flag, born and store times, store host,
+reconsume times and body length; the rest is skipped."""
+_HEADER_SIZE: Final = _SPARK_HEADER.size
+_V6_BITS: Final = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 
 
 def properties_columns(raw: list[bytes]) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:

@@ -50,8 +50,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PULL_GROUP = "minimq-spark"
 ROWS_PER_BATCH = 8192
-IN_FLIGHT = 8
-"""Pulls kept in flight per queue without a tag filter."""
+IN_FLIGHT = 32
+"""Pulls kept in flight per queue without a tag filter: 32 x 32 messages, about 300 KiB of
+128-byte messages, enough to keep the broker busy while the worker decodes (8: 145-155k rows/s
+in ``mqbench spark-read``; 16: 155-168k; 32: 165-185k)."""
 PULL_TIMEOUT_S = 30.0
 BATCHES_BUFFERED = 2
 """Batches the producer task may have built ahead of the reader."""
@@ -285,15 +287,17 @@ class RangePuller:
         status = api.PULL_STATUS_BY_CODE[ResponseCode(raw.code)]
         end = self.qr.end
         if status is api.PullStatus.FOUND:
-            records = _decode(raw.body)
-            first = records[0][QUEUE_OFFSET] if records else self.cur
-            if self.subscription.matches_all and first > self.cur:
-                self._lost(first, raw, "missing from the answer")
             sub = self.subscription
             if sub.matches_all:
-                cols.add_range(records, self.cur, end)
+                first = cols.add_body(raw.body, self.cur, end)
+                if first is None:  # not the common layout: the checked decoder
+                    records = _decode(raw.body)
+                    first = records[0][QUEUE_OFFSET] if records else self.cur
+                    cols.add_range(records, self.cur, end)
+                if first > self.cur:
+                    self._lost(first, raw, "missing from the answer")
             else:
-                for rec in records:
+                for rec in _decode(raw.body):
                     if self.cur <= rec[QUEUE_OFFSET] < end and sub.matches_tag(record_tag(rec)):
                         cols.add(rec)
             got = raw.next_begin - raw.offset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -111,3 +112,32 @@ def test_malformed_properties_take_the_row_by_row_path() -> None:
         ["a", None],
         [None, None],
     )
+
+
+def _table(fill: Callable[[_Columns], object]) -> list[dict[str, object]]:
+    cols = _Columns(QueueRange("T", "broker-a", 2, 0, 1000))
+    fill(cols)
+    rows: list[dict[str, object]] = cols.batch().to_pylist() if len(cols) else []
+    return rows
+
+
+def test_rows_straight_from_the_body_equal_rows_from_field_tuples() -> None:
+    body = _body("10.0.0.1")
+    for lo, hi in ((0, 1000), (101, 102), (102, 1000), (500, 1000)):
+        direct = _table(lambda c, lo=lo, hi=hi: c.add_body(body, lo, hi))
+        via_tuples = _table(lambda c, lo=lo, hi=hi: c.add_range(_decode(body), lo, hi))
+        assert direct == via_tuples
+    cols = _Columns(QueueRange("T", "broker-a", 2, 0, 1000))
+    assert cols.add_body(body, 101, 1000) == 100  # the first record's offset, even if skipped
+    assert cols.add_body(b"", 7, 1000) == 7  # nothing there: nothing missing either
+
+
+def test_a_body_that_is_not_simple_adds_nothing() -> None:
+    cols = _Columns(QueueRange("T", "broker-a", 2, 0, 1000))
+    good = _body("10.0.0.1")
+    assert cols.add_body(good, 0, 1000) == 100
+    assert len(cols) == 3
+    assert cols.add_body(_body("::1"), 0, 1000) is None  # IPv6 hosts: the checked decoder
+    assert cols.add_body(good + good[:-1], 0, 1000) is None  # cut short after 3 good records
+    assert len(cols) == 3  # the rows of the refused bodies were taken back
+    assert [r["queue_offset"] for r in cols.batch().to_pylist()] == [100, 101, 102]
