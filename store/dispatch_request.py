@@ -69,28 +69,6 @@ class DispatchRequest(NamedTuple):
         """Commitlog offset of each record."""
         return list(accumulate(self.sizes[:-1], initial=self.phys_offset))
 
-    def can_extend(self, other: DispatchRequest) -> bool:
-        """True when ``other`` continues this run (recovery merges records back into runs)."""
-        return (
-            other.phys_offset == self.end_offset
-            and other.topic == self.topic
-            and other.queue_id == self.queue_id
-            and other.sys_flag == self.sys_flag
-            and other.store_timestamp == self.store_timestamp
-            and (
-                other.queue_offset == self.queue_offset + len(self.sizes)
-                if self.consumable
-                else other.queue_offset == self.queue_offset
-            )
-        )
-
-    def extended(self, other: DispatchRequest) -> DispatchRequest:
-        """This run followed by ``other`` (which :meth:`can_extend` accepted); grows in place."""
-        self.sizes.extend(other.sizes)
-        self.tags_codes.extend(other.tags_codes)
-        self.properties.extend(other.properties)
-        return self._replace(end_offset=other.end_offset)
-
 
 def key_suffixes(properties: dict[str, str]) -> list[str]:
     """What follows ``topic#`` in each index key of a record: its UNIQ_KEY, then each of KEYS."""

@@ -91,7 +91,7 @@ def _verify_last_unit(store: MessageStore, cq: ConsumeQueue) -> None:
         isinstance(rec, ScannedRecord)
         and (rec.offset, rec.size, rec.topic, rec.queue_id, rec.queue_offset)
         == (offset, size, cq.topic, cq.queue_id, last)
-        and _to_request(rec).tags_codes[0] == code
+        and _tags_code_of(rec) == code
     ):
         return
     log.warning("%s/%d: last unit %d does not match its record; cut", cq.topic, cq.queue_id, last)
@@ -139,8 +139,7 @@ def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
     if covered > start:
         # nothing below ``covered`` needs dispatch: verify that stretch in bulk
         start = verify_until(store.commitlog, start, covered, check_crc=check_crc)
-    runs: list[DispatchRequest] = []
-    records = 0
+    runs = _RunCollector()
     seen: set[tuple[str, int]] = set()
     end = start
     for item in scan_records(store.commitlog, start, check_crc=check_crc):
@@ -150,18 +149,72 @@ def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
         if not allow_gap:
             _check_queue_exists(store, item, seen)
         if _needs_dispatch(store, item, index_floor):
-            request = _to_request(item)
-            if runs and runs[-1].can_extend(request):
-                runs[-1] = runs[-1].extended(request)  # records of one put become one run again
-            else:
-                runs.append(request)
-            records += 1
-            if records >= DISPATCH_BATCH:
-                store.dispatch(runs, allow_gap=allow_gap)
-                runs, records = [], 0
-    if runs:
-        store.dispatch(runs, allow_gap=allow_gap)
+            runs.add(item)
+            if runs.records >= DISPATCH_BATCH:
+                store.dispatch(runs.take(), allow_gap=allow_gap)
+    if runs.records:
+        store.dispatch(runs.take(), allow_gap=allow_gap)
     return end
+
+
+class _RunCollector:
+    """Scanned records grouped back into dispatch runs (see :mod:`store.dispatch_request`):
+    consecutive records of one topic, queue, sys flag and store time, contiguous in the log
+    and, when consumable, in their queue (the records of one put)."""
+
+    def __init__(self) -> None:
+        self.done: list[DispatchRequest] = []
+        self.records = 0
+        self._key: tuple[str, int, int, int] | None = None
+        self._first = (0, 0)  # phys offset and queue offset of the open run's first record
+        self._end = -1  # commitlog offset just past the open run
+        self._next_queue_offset = -1  # what the next record's must be to continue the run
+        self._step = 0
+        self._sizes: list[int] = []
+        self._codes: list[int] = []
+        self._props: list[dict[str, str]] = []
+
+    def add(self, rec: ScannedRecord) -> None:
+        """Append one record, to the open run if it continues it."""
+        props = decode_properties(rec.properties_raw) if rec.properties_raw else {}
+        key = (rec.topic, rec.queue_id, rec.sys_flag, rec.store_timestamp)
+        if (
+            key != self._key
+            or rec.offset != self._end
+            or (self._step and rec.queue_offset != self._next_queue_offset)
+        ):
+            self._close()
+            self._key = key
+            self._first = (rec.offset, rec.queue_offset)
+            self._step = 1 if MessageSysFlag.is_consumable(rec.sys_flag) else 0
+            self._next_queue_offset = rec.queue_offset
+        self._sizes.append(rec.size)
+        self._codes.append(tags_code(props.get(MessageConst.TAGS)))
+        self._props.append(props)
+        self._end = rec.offset + rec.size
+        self._next_queue_offset += self._step
+        self.records += 1
+
+    def take(self) -> list[DispatchRequest]:
+        """The runs so far (the open one closed); the collector starts empty again."""
+        self._close()
+        runs, self.done, self.records = self.done, [], 0
+        return runs
+
+    def _close(self) -> None:
+        if self._key is None:
+            return
+        topic, queue_id, sys_flag, stamp = self._key
+        phys, queue_offset = self._first
+        self.done.append(
+            DispatchRequest(
+                topic, queue_id, sys_flag, stamp, phys, self._end, queue_offset,
+                self._sizes, self._codes, self._props,
+            )
+        )  # fmt: skip
+        self._key = None
+        self._end = -1
+        self._sizes, self._codes, self._props = [], [], []
 
 
 def _check_queue_exists(
@@ -186,19 +239,9 @@ def _needs_dispatch(store: MessageStore, rec: ScannedRecord, index_floor: int) -
     return cq is None or cq.max_offset <= rec.queue_offset
 
 
-def _to_request(rec: ScannedRecord) -> DispatchRequest:
+def _tags_code_of(rec: ScannedRecord) -> int:
     props = decode_properties(rec.properties_raw) if rec.properties_raw else {}
-    return DispatchRequest.single(
-        rec.topic,
-        rec.queue_id,
-        rec.offset,
-        rec.size,
-        tags_code(props.get(MessageConst.TAGS)),
-        rec.store_timestamp,
-        rec.queue_offset,
-        rec.sys_flag,
-        props,
-    )
+    return tags_code(props.get(MessageConst.TAGS))
 
 
 def _finish(store: MessageStore, end: int) -> None:
