@@ -18,7 +18,6 @@ from common.message_id import create_offset_msg_id, offset_msg_id_of_packed
 from common.record import (
     MessageRecord,
     RawRecordFields,
-    RecordFields,
     decode_properties,
     unpack_host,
 )
@@ -321,49 +320,6 @@ def received_from_raw_fields(
         m._encoded = (raw_props, born_host, store_host)
         out.append(m)
     return out
-
-
-def received_from_fields(fields: RecordFields, broker_name: str) -> ReceivedMessage:
-    """:func:`from_record` for a field tuple of :func:`common.record.decode_fields` (the pull
-    path: one object per message instead of two)."""
-    (
-        topic,
-        body,
-        queue_id,
-        flag,
-        props,
-        sys_flag,
-        born_ts,
-        born_host,
-        store_ts,
-        store_host,
-        reconsume,
-        _prepared,
-        queue_offset,
-        phys,
-        _crc,
-        _size,
-    ) = fields
-    if sys_flag & MessageSysFlag.COMPRESSED_FLAG:
-        body = decompress_if_needed(body, sys_flag)
-    offset_msg_id = offset_msg_id_of_packed(store_host, phys)
-    return ReceivedMessage(
-        topic,
-        body,
-        props,
-        _queue(topic, broker_name, queue_id),
-        queue_offset,
-        props.get(MessageConst.UNIQ_KEY) or offset_msg_id,
-        offset_msg_id,
-        phys,
-        born_ts,
-        store_ts,
-        _host_str(born_host),
-        _host_str(store_host),
-        reconsume,
-        flag,
-        sys_flag,
-    )
 
 
 @functools.lru_cache(maxsize=4096)

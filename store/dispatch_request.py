@@ -13,7 +13,7 @@ from __future__ import annotations
 from itertools import accumulate
 from typing import NamedTuple
 
-from common.message import MessageConst, MessageSysFlag
+from common.message import MessageConst
 
 
 class DispatchRequest(NamedTuple):
@@ -59,11 +59,6 @@ class DispatchRequest(NamedTuple):
             [tags_code],
             [properties],
         )
-
-    @property
-    def consumable(self) -> bool:
-        """True when the records belong in a consume queue (not prepared, not rolled back)."""
-        return MessageSysFlag.is_consumable(self.sys_flag)
 
     def phys_offsets(self) -> list[int]:
         """Commitlog offset of each record."""

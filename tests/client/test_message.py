@@ -7,12 +7,11 @@ import zlib
 import pytest
 
 from client import Message, MessageQueue, SendResult, SendStatus, from_record
-from client.message import received_from_fields, received_from_raw_fields
+from client.message import received_from_raw_fields
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id
 from common.record import (
     MessageRecord,
-    decode_fields,
     decode_raw_fields,
     decode_records,
     encode_record,
@@ -143,36 +142,6 @@ def test_from_record_decompresses() -> None:
     rec = _record(body=zlib.compress(body, 5), sys_flag=flag)
     assert from_record(rec, "b").body == body
     assert from_record(rec, "b", decompress=False).body == rec.body
-
-
-def test_fields_path_equals_the_record_path() -> None:
-    """A pull body decoded to field tuples builds the same messages as via MessageRecord."""
-    records = [
-        MessageRecord(
-            "T",
-            (b"%d" % i) * 300 if i % 2 else zlib.compress(b"big" * 2000),
-            queue_id=i,
-            flag=i,
-            sys_flag=0 if i % 2 else 0x301,
-            properties={"TAGS": f"t{i}", "UNIQ_KEY": f"U{i}"} if i != 3 else {},
-            born_host=pack_host("10.0.0.1", 1000 + i),
-            store_host=pack_host("10.0.0.2", 10911),
-            born_timestamp=1000 + i,
-            store_timestamp=2000 + i,
-            reconsume_times=i,
-            queue_offset=10 + i,
-            physical_offset=500 * i,
-        )
-        for i in range(5)
-    ]
-    body = b"".join(encode_record(r) for r in records)
-    fields = decode_fields(body)
-    assert fields is not None
-    via_fields = [received_from_fields(f, "broker-a") for f in fields]
-    via_records = [from_record(r, "broker-a") for r in decode_records(body)]
-    assert via_fields == via_records
-    assert via_fields[0].body == b"big" * 2000  # decompressed
-    assert via_fields[3].msg_id == via_fields[3].offset_msg_id  # no UNIQ_KEY: the offset id
 
 
 def test_message_queue_hash_is_recomputed_in_another_process() -> None:
