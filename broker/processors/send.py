@@ -29,7 +29,7 @@ UNIQ_KEY) and its msgId / queueOffset are those of the half record.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import ipaddress
 import itertools
 from collections.abc import Awaitable, Callable, Mapping
@@ -160,8 +160,14 @@ def encode_batch_body(entries: list[Mapping[str, Any]]) -> bytes:
 
 def born_host_of(channel: Channel) -> bytes:
     """The peer's address packed as a born host (IPv4 only in the store; else 0.0.0.0)."""
+    return _born_host(channel.remote_addr)
+
+
+@functools.lru_cache(maxsize=4096)
+def _born_host(addr: str) -> bytes:
+    """:func:`born_host_of` by address (parsed once per peer, not once per request)."""
     try:
-        host, port = split_addr(channel.remote_addr)
+        host, port = split_addr(addr)
         if ipaddress.ip_address(host).version == 4:
             return pack_host(host, port)
     except (RemotingError, ValueError):
@@ -199,7 +205,16 @@ class SendProcessor:
         """Handle SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
         if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             renamed = {V2_FIELD_NAMES.get(k, k): v for k, v in request.ext_fields.items()}
-            request = dataclasses.replace(request, ext_fields=renamed)
+            request = RemotingCommand(
+                request.code,
+                request.opaque,
+                request.flag,
+                request.remark,
+                renamed,
+                request.body,
+                request.language,
+                request.version,
+            )
         topic = header_str(request, "topic")
         queue_id = opt_int(request, "queueId", -1)
         sys_flag = opt_int(request, "sysFlag", 0)
