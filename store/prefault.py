@@ -15,27 +15,26 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import mmap
 
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>; Python 3.11's mmap module does not name it
 PAGE_SIZE = mmap.PAGESIZE
 
-_libc: ctypes.CDLL | None = None
-_madvise: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 
-
+@functools.cache
 def _load_madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    global _libc, _madvise
-    if _madvise is None and _libc is None:
-        name = ctypes.util.find_library("c")
-        if name is None:
-            return None
-        _libc = ctypes.CDLL(name, use_errno=True)
-        fn = _libc.madvise
-        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        fn.restype = ctypes.c_int
-        _madvise = fn
-    return _madvise
+    """libc's ``madvise`` (looked up once), or None where there is no libc to load."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        fn = ctypes.CDLL(name, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def mapping_address(mm: mmap.mmap) -> int:
