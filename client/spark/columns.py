@@ -276,13 +276,14 @@ def _properties_vectorised(
     values = pc.list_element(pairs, 1)
     offsets = entries.offsets
     props = pa.MapArray.from_arrays(offsets, names, values).cast(_MAP_TYPE)
-    row_of_entry = np.repeat(np.arange(n), np.diff(offsets.to_numpy()))
+    every_row = np.arange(n)
+    row_of_entry = np.repeat(every_row, np.diff(offsets.to_numpy()))
 
     def column(name: str) -> pa.Array:
         hit = pc.equal(names, name)
         found = values.filter(hit)
         rows = row_of_entry[hit.to_numpy(zero_copy_only=False)]
-        if len(found) == n:  # one per row (names are unique per record): in row order
+        if len(found) == n and bool((rows == every_row).all()):  # one per row, in row order
             return found
         index = np.full(n, -1, dtype=np.int64)
         index[rows] = np.arange(len(found))

@@ -141,3 +141,16 @@ def test_a_body_that_is_not_simple_adds_nothing() -> None:
     assert cols.add_body(good + good[:-1], 0, 1000) is None  # cut short after 3 good records
     assert len(cols) == 3  # the rows of the refused bodies were taken back
     assert [r["queue_offset"] for r in cols.batch().to_pylist()] == [100, 101, 102]
+
+
+def test_a_name_twice_in_one_record_does_not_shift_other_rows() -> None:
+    """Our broker stores properties from a map, so names are unique; if a record held one
+    twice anyway, the lookup columns keep their rows (the last value wins, as in a dict)."""
+    fast = _properties_vectorised([b"TAGS\x01a\x02TAGS\x01b\x02", b"KEYS\x01k\x02"])
+    assert fast is not None
+    _props, uniq, tags, keys = fast
+    assert (uniq.to_pylist(), tags.to_pylist(), keys.to_pylist()) == (
+        [None, None],
+        ["b", None],
+        [None, "k"],
+    )
