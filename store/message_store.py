@@ -203,13 +203,14 @@ class MessageStore:
         The result's ``end_offset`` is what a SYNC_FLUSH caller must wait to see flushed.
         """
         if not self.running or self.disk_full or not msgs:
-            return self._refuse(msgs)
+            return self._refusal()
         result = self.commitlog.append(msgs)
         if result.status is PutStatus.PUT_OK and self.put_listener is not None:
             self.put_listener()
         return result
 
-    def _refuse(self, msgs: Sequence[MessageRecord]) -> PutResult:
+    def _refusal(self) -> PutResult:
+        """Why a put is refused before it reaches the commitlog."""
         if not self.running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
         if self.disk_full:
@@ -251,11 +252,6 @@ class MessageStore:
     def dispatch_behind(self) -> int:
         """Appended records not yet dispatched."""
         return sum([len(run.sizes) for run in self.commitlog.pending_dispatch])
-
-    @property
-    def has_pending_dispatch(self) -> bool:
-        """True when appended records wait for dispatch."""
-        return bool(self.commitlog.pending_dispatch)
 
     def dispatch(self, runs: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
         """Write ``runs`` (commitlog order) into consume queues and the index."""
