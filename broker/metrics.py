@@ -59,6 +59,7 @@ from broker.topic_config import TopicConfigManager
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.reply import Reply, then
 from store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -135,20 +136,24 @@ class BrokerMetrics(Collector):
         return out
 
     def _counting_send(self, handler: Handler) -> Handler:
-        async def send(request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
-            response = await handler(request, channel)
-            if response is not None:
-                self.count_send(request, response)
-            return response
+        def send(request: RemotingCommand, channel: Channel) -> Reply:
+            def count(response: RemotingCommand | None) -> RemotingCommand | None:
+                if response is not None:
+                    self.count_send(request, response)
+                return response
+
+            return then(handler(request, channel), count)
 
         return send
 
     def _counting_pull(self, handler: Handler) -> Handler:
-        async def pull(request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
-            response = await handler(request, channel)
-            if response is not None and response.code == ResponseCode.SUCCESS:
-                self.count_pull(request, response)
-            return response
+        def pull(request: RemotingCommand, channel: Channel) -> Reply:
+            def count(response: RemotingCommand | None) -> RemotingCommand | None:
+                if response is not None and response.code == ResponseCode.SUCCESS:
+                    self.count_pull(request, response)
+                return response
+
+            return then(handler(request, channel), count)
 
         return pull
 

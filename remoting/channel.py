@@ -7,10 +7,15 @@ request receives the channel as its :data:`ConnectionContext`.
 
 Rules:
 
-- :meth:`Channel.run` is the reader task: it owns a nursery in which every incoming request is
-  handled in its own task, so requests are processed concurrently. It returns when the peer
-  closes, the transport breaks, a protocol error arrives or the channel is idle for longer than
-  ``idle_timeout_s`` (nothing received or sent and nothing in flight). Then it cancels the request
+- :meth:`Channel.run` is the reader task. A handler that can answer at once returns its response
+  (a plain value) and the reader sends it inline: no task per request, which is most of a fast
+  request's cost. A handler that must wait returns an awaitable (an ``async def`` handler always
+  does), and the reader awaits it in a task of its own in its nursery, so slow requests (a long
+  poll, a ``SYNC_FLUSH`` send) are processed concurrently and never hold up the others. The
+  reader yields to the scheduler at least every ``FAIR_REQUESTS`` inline requests.
+- :meth:`Channel.run` returns when the peer closes, the transport breaks, a protocol error
+  arrives or the channel is idle for longer than ``idle_timeout_s`` (nothing received or sent
+  and nothing in flight; a watchdog task checks every quarter of it). Then it cancels the request
   tasks, fails every pending call with :class:`RemotingSendRequestError` and closes the
   connection. It never raises anything but ``Cancelled``.
 - A response copies its request's ``opaque``; a oneway request gets no response, even on error.
@@ -18,8 +23,12 @@ Rules:
   answered ``SYSTEM_ERROR`` (the remark says what failed); a handler returning ``None`` sends
   nothing.
 - Our own requests get a fresh ``opaque`` from a per-channel counter (1..2**31-1, wrapping) and a
-  one-shot slot in the pending table; :meth:`Channel.invoke` waits under ``trio.fail_after``.
-  A response with an unknown ``opaque`` (late, after a timeout) is logged and dropped.
+  :class:`_Call` in the pending table. The caller parks itself (``wait_task_rescheduled``) and
+  the reader reschedules it with the response. Timeouts are the pending table's, not a cancel
+  scope per call (RocketMQ's ``scanResponseTable``): the ``_expire_calls`` task sleeps until
+  the earliest deadline and fails the calls that reached theirs with
+  :class:`RemotingTimeoutError`. A response with an unknown ``opaque`` (late, after a timeout)
+  is logged and dropped.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final, TypeAlias
 
+import outcome
 import trio
 
 from remoting.codes import ResponseCode
@@ -38,27 +48,34 @@ from remoting.connection import Connection
 from remoting.errors import (
     LocalProtocolError,
     RemoteProtocolError,
-    RemotingError,
     RemotingSendRequestError,
     RemotingTimeoutError,
 )
+from remoting.reply import Reply
 
 log = logging.getLogger(__name__)
 
 _RESPONSE_FLAG: Final = 1 << RPC_TYPE
 _ONEWAY_FLAG: Final = 1 << RPC_ONEWAY
 
-Handler: TypeAlias = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
-"""Handles one request; returns the response (its opaque is set for it) or None for no reply."""
+Handler: TypeAlias = Callable[[RemotingCommand, "Channel"], Reply]
+"""Handles one request (see :data:`~remoting.reply.Reply` and the module rules)."""
+
+FAIR_REQUESTS: Final = 32
+"""The reader yields to the scheduler at least once every this many inline requests."""
 
 
 @dataclasses.dataclass(eq=False, slots=True)
-class _Slot:
-    """A one-shot place for the response to one of our requests."""
+class _Call:
+    """One of our requests, waiting for its response."""
 
-    event: trio.Event = dataclasses.field(default_factory=trio.Event)
-    response: RemotingCommand | None = None
-    error: RemotingError | None = None
+    task: trio.lowlevel.Task
+    deadline: float
+    timeout_s: float
+    parked: bool = False
+    """True while the caller waits in ``wait_task_rescheduled`` (else it is still sending)."""
+    result: outcome.Outcome[RemotingCommand] | None = None
+    """The outcome, when it came before the caller parked."""
 
 
 class Channel:
@@ -74,11 +91,13 @@ class Channel:
         self.connection = connection
         self.idle_timeout_s = idle_timeout_s
         self._handlers = handlers
-        self._pending: dict[int, _Slot] = {}
+        self._pending: dict[int, _Call] = {}
+        self._expiry: trio.CancelScope | None = None  # the sleep of _expire_calls
         self._last_opaque = 0
         self._in_flight = 0
         self._closed = False
-        self._last_activity = trio.current_time()
+        self._activity = 0  # bumped by every send and receive; the idle watchdog reads it
+        self._inline_streak = 0
 
     @property
     def remote_addr(self) -> str:
@@ -95,7 +114,7 @@ class Channel:
         if self._closed:
             raise RemotingSendRequestError(self.remote_addr)
         await self.connection.send(cmd)
-        self._last_activity = trio.current_time()
+        self._activity += 1
 
     async def invoke(self, cmd: RemotingCommand, *, timeout_s: float) -> RemotingCommand:
         """Send ``cmd`` as a request with a fresh opaque and return the peer's response.
@@ -103,24 +122,36 @@ class Channel:
         Raises RemotingTimeoutError if no response came within ``timeout_s`` (send included),
         RemotingSendRequestError if the connection failed or closed first.
         """
+        if self._closed:
+            raise RemotingSendRequestError(self.remote_addr)
         opaque = self._new_opaque()
-        request = cmd.with_opaque(opaque, cmd.flag & ~_ONEWAY_FLAG)
-        slot = _Slot()
-        self._pending[opaque] = slot
+        deadline = trio.current_time() + timeout_s
+        call = _Call(trio.lowlevel.current_task(), deadline, timeout_s)
+        self._pending[opaque] = call
+        expiry = self._expiry
+        if expiry is not None and deadline < expiry.deadline:
+            expiry.deadline = deadline
         try:
-            # a bare scope rather than trio.fail_after: the same, without a generator-based
-            # context manager on every call
-            with trio.CancelScope(deadline=trio.current_time() + timeout_s) as scope:
-                await self.send(request)
-                await slot.event.wait()
-        finally:
+            await self.connection.send(
+                cmd.with_opaque(opaque, cmd.flag & ~_ONEWAY_FLAG), start_by=deadline
+            )
+        except trio.TooSlowError:
             self._pending.pop(opaque, None)
-        if scope.cancelled_caught:
-            raise RemotingTimeoutError(self.remote_addr, timeout_s)
-        if slot.error is not None:
-            raise slot.error
-        assert slot.response is not None
-        return slot.response
+            raise RemotingTimeoutError(self.remote_addr, timeout_s) from None
+        except BaseException:
+            self._pending.pop(opaque, None)
+            raise
+        self._activity += 1
+        if call.result is not None:  # answered (or failed) while we were still sending
+            return call.result.unwrap()
+        call.parked = True
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._pending.pop(opaque, None)  # cancelled: a late response is dropped
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        response: RemotingCommand = await trio.lowlevel.wait_task_rescheduled(abort)
+        return response
 
     async def invoke_oneway(self, cmd: RemotingCommand) -> None:
         """Send ``cmd`` as a oneway request with a fresh opaque."""
@@ -130,53 +161,113 @@ class Channel:
         """Read and dispatch until the connection ends, then clean up (see the module rules)."""
         try:
             async with trio.open_nursery() as nursery:
-                await self._read_loop(nursery)
+                nursery.start_soon(self._expire_calls)
+                with trio.CancelScope() as reader:
+                    if math.isfinite(self.idle_timeout_s):
+                        nursery.start_soon(self._watch_idle, reader)
+                    await self._read_loop(nursery)
                 nursery.cancel_scope.cancel()
         finally:
             self._closed = True
             error = RemotingSendRequestError(self.remote_addr)
-            for slot in self._pending.values():
-                if not slot.event.is_set():
-                    slot.error = error
-                    slot.event.set()
-            self._pending.clear()
+            for opaque in list(self._pending):
+                self._finish(opaque, outcome.Error(error))
             await self.connection.aclose()
 
-    async def _read_loop(self, nursery: trio.Nursery) -> None:
-        """Receive commands until EOF, error or idle timeout."""
-        addr = self.remote_addr
+    async def _expire_calls(self) -> None:
+        """Fail each pending call whose deadline passed (see the module rules)."""
         while True:
-            with trio.CancelScope(deadline=self._last_activity + self.idle_timeout_s) as idle:
-                try:
-                    cmd = await self.connection.receive()
-                except RemoteProtocolError as exc:
-                    log.warning("closing connection %s: protocol error: %s", addr, exc)
-                    return
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    log.debug("connection %s ended: %r", addr, exc)
-                    return
-            if idle.cancelled_caught:
-                now = trio.current_time()
-                if self._in_flight or self._pending:
-                    self._last_activity = now
-                elif now >= self._last_activity + self.idle_timeout_s:
-                    log.info("closing connection %s: idle for %.1f s", addr, self.idle_timeout_s)
-                    return
-                continue
+            earliest = min((c.deadline for c in self._pending.values()), default=math.inf)
+            with trio.CancelScope(deadline=earliest) as self._expiry:
+                await trio.sleep_forever()
+            self._expiry = None
+            now = trio.current_time()
+            for opaque, call in list(self._pending.items()):
+                if call.deadline <= now:
+                    error = RemotingTimeoutError(self.remote_addr, call.timeout_s)
+                    self._finish(opaque, outcome.Error(error))
+
+    def _finish(self, opaque: int, result: outcome.Outcome[RemotingCommand]) -> bool:
+        """Hand ``result`` to the call waiting for ``opaque``; False if none waits."""
+        call = self._pending.pop(opaque, None)
+        if call is None:
+            return False
+        if call.parked:
+            trio.lowlevel.reschedule(call.task, result)
+        else:
+            call.result = result
+        return True
+
+    async def _watch_idle(self, reader: trio.CancelScope) -> None:
+        """Cancel ``reader`` once the channel was idle for ``idle_timeout_s``."""
+        timeout = self.idle_timeout_s
+        seen = self._activity
+        last_active = trio.current_time()
+        while True:
+            await trio.sleep_until(last_active + timeout / 4)
+            now = trio.current_time()
+            if self._activity != seen or self._in_flight or self._pending:
+                seen = self._activity
+                last_active = now
+            elif now >= last_active + timeout:
+                log.info("closing connection %s: idle for %.1f s", self.remote_addr, timeout)
+                reader.cancel()
+                return
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        """Receive commands until EOF or error; answer requests (see the module rules)."""
+        addr = self.remote_addr
+        receive = self.connection.receive
+        while True:
+            try:
+                cmd = await receive()
+            except RemoteProtocolError as exc:
+                log.warning("closing connection %s: protocol error: %s", addr, exc)
+                return
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.debug("connection %s ended: %r", addr, exc)
+                return
             if cmd is None:
                 log.debug("connection %s closed by peer", addr)
                 return
-            self._last_activity = trio.current_time()
+            self._activity += 1
             if cmd.is_response:
                 self._complete(cmd)
             else:
-                self._in_flight += 1
-                nursery.start_soon(self._handle, cmd)
+                await self._on_request(cmd, nursery)
+
+    async def _on_request(self, request: RemotingCommand, nursery: trio.Nursery) -> None:
+        """Answer ``request`` inline if its handler's reply is ready, else in a new task."""
+        self._in_flight += 1
+        reply = self._call_handler(request)
+        if reply is not None and not isinstance(reply, RemotingCommand):
+            nursery.start_soon(self._respond_later, request, reply)
+            return
+        try:
+            await self._respond(request, reply)
+        finally:
+            self._in_flight -= 1
+        self._inline_streak += 1
+        if self._inline_streak >= FAIR_REQUESTS:
+            self._inline_streak = 0
+            await trio.lowlevel.checkpoint()
+
+    async def _respond_later(
+        self, request: RemotingCommand, reply: Awaitable[RemotingCommand | None]
+    ) -> None:
+        """Await a handler's reply and send it."""
+        try:
+            try:
+                response = await reply
+            except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
+                response = self._failure(request, exc)
+            await self._respond(request, response)
+        finally:
+            self._in_flight -= 1
 
     def _complete(self, response: RemotingCommand) -> None:
         """Hand a response to the call waiting for its opaque, or drop it."""
-        slot = self._pending.get(response.opaque)
-        if slot is None or slot.event.is_set():
+        if not self._finish(response.opaque, outcome.Value(response)):
             # a call that timed out or was cancelled (a consumer seeking, say) gets its answer
             # late: expected, not a fault
             log.debug(
@@ -185,17 +276,13 @@ class Channel:
                 response.opaque,
                 self.remote_addr,
             )
-            return
-        slot.response = response
-        slot.event.set()
 
-    async def _handle(self, request: RemotingCommand) -> None:
-        """Run the handler for one request and send its response (unless oneway)."""
+    async def _respond(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Send the response to ``request`` (none for a oneway request or a None reply)."""
+        if response is None or request.is_oneway:
+            return
+        response = response.with_opaque(request.opaque, response.flag | _RESPONSE_FLAG)
         try:
-            response = await self._dispatch(request)
-            if response is None or request.is_oneway:
-                return
-            response = response.with_opaque(request.opaque, response.flag | _RESPONSE_FLAG)
             try:
                 await self.send(response)
             except LocalProtocolError as exc:
@@ -207,11 +294,9 @@ class Channel:
                 )
         except RemotingSendRequestError:
             log.debug("response to %s lost: connection closed", self.remote_addr)
-        finally:
-            self._in_flight -= 1
 
-    async def _dispatch(self, request: RemotingCommand) -> RemotingCommand | None:
-        """Return the handler's response, or the error response standing in for it."""
+    def _call_handler(self, request: RemotingCommand) -> Reply:
+        """The handler's reply, or the error response standing in for it."""
         handler = self._handlers.get(request.code)
         if handler is None:
             log.warning("request code %s from %s not supported", request.code, self.remote_addr)
@@ -221,14 +306,23 @@ class Channel:
                 remark=f"request code {request.code} not supported",
             )
         try:
-            return await handler(request, self)
-        except Exception as exc:
-            log.exception("handler for code %s from %s failed", request.code, self.remote_addr)
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"{type(exc).__name__}: {exc}",
-            )
+            return handler(request, self)
+        except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
+            return self._failure(request, exc)
+
+    def _failure(self, request: RemotingCommand, exc: Exception) -> RemotingCommand:
+        """Log a handler's exception; the SYSTEM_ERROR response standing in for its reply."""
+        log.error(
+            "handler for code %s from %s failed",
+            request.code,
+            self.remote_addr,
+            exc_info=exc,
+        )
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"{type(exc).__name__}: {exc}",
+        )
 
     def _new_opaque(self) -> int:
         """Return the next request id (1..INT32_MAX, wrapping)."""

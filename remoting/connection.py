@@ -15,12 +15,15 @@ Rules:
   runs out of time may have left half a frame; the stream is then closed, because the peer can
   no longer find frame boundaries, and :class:`RemotingSendRequestError` is raised.
 - Fast path (socket streams only): a send first tries one non-blocking ``send`` on a duplicate of
-  the socket's descriptor and a receive first tries one non-blocking ``recv``; only when the
-  kernel would block does the call go through trio's ``send_all``/``receive_some``. A
-  request/response round trip then passes through trio's scheduler only where it must wait,
-  which halves its latency. Cancellation is still checked on every call, and a receive that
-  never had to wait yields to the scheduler every ``FAIR_RECEIVES`` calls so a flooding peer
-  cannot starve other tasks.
+  the socket's descriptor and a receive first tries one non-blocking ``recv``. Only when the
+  kernel would block does a send go through trio's ``send_all``, and a receive wait for the
+  duplicate to become readable (``trio.lowlevel.wait_readable``; closing calls
+  ``notify_closing`` first, which wakes it with ``ClosedResourceError``). A request/response
+  round trip then passes through trio's scheduler only where it must wait, which halves its
+  latency. After a read that took less than it asked for (the kernel had nothing more), the
+  next receive waits first instead of trying a ``recv`` that would most likely fail.
+  Cancellation is still checked on every call, and a receive that never had to wait yields to
+  the scheduler every ``FAIR_RECEIVES`` calls so a flooding peer cannot starve other tasks.
 - :meth:`Connection.receive` returns ``None`` on a clean EOF and raises
   :class:`RemoteProtocolError` for bytes the peer got wrong (the connection must then be closed),
   :class:`trio.BrokenResourceError` when the transport broke and
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import socket
 from typing import Final
@@ -95,20 +99,28 @@ class Connection:
         self._closed = False
         self._raw = _raw_socket(stream)
         self._receives_without_yield = 0
+        self._drained = False
 
     @property
     def closed(self) -> bool:
         """True once :meth:`aclose` ran (or a broken send closed the stream)."""
         return self._closed
 
-    async def send(self, cmd: RemotingCommand) -> None:
-        """Write ``cmd`` as one frame; raise RemotingSendRequestError if the stream fails."""
+    async def send(self, cmd: RemotingCommand, *, start_by: float = math.inf) -> None:
+        """Write ``cmd`` as one frame; raise RemotingSendRequestError if the stream fails.
+
+        Raises :class:`trio.TooSlowError` (nothing written) if other senders hold the stream
+        until ``start_by`` (trio time).
+        """
         frame = encode_frame(cmd, max_frame_size=self.max_frame_size)
         lock = self._send_lock
         try:
             lock.acquire_nowait()  # uncontended: no trip through the scheduler
         except trio.WouldBlock:
-            await lock.acquire()
+            with trio.CancelScope(deadline=start_by) as waiting:
+                await lock.acquire()
+            if waiting.cancelled_caught:
+                raise trio.TooSlowError from None
         try:
             if self._closed:
                 raise RemotingSendRequestError(self.remote_addr)
@@ -160,7 +172,19 @@ class Connection:
         """The next bytes from the peer (b"" on EOF): at once if the kernel has them."""
         await trio.lowlevel.checkpoint_if_cancelled()
         raw = self._raw
-        if raw is not None and self._receives_without_yield < FAIR_RECEIVES:
+        if raw is None:
+            return await self.stream.receive_some(RECEIVE_SIZE)
+        if self._drained:
+            # the last read took less than it asked for, so the kernel had no more: a recv now
+            # would most likely be a wasted syscall; wait first (epoll still reports at once
+            # whatever came in meanwhile)
+            self._drained = False
+            self._receives_without_yield = 0
+            await trio.lowlevel.wait_readable(raw)
+        elif self._receives_without_yield >= FAIR_RECEIVES:
+            self._receives_without_yield = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        while True:
             try:
                 data = raw.recv(RECEIVE_SIZE)
             except _WOULD_BLOCK:
@@ -171,9 +195,11 @@ class Connection:
                 raise trio.BrokenResourceError from exc
             else:
                 self._receives_without_yield += 1
+                self._drained = len(data) < RECEIVE_SIZE
                 return data
-        self._receives_without_yield = 0
-        return await self.stream.receive_some(RECEIVE_SIZE)
+            # wait on our own descriptor: trio's receive_some would try recv once more first
+            self._receives_without_yield = 0
+            await trio.lowlevel.wait_readable(raw)
 
     async def aclose(self) -> None:
         """Close the stream (idempotent, shielded and bounded so it works while cancelled)."""
@@ -181,6 +207,7 @@ class Connection:
             return
         self._closed = True
         if self._raw is not None:
+            trio.lowlevel.notify_closing(self._raw)  # wakes a receive waiting on it
             self._raw.close()  # only the duplicate descriptor; the stream closes its own
         with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             await self.stream.aclose()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
+from remoting.reply import Reply
 
 if TYPE_CHECKING:
     from remoting.channel import Channel, Handler
@@ -90,20 +91,41 @@ def error(request: RemotingCommand, code: ResponseCode, remark: str) -> Remoting
     return RemotingCommand.response_to(request, code, remark=remark)
 
 
-RawHandler = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
+RawHandler = Callable[[RemotingCommand, "Channel"], Reply]
 
 
 def guarded(fn: RawHandler) -> Handler:
-    """Wrap ``fn`` so it never raises: bad requests and failures become SYSTEM_ERROR."""
+    """Wrap ``fn`` so it never raises: bad requests and failures become SYSTEM_ERROR.
 
-    async def handler(request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+    A reply that is ready stays ready (the channel answers it inline); an awaitable one is
+    guarded when it is awaited.
+    """
+
+    def handler(request: RemotingCommand, channel: Channel) -> Reply:
         try:
-            return await fn(request, channel)
-        except BadRequestError as exc:
-            log.warning("bad request code=%s from %s: %s", request.code, channel.remote_addr, exc)
-            return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        except Exception as exc:
-            log.exception("request code=%s from %s failed", request.code, channel.remote_addr)
-            return error(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            reply = fn(request, channel)
+        except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
+            return _failure(request, channel, exc)
+        if reply is None or isinstance(reply, RemotingCommand):
+            return reply
+        return _guarded_later(request, channel, reply)
 
     return handler
+
+
+async def _guarded_later(
+    request: RemotingCommand, channel: Channel, reply: Awaitable[RemotingCommand | None]
+) -> RemotingCommand | None:
+    try:
+        return await reply
+    except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
+        return _failure(request, channel, exc)
+
+
+def _failure(request: RemotingCommand, channel: Channel, exc: Exception) -> RemotingCommand:
+    """The SYSTEM_ERROR response for a handler's exception (a bad request only warns)."""
+    if isinstance(exc, BadRequestError):
+        log.warning("bad request code=%s from %s: %s", request.code, channel.remote_addr, exc)
+        return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+    log.error("request code=%s from %s failed", request.code, channel.remote_addr, exc_info=exc)
+    return error(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")

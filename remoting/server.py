@@ -4,12 +4,14 @@
 
     run                         open_tcp_listeners(port, host); task_status.started(bound port)
     └─ serve_listeners          one task per accepted connection
-       └─ Channel.run           reader; per-connection nursery
-          └─ _handle            one task per request, so requests run concurrently
+       └─ Channel.run           reader; answers ready replies inline; per-connection nursery
+          ├─ _watch_idle        closes the connection after idle_timeout_s without traffic
+          └─ _respond_later     one task per reply that must be awaited (long polls, ...)
 
 Rules:
 
-- A handler is ``async def handler(request, ctx) -> RemotingCommand | None`` where ``ctx`` is
+- A handler is ``handler(request, ctx) -> Reply``: the response (or None) when it can answer
+  at once, else an awaitable of it (``async def`` handlers), where ``ctx`` is
   the :class:`~remoting.channel.Channel` of the connection: ``ctx.remote_addr`` names the
   client, and ``ctx.invoke`` / ``ctx.invoke_oneway`` / ``ctx.send`` reach it later on the same
   connection. Response, oneway, unknown-code and handler-error behaviour are

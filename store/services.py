@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import trio
 
@@ -87,11 +87,21 @@ class StoreServices:
         Many concurrent puts share one flush (group commit). A flush that takes longer than
         ``syncFlushTimeout`` turns PUT_OK into FLUSH_DISK_TIMEOUT (the message is stored).
         """
+        put = self.put_messages_now(msgs)
+        return put if isinstance(put, PutResult) else await put
+
+    def put_messages_now(self, msgs: Sequence[MessageRecord]) -> PutResult | Awaitable[PutResult]:
+        """:meth:`put_messages`, as its result at once when there is nothing to wait for
+        (ASYNC_FLUSH, or a put that failed), else as an awaitable of it (SYNC_FLUSH)."""
         result = self.store.put_messages(msgs)
         if result.status is not PutStatus.PUT_OK:
             return result
-        sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        if sync and not await self.wait_flushed(result.end_offset):
+        if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
+            return result
+        return self._when_flushed(result)
+
+    async def _when_flushed(self, result: PutResult) -> PutResult:
+        if not await self.wait_flushed(result.end_offset):
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
         return result
 

@@ -33,7 +33,7 @@ import functools
 import ipaddress
 import itertools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -67,6 +67,7 @@ from remoting.headers import (
 )
 from store import MessageStore
 from store.services import StoreServices
+from store.status import PutResult
 
 V2_FIELD_NAMES: Mapping[str, str] = {
     "a": "producerGroup",
@@ -175,6 +176,33 @@ def _born_host(addr: str) -> bytes:
     return pack_host("0.0.0.0", 0)
 
 
+class _SendHeader(NamedTuple):
+    """The header fields of a send request (V1 names)."""
+
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    batch: bool
+
+    @classmethod
+    def of(cls, request: RemotingCommand) -> _SendHeader:
+        """Parse the fields (BadRequestError for a missing topic or a mistyped field)."""
+        return cls(
+            header_str(request, "topic"),
+            opt_int(request, "queueId", -1),
+            opt_int(request, "sysFlag", 0),
+            opt_int(request, "bornTimestamp", 0),
+            opt_int(request, "flag", 0),
+            opt_str(request, "properties", ""),
+            opt_int(request, "reconsumeTimes", 0),
+            request.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(request, "batch"),
+        )
+
+
 class SendProcessor:
     """Validates and stores sent messages."""
 
@@ -201,8 +229,15 @@ class SendProcessor:
         counter = self._round_robin.setdefault(config.topic_name, itertools.count())
         return next(counter) % config.write_queue_nums
 
-    async def send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        """Handle SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
+    def send(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Handle SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+
+        The answer comes at once (the channel sends it inline) unless the send must wait: for
+        the name servers to learn of a topic it created, or for the flush covering its messages
+        under SYNC_FLUSH. Then it is an awaitable of the answer.
+        """
         if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             renamed = {V2_FIELD_NAMES.get(k, k): v for k, v in request.ext_fields.items()}
             request = RemotingCommand(
@@ -215,15 +250,8 @@ class SendProcessor:
                 request.language,
                 request.version,
             )
-        topic = header_str(request, "topic")
-        queue_id = opt_int(request, "queueId", -1)
-        sys_flag = opt_int(request, "sysFlag", 0)
-        born_ts = opt_int(request, "bornTimestamp", 0)
-        flag = opt_int(request, "flag", 0)
-        raw_props = opt_str(request, "properties", "")
-        reconsume = opt_int(request, "reconsumeTimes", 0)
-        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(request, "batch")
-
+        header = _SendHeader.of(request)
+        topic = header.topic
         reason = topic_problem(topic)
         if reason is not None:
             return error(request, ResponseCode.MESSAGE_ILLEGAL, reason)
@@ -238,7 +266,30 @@ class SendProcessor:
         if config is not None and not known and self.on_topic_created is not None:
             # RocketMQ registers with the name servers at once, before answering, so the new
             # topic's route exists when the producer learns its message was stored
-            await self.on_topic_created()
+            return self._send_after_registering(request, channel, header, config)
+        return self._send_to(request, channel, header, config)
+
+    async def _send_after_registering(
+        self,
+        request: RemotingCommand,
+        channel: Channel,
+        header: _SendHeader,
+        config: TopicConfig,
+    ) -> RemotingCommand:
+        assert self.on_topic_created is not None
+        await self.on_topic_created()
+        answer = self._send_to(request, channel, header, config)
+        return answer if isinstance(answer, RemotingCommand) else await answer
+
+    def _send_to(
+        self,
+        request: RemotingCommand,
+        channel: Channel,
+        header: _SendHeader,
+        config: TopicConfig | None,
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Validate against the topic's config, store, and answer (see :meth:`send`)."""
+        topic, queue_id, sys_flag, born_ts, flag, raw_props, reconsume, batch = header
         if config is None:
             return error(
                 request,
@@ -295,7 +346,28 @@ class SendProcessor:
         refused = self._apply_transform(request, msgs, batch)
         if refused is not None:
             return refused
-        result = await self.services.put_messages(msgs)
+        put = self.services.put_messages_now(msgs)
+        if isinstance(put, PutResult):
+            return self._answer(request, msgs, queue_id, put)
+        return self._answer_when_stored(request, msgs, queue_id, put)
+
+    async def _answer_when_stored(
+        self,
+        request: RemotingCommand,
+        msgs: list[MessageRecord],
+        queue_id: int,
+        put: Awaitable[PutResult],
+    ) -> RemotingCommand:
+        return self._answer(request, msgs, queue_id, await put)
+
+    def _answer(
+        self,
+        request: RemotingCommand,
+        msgs: list[MessageRecord],
+        queue_id: int,
+        result: PutResult,
+    ) -> RemotingCommand:
+        """The response to a put: its status, and the stored messages' ids and offsets."""
         code, remark = put_response_code(result.status)
         if not result.phys_offsets:  # not stored: no id to give
             return error(request, code, result.remark or remark)

@@ -14,11 +14,13 @@ from contextlib import asynccontextmanager
 import msgpack
 import pytest
 import trio
+import trio.testing
 
 from remoting.channel import Channel
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.connection import Connection
 from remoting.errors import RemotingConnectError, RemotingSendRequestError, RemotingTimeoutError
 from remoting.server import Handler, RemotingServer
 
@@ -343,3 +345,44 @@ async def test_client_block_exception_propagates_unwrapped() -> None:
         async with serving(BASIC) as addr:
             with pytest.raises(KeyError):
                 await use_client(addr)
+
+
+async def test_each_call_times_out_at_its_own_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A later call with a sooner deadline is not held to the earlier call's (virtual time)."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    client = Channel(Connection(ours, "server:1"), {})
+    server = Channel(Connection(theirs, "client:1"), {HANG: hang})
+    took: dict[str, float] = {}
+
+    async def call(name: str, timeout_s: float) -> None:
+        start = trio.current_time()
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(req(HANG), timeout_s=timeout_s)
+        took[name] = trio.current_time() - start
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        async with trio.open_nursery() as calls:
+            calls.start_soon(call, "long", 30.0)
+            await trio.testing.wait_all_tasks_blocked()
+            calls.start_soon(call, "short", 0.5)
+        nursery.cancel_scope.cancel()
+    assert took == {"long": pytest.approx(30.0), "short": pytest.approx(0.5)}
+
+
+async def test_cancelled_call_leaves_nothing_behind(autojump_clock: trio.testing.MockClock) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    client = Channel(Connection(ours, "server:1"), {})
+    server = Channel(Connection(theirs, "client:1"), {SLOW_ECHO: slow_echo})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        with trio.move_on_after(1.0):
+            await client.invoke(req(SLOW_ECHO, b"late", delay=2.0), timeout_s=60.0)
+        # the late answer comes at 2 s and is dropped; the next call gets its own answer
+        resp = await client.invoke(req(SLOW_ECHO, b"next", delay=3.0), timeout_s=60.0)
+        assert resp.body == b"next"
+        nursery.cancel_scope.cancel()
