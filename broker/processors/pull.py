@@ -32,6 +32,8 @@ message arrives in its queue or the suspend time elapses, then the read is re-ru
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable, hold, suspend_seconds
 from broker.status_codes import pull_response_code
@@ -82,8 +84,11 @@ class PullProcessor:
         self.long_polling = long_polling
         self.check_interval_s = check_interval_s
 
-    async def pull(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
-        """PULL_MESSAGE."""
+    def pull(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """PULL_MESSAGE: the answer at once (sent inline), or an awaitable of it when the pull
+        found nothing and is held for long polling."""
         group = header_str(request, "consumerGroup")
         topic = header_str(request, "topic")
         queue_id = header_int(request, "queueId")
@@ -114,30 +119,29 @@ class PullProcessor:
             self.offsets.commit_offset(group, topic, queue_id, commit_offset)
         suspend_s = suspend_seconds(suspend_ms, long_polling=self.long_polling)
         if code == ResponseCode.PULL_NOT_FOUND and suspend_s > 0:
-            result = await hold(
-                self.holds,
-                topic,
-                queue_id,
-                offset,
-                suspend_s,
-                read,
-                _worth_answering,
-                self.check_interval_s,
-            )
-            code = pull_response_code(result.status, offset)
-        fields: dict[str, ExtValue] = {
-            "nextBeginOffset": str(result.next_begin_offset),
-            "minOffset": str(result.min_offset),
-            "maxOffset": str(result.max_offset),
-            "suggestWhichBrokerId": "0",
-        }
-        return RemotingCommand.response_to(
-            request,
-            code,
-            remark=result.status.value,
-            ext_fields=fields,
-            body=b"".join(result.records),
+            return self._answer_when_held(request, topic, queue_id, offset, suspend_s, read)
+        return _pull_response(request, code, result)
+
+    async def _answer_when_held(
+        self,
+        request: RemotingCommand,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        suspend_s: float,
+        read: Callable[[], GetResult],
+    ) -> RemotingCommand:
+        result = await hold(
+            self.holds,
+            topic,
+            queue_id,
+            offset,
+            suspend_s,
+            read,
+            _worth_answering,
+            self.check_interval_s,
         )
+        return _pull_response(request, pull_response_code(result.status, offset), result)
 
     def _check_group(self, request: RemotingCommand, group: str) -> RemotingCommand | None:
         """The refusal of a pull by an unknown group or one with consumeEnable off, else None."""
@@ -182,9 +186,7 @@ class PullProcessor:
             )
         return None
 
-    async def query_consumer_offset(
-        self, request: RemotingCommand, channel: Channel
-    ) -> RemotingCommand:
+    def query_consumer_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """QUERY_CONSUMER_OFFSET: the committed offset; 0 if none and the queue starts at 0."""
         group = header_str(request, "consumerGroup")
         topic = header_str(request, "topic")
@@ -197,9 +199,7 @@ class PullProcessor:
             offset = 0
         return _offset_response(request, offset)
 
-    async def update_consumer_offset(
-        self, request: RemotingCommand, channel: Channel
-    ) -> RemotingCommand:
+    def update_consumer_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """UPDATE_CONSUMER_OFFSET."""
         group = header_str(request, "consumerGroup")
         topic = header_str(request, "topic")
@@ -211,26 +211,24 @@ class PullProcessor:
             return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
-    async def get_max_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    def get_max_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """GET_MAX_OFFSET."""
         topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
         return _offset_response(request, self.store.get_max_offset_in_queue(topic, queue_id))
 
-    async def get_min_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    def get_min_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """GET_MIN_OFFSET."""
         topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
         return _offset_response(request, self.store.get_min_offset_in_queue(topic, queue_id))
 
-    async def search_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    def search_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """SEARCH_OFFSET_BY_TIMESTAMP: first offset stored at or after ``timestamp``."""
         topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
         timestamp = header_int(request, "timestamp")
         offset = self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
         return _offset_response(request, offset)
 
-    async def view_message_by_id(
-        self, request: RemotingCommand, channel: Channel
-    ) -> RemotingCommand:
+    def view_message_by_id(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """VIEW_MESSAGE_BY_ID: the raw record at commitlog ``offset``."""
         offset = header_int(request, "offset")
         try:
@@ -243,7 +241,7 @@ class PullProcessor:
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=raw)
 
-    async def query_message(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    def query_message(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """QUERY_MESSAGE: records of ``topic`` with ``key`` in the time range."""
         topic = header_str(request, "topic")
         key = header_str(request, "key")
@@ -281,6 +279,24 @@ class PullProcessor:
             int(RequestCode.VIEW_MESSAGE_BY_ID): guarded(self.view_message_by_id),
             int(RequestCode.QUERY_MESSAGE): guarded(self.query_message),
         }
+
+
+def _pull_response(
+    request: RemotingCommand, code: ResponseCode, result: GetResult
+) -> RemotingCommand:
+    fields: dict[str, ExtValue] = {
+        "nextBeginOffset": str(result.next_begin_offset),
+        "minOffset": str(result.min_offset),
+        "maxOffset": str(result.max_offset),
+        "suggestWhichBrokerId": "0",
+    }
+    return RemotingCommand.response_to(
+        request,
+        code,
+        remark=result.status.value,
+        ext_fields=fields,
+        body=b"".join(result.records),
+    )
 
 
 def _offset_response(request: RemotingCommand, offset: int) -> RemotingCommand:
