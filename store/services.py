@@ -54,8 +54,13 @@ class _Wakeup:
             self._token.run_sync_soon(self._event.set)
 
     async def wait(self, seconds: float) -> None:
-        with trio.move_on_after(seconds):
-            await self._event.wait()
+        """Return once set (resetting it) or after ``seconds``."""
+        event = self._event
+        if event.is_set():  # set while the caller worked: no timer to arm
+            await trio.lowlevel.checkpoint()
+        else:
+            with trio.CancelScope(deadline=trio.current_time() + seconds):
+                await event.wait()
         self._event = trio.Event()
 
 
