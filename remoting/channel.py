@@ -204,7 +204,7 @@ class Channel:
         seen = self._activity
         last_active = trio.current_time()
         while True:
-            await trio.sleep_until(last_active + timeout / 4)
+            await trio.sleep(timeout / 4)
             now = trio.current_time()
             if self._activity != seen or self._in_flight or self._pending:
                 seen = self._activity

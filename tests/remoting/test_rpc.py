@@ -386,3 +386,17 @@ async def test_cancelled_call_leaves_nothing_behind(autojump_clock: trio.testing
         resp = await client.invoke(req(SLOW_ECHO, b"next", delay=3.0), timeout_s=60.0)
         assert resp.body == b"next"
         nursery.cancel_scope.cancel()
+
+
+async def test_idle_channel_closes_within_a_quarter_past_its_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Virtual time: the watchdog sleeps between its checks (a spinning one would never let the
+    autojump clock move, and the test would hang)."""
+    ours, _theirs = trio.testing.memory_stream_pair()
+    channel = Channel(Connection(ours, "peer:1"), {}, idle_timeout_s=120.0)
+    start = trio.current_time()
+    with trio.fail_after(1000):
+        await channel.run()
+    assert 120.0 <= trio.current_time() - start <= 150.0
+    assert channel.closed
