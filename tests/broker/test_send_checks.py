@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.processors.send import IllegalMessageError, _check_properties
-from common.record import MAX_PROPERTIES_LENGTH
+from common.record import MAX_PROPERTIES_LENGTH, encode_properties
 
 SEPARATORS = ("\x01", "\x02")
 
@@ -37,3 +37,15 @@ def test_a_map_is_accepted_exactly_when_no_name_is_empty_or_holds_a_separator(
     else:
         with pytest.raises(IllegalMessageError):
             _check_properties(props)
+
+
+@pytest.mark.parametrize("char", ["x", "é", "€"])
+def test_size_limit_counts_encoded_bytes(char: str) -> None:
+    """``{"a": v}`` encodes to ``a\\x01v\\x02``: 3 bytes plus the UTF-8 of the value."""
+    width = len(char.encode())
+    fits = char * ((MAX_PROPERTIES_LENGTH - 3) // width)
+    assert _check_properties({"a": fits}) == {"a": fits}
+    over = fits + char * (1 + (MAX_PROPERTIES_LENGTH - 3) % width)
+    assert len(encode_properties({"a": over})) > MAX_PROPERTIES_LENGTH
+    with pytest.raises(IllegalMessageError, match="exceed"):
+        _check_properties({"a": over})
