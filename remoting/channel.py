@@ -153,9 +153,22 @@ class Channel:
         response: RemotingCommand = await trio.lowlevel.wait_task_rescheduled(abort)
         return response
 
-    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
-        """Send ``cmd`` as a oneway request with a fresh opaque."""
-        await self.send(cmd.with_opaque(self._new_opaque(), _ONEWAY_FLAG))
+    async def invoke_oneway(self, cmd: RemotingCommand, *, timeout_s: float = math.inf) -> None:
+        """Send ``cmd`` as a oneway request with a fresh opaque.
+
+        Raises RemotingTimeoutError (nothing written) if other senders hold the connection for
+        ``timeout_s``; the write itself is bounded as :class:`Connection` says.
+        """
+        if self._closed:
+            raise RemotingSendRequestError(self.remote_addr)
+        start_by = trio.current_time() + timeout_s
+        try:
+            await self.connection.send(
+                cmd.with_opaque(self._new_opaque(), _ONEWAY_FLAG), start_by=start_by
+            )
+        except trio.TooSlowError:
+            raise RemotingTimeoutError(self.remote_addr, timeout_s) from None
+        self._activity += 1
 
     async def run(self) -> None:
         """Read and dispatch until the connection ends, then clean up (see the module rules)."""

@@ -105,8 +105,7 @@ class RemotingClient:
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """Send ``cmd`` to ``addr`` as a oneway request (no response)."""
         channel = await self._channel(addr)
-        with trio.fail_after(self.default_timeout_s):
-            await channel.invoke_oneway(cmd)
+        await channel.invoke_oneway(cmd, timeout_s=self.default_timeout_s)
 
     async def close_connection(self, addr: str) -> None:
         """Close the connection to ``addr`` if one is open (its pending calls fail)."""
