@@ -51,6 +51,7 @@ from remoting.errors import (
     RemotingSendRequestError,
     RemotingTimeoutError,
 )
+from remoting.headers import failure_response
 from remoting.reply import Reply
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ class Channel:
             try:
                 response = await reply
             except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-                response = self._failure(request, exc)
+                response = failure_response(request, self.remote_addr, exc)
             await self._respond(request, response)
         finally:
             self._in_flight -= 1
@@ -321,21 +322,7 @@ class Channel:
         try:
             return handler(request, self)
         except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-            return self._failure(request, exc)
-
-    def _failure(self, request: RemotingCommand, exc: Exception) -> RemotingCommand:
-        """Log a handler's exception; the SYSTEM_ERROR response standing in for its reply."""
-        log.error(
-            "handler for code %s from %s failed",
-            request.code,
-            self.remote_addr,
-            exc_info=exc,
-        )
-        return RemotingCommand.response_to(
-            request,
-            ResponseCode.SYSTEM_ERROR,
-            remark=f"{type(exc).__name__}: {exc}",
-        )
+            return failure_response(request, self.remote_addr, exc)
 
     def _new_opaque(self) -> int:
         """Return the next request id (1..INT32_MAX, wrapping)."""

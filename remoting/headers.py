@@ -7,7 +7,9 @@ Rules:
   naming it.
 - :func:`guarded` makes a handler that never raises: a :class:`BadRequestError` becomes
   ``SYSTEM_ERROR`` with the reason as remark (RocketMQ answers a failed header decode the same
-  way), and any other exception is logged and answered ``SYSTEM_ERROR`` too.
+  way), and any other exception is logged and answered ``SYSTEM_ERROR`` too. A ready reply
+  stays ready. :func:`failure_response` is that answer; the channel gives it for an unguarded
+  handler's exception as well.
 
 No trio here: the handler types come from :mod:`remoting.channel` for annotations only.
 """
@@ -105,7 +107,7 @@ def guarded(fn: RawHandler) -> Handler:
         try:
             reply = fn(request, channel)
         except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-            return _failure(request, channel, exc)
+            return failure_response(request, channel.remote_addr, exc)
         if reply is None or isinstance(reply, RemotingCommand):
             return reply
         return _guarded_later(request, channel, reply)
@@ -119,13 +121,17 @@ async def _guarded_later(
     try:
         return await reply
     except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-        return _failure(request, channel, exc)
+        return failure_response(request, channel.remote_addr, exc)
 
 
-def _failure(request: RemotingCommand, channel: Channel, exc: Exception) -> RemotingCommand:
-    """The SYSTEM_ERROR response for a handler's exception (a bad request only warns)."""
+def failure_response(request: RemotingCommand, peer: str, exc: Exception) -> RemotingCommand:
+    """Log a handler's exception; the SYSTEM_ERROR response standing in for its reply.
+
+    A :class:`BadRequestError` (the peer's mistake) only warns; anything else is logged with
+    its traceback.
+    """
     if isinstance(exc, BadRequestError):
-        log.warning("bad request code=%s from %s: %s", request.code, channel.remote_addr, exc)
+        log.warning("bad request code=%s from %s: %s", request.code, peer, exc)
         return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
-    log.error("request code=%s from %s failed", request.code, channel.remote_addr, exc_info=exc)
+    log.error("request code=%s from %s failed", request.code, peer, exc_info=exc)
     return error(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
