@@ -23,6 +23,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.server import RemotingServer
 from store import MessageStore
+from store.config import FlushDiskType
 from store.services import StoreServices
 from tests.conftest import ManualClock, small_store_config
 
@@ -410,3 +411,47 @@ async def test_search_by_timestamp_view_by_id_and_query_by_key(tmp_path: Path) -
         )
         assert resp.code == ResponseCode.QUERY_NOT_FOUND
         assert resp.body == b""
+
+
+# --------------------------------------------------------------------------- answers that wait
+
+
+async def test_sync_flush_send_is_answered_only_once_flushed(tmp_path: Path) -> None:
+    """Under SYNC_FLUSH the send handler's answer waits for the flush covering the message."""
+    async with running_broker(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH) as b:
+        for i in range(5):
+            resp = await b.send(b"durable-%d" % i)
+            assert resp.code == ResponseCode.SUCCESS
+            assert b.store.flushed_offset >= b.store.commitlog.max_offset
+
+
+async def test_send_creating_a_topic_is_answered_after_the_registration(tmp_path: Path) -> None:
+    """The answer to a send that auto-created its topic waits for ``on_topic_created``."""
+    store = MessageStore(small_store_config(tmp_path / "store")).open()
+    registered: list[float] = []
+
+    async def register() -> None:
+        await trio.sleep(0.05)  # a name server round trip
+        registered.append(trio.current_time())
+
+    try:
+        services = StoreServices(store)
+        topics = TopicConfigManager(tmp_path / "config", 4, True)
+        config = BrokerConfig(broker_ip1="127.0.0.1")
+        handlers = make_send_handlers(store, services, topics, config, on_topic_created=register)
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(services.run)
+                port = await nursery.start(RemotingServer(handlers, host="127.0.0.1", port=0).run)
+                async with RemotingClient() as client:
+                    offsets = ConsumerOffsetManager(tmp_path / "config")
+                    b = Broker(store, topics, offsets, client, f"127.0.0.1:{port}", ManualClock())
+                    first = await b.send(b"new topic", topic="BrandNew")
+                    assert first.code == ResponseCode.SUCCESS
+                    assert len(registered) == 1
+                    again = await b.send(b"known topic", topic="BrandNew")
+                    assert again.code == ResponseCode.SUCCESS
+                    assert len(registered) == 1  # only a new topic registers
+                nursery.cancel_scope.cancel()
+    finally:
+        store.close()
