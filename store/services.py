@@ -20,6 +20,7 @@ On cancellation the loops drain what they can under a shielded, bounded scope; `
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Awaitable, Sequence
 
@@ -36,7 +37,11 @@ log = logging.getLogger(__name__)
 DISK_FULL_RETRY_S = 1.0
 SHUTDOWN_DRAIN_S = 5.0
 DISPATCH_BATCH = 8192
-WARM_CHECK_S = 0.01
+REPUT_SAFETY_S = 1.0
+"""The reput loop looks for undispatched records at least this often (besides every put)."""
+WARM_SAFETY_S = 1.0
+"""The warm loop checks at least this often (besides when the reput loop finds the writer
+within half a window of the prefaulted end)."""
 
 
 class _Wakeup:
@@ -53,11 +58,13 @@ class _Wakeup:
         else:
             self._token.run_sync_soon(self._event.set)
 
-    async def wait(self, seconds: float) -> None:
-        """Return once set (resetting it) or after ``seconds``."""
+    async def wait(self, seconds: float = math.inf) -> None:
+        """Return once set (resetting it) or after ``seconds`` (default: no timer at all)."""
         event = self._event
         if event.is_set():  # set while the caller worked: no timer to arm
             await trio.lowlevel.checkpoint()
+        elif seconds == math.inf:
+            await event.wait()
         else:
             with trio.CancelScope(deadline=trio.current_time() + seconds):
                 await event.wait()
@@ -83,6 +90,7 @@ class StoreServices:
         self._flush_waiters: list[tuple[int, trio.Event]] = []
         self._reput_wakeup: _Wakeup | None = None
         self._flush_wakeup: _Wakeup | None = None
+        self._warm_wakeup: _Wakeup | None = None  # set while the warm loop runs
         self.started = False
 
     # -- the awaitable put -----------------------------------------------------------------
@@ -136,6 +144,7 @@ class StoreServices:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._reput_loop)
+                nursery.start_soon(self._reput_safety_tick)
                 nursery.start_soon(self._flush_commitlog_loop)
                 nursery.start_soon(self._flush_logics_loop)
                 nursery.start_soon(self._clean_loop)
@@ -167,7 +176,8 @@ class StoreServices:
                 now = trio.current_time()
                 self._observe_rate(dispatched, now - last_round)
                 last_round = now
-                await self._reput_wakeup.wait(1.0)
+                self._wake_warming()
+                await self._reput_wakeup.wait()  # every put sets it, and the safety tick
                 await self._coalesce(last_round)
         finally:
             with trio.move_on_after(SHUTDOWN_DRAIN_S, shield=True):
@@ -176,6 +186,21 @@ class StoreServices:
                         await trio.lowlevel.checkpoint()
                 except MappedFileCreateError:
                     log.error("shutdown with undispatched records; recovery will redo them")
+
+    async def _reput_safety_tick(self) -> None:
+        """Wake the reput loop every ``REPUT_SAFETY_S`` whatever happens (one timer for the
+        loop's life instead of one per dispatch round)."""
+        assert self._reput_wakeup is not None
+        while True:
+            await trio.sleep(REPUT_SAFETY_S)
+            self._reput_wakeup.set()
+
+    def _wake_warming(self) -> None:
+        """Wake the warm loop if the writer came within half a window of the warmed end."""
+        warm = self._warm_wakeup
+        window = self.config.warm_ahead_size_commit_log
+        if warm is not None and self.store.commitlog.needs_warming(window):
+            warm.set()
 
     def _observe_rate(self, messages: int, seconds: float) -> None:
         """Fold one dispatch round into the moving average of the put rate (messages/s)."""
@@ -227,20 +252,26 @@ class StoreServices:
     async def _warm_loop(self) -> None:
         """Keep the commitlog prefaulted ahead of the writer (ASYNC_FLUSH; see store.prefault).
 
-        Checked every ``WARM_CHECK_S``; the prefault itself runs in a worker thread. Not with
-        SYNC_FLUSH: every flush there would write the prefaulted zero pages once more.
+        Checked when the reput loop finds the writer within half a window of the warmed end
+        (so not on a timer while puts come) and every ``WARM_SAFETY_S``; the prefault itself
+        runs in a worker thread. Not with SYNC_FLUSH: every flush there would write the
+        prefaulted zero pages once more.
         """
         window = self.config.warm_ahead_size_commit_log
         if window <= 0 or self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             return
         log_ = self.store.commitlog
-        while True:
-            if log_.needs_warming(window) and not await trio.to_thread.run_sync(
-                log_.warm_ahead, window
-            ):
-                log.info("prefaulting the commitlog is not supported here; not warming it")
-                return
-            await trio.sleep(WARM_CHECK_S)
+        wakeup = self._warm_wakeup = _Wakeup()
+        try:
+            while True:
+                if log_.needs_warming(window) and not await trio.to_thread.run_sync(
+                    log_.warm_ahead, window
+                ):
+                    log.info("prefaulting the commitlog is not supported here; not warming it")
+                    return
+                await wakeup.wait(WARM_SAFETY_S)
+        finally:
+            self._warm_wakeup = None
 
     async def _clean_loop(self) -> None:
         interval = self.config.clean_resource_interval / 1000
