@@ -23,6 +23,7 @@ from rich.table import Table
 
 from client.bench import stats
 from client.bench.cluster import FLUSH_TYPES, ClusterError, LocalCluster, local_cluster
+from client.bench.cpu import CpuMeter, describe
 from client.bench.runner import (
     BenchError,
     WorkerPool,
@@ -133,9 +134,10 @@ class Session:
         *,
         latency: bool = True,
         table: Table | None = None,
+        note: str | None = None,
     ) -> None:
         """Print the run's JSON object, or its table (``table``, else a rate table of
-        ``rows``, with latency columns if ``latency``)."""
+        ``rows``, with latency columns if ``latency``) and ``note`` under it."""
         if self.json:
             click.echo(stats.to_json(obj))
             return
@@ -146,6 +148,8 @@ class Session:
         else:
             table.caption = caption
         self.out.print(table)
+        if note is not None:
+            self.out.print(note)
 
 
 @contextlib.contextmanager
@@ -209,6 +213,11 @@ def _config(s: Session, kw: dict[str, Any], **more: Any) -> dict[str, Any]:
 
 def _pids(cluster: LocalCluster | None) -> list[int]:
     return [] if cluster is None else cluster.pids
+
+
+def _broker_pid(cluster: LocalCluster | None) -> int | None:
+    """The started broker's pid (None for a cluster given with --namesrv)."""
+    return None if cluster is None else cluster.broker_pid
 
 
 @click.group(cls=LazyGroup)
@@ -284,21 +293,26 @@ def produce(**kw: Any) -> None:
             pool.collect("ready")
             hook.advance(clients)
             hook.phase(f"produce ({kw['mode']})", count or 0)
+            meter = CpuMeter(_broker_pid(cluster))
+            meter.start()
             pool.send_all("go")
             results = pool.collect("result", hook.advance)
+            meter.stop()
             hook.advance(sum(r["msgs"] for r in results))
             worker_pids = pool.pids
     agg = stats.aggregate(results, body_size=kw["body_size"])
+    cpu = meter.us_per_message(agg["msgs"])
     obj = stats.report(
         "produce",
         config,
         s.machine,
         agg,
+        cpu_us_per_msg=cpu,
         clients_detail=stats.per_client(results),
         cluster_pids=_pids(cluster),
         worker_pids=worker_pids,
     )
-    s.emit(obj, [(f"produce {kw['mode']}", agg)])
+    s.emit(obj, [(f"produce {kw['mode']}", agg)], note=describe(cpu))
 
 
 # -- consume ---------------------------------------------------------------------------------
@@ -308,6 +322,7 @@ def _consume_run(
     kw: dict[str, Any],
     ranges: dict[int, tuple[int, int]] | None,
     on_progress: Callable[[int], None] | None = None,
+    meter: CpuMeter | None = None,
 ) -> tuple[list[dict[str, Any]], list[int]]:
     clients = kw["clients"]
     limits = shares(kw["count"], clients)
@@ -337,8 +352,12 @@ def _consume_run(
             if on_progress is not None:
                 on_progress(done)
 
+        if meter is not None:
+            meter.start()
         pool.send_all("go")
         results = pool.collect("result", progress)
+        if meter is not None:
+            meter.stop()
         hook.advance(sum(r["msgs"] for r in results))
         return results, pool.pids
 
@@ -399,18 +418,21 @@ def consume(**kw: Any) -> None:
     )
     with _bench_errors(), s.cluster() as (namesrv, cluster):
         ranges = None if kw["no_fill"] else _fill(s, namesrv, kw)[0]
-        results, worker_pids = _consume_run(s, namesrv, kw, ranges)
+        meter = CpuMeter(_broker_pid(cluster))
+        results, worker_pids = _consume_run(s, namesrv, kw, ranges, meter=meter)
     agg = stats.aggregate(results, body_size=kw["body_size"])
+    cpu = meter.us_per_message(agg["msgs"])
     obj = stats.report(
         "consume",
         config,
         s.machine,
         agg,
+        cpu_us_per_msg=cpu,
         clients_detail=stats.per_client(results),
         cluster_pids=_pids(cluster),
         worker_pids=worker_pids,
     )
-    s.emit(obj, [("consume", agg)])
+    s.emit(obj, [("consume", agg)], note=describe(cpu))
 
 
 # -- latency ---------------------------------------------------------------------------------

@@ -54,6 +54,15 @@ def assert_rates(out: dict[str, Any]) -> None:
     assert out["machine"]["commit"]
 
 
+def assert_cpu(out: dict[str, Any]) -> None:
+    """The started broker's and the machine's CPU per message (Linux: numbers; else None)."""
+    cpu = out["cpu_us_per_msg"]
+    assert set(cpu) == {"broker", "machine", "idle"}
+    if sys.platform.startswith("linux"):
+        # a tiny run may not move the 10 ms tick counters, hence >= 0
+        assert all(isinstance(v, float) and v >= 0 for v in cpu.values())
+
+
 def test_produce_batch_two_clients(tmp_path: Path) -> None:
     out = run_bench(
         tmp_path, "produce", "--clients", "2", "--mode", "batch", "--batch", "16",
@@ -70,6 +79,7 @@ def test_produce_batch_two_clients(tmp_path: Path) -> None:
     assert out["requests"] == 2 * 7  # 100 = 6 x 16 + 4 per client
     assert len({c["pid"] for c in out["clients_detail"]}) == 2
     assert_rates(out)
+    assert_cpu(out)
     assert_cleaned_up(out, tmp_path)
 
 
@@ -102,6 +112,7 @@ def test_consume_two_clients(tmp_path: Path) -> None:
     assert queues[1]
     assert not queues[0] & queues[1]
     assert_rates(out)
+    assert_cpu(out)
     assert_cleaned_up(out, tmp_path)
 
 
