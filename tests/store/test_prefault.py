@@ -7,8 +7,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 
+import store.services as services_module
 from store import FlushDiskType, MessageStore, StoreConfig
 from store.mapped_file import MappedFile
 from store.prefault import PAGE_SIZE, mapping_address, populate_write
@@ -134,3 +136,33 @@ def test_store_with_warming_reads_back_every_message(
         assert seen == 3000
     finally:
         store.close()
+
+
+async def test_warming_follows_the_writer_without_a_timer(
+    small_config: Callable[..., StoreConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the warm loop's safety timer out of reach, the reput loop alone keeps waking it
+    whenever the writer comes within half a window of the warmed end."""
+    if not _supported(tmp_path):
+        pytest.skip("this kernel cannot prefault a shared file mapping")
+    monkeypatch.setattr(services_module, "WARM_SAFETY_S", 3600.0)
+    window = 256 * 1024
+    config = small_config(
+        root=tmp_path / "w",
+        mapped_file_size_commit_log=8 * MIB,
+        warm_ahead_size_commit_log=window,
+    )
+    store = open_store(config)
+    services = StoreServices(store)
+    log = store.commitlog
+    body = os.urandom(8 * 1024)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            for _ in range(6):  # each round writes about one window, crossing its half
+                await services.put_messages([make_msg("TopicTest", body) for _ in range(32)])
+                await wait_until(lambda: log.warmed_offset >= log.max_offset + window // 2)
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    assert log.max_offset > 5 * window
