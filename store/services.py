@@ -6,11 +6,13 @@ GroupCommitService, FlushConsumeQueueService and CleanCommitLogService)::
     run
     ├─ reput_loop          dispatch appended records to consume queues + index, on wakeup
     │                      (at once below 20k msgs/s, batched every 1 ms above it, which is
-    │                      RocketMQ's ReputMessageService period)
+    │                      RocketMQ's ReputMessageService period); wakes warm_loop when due
+    ├─ reput_safety_tick   wakes reput_loop every REPUT_SAFETY_S whatever happens
     ├─ flush_commitlog_loop  every flushIntervalCommitLog, or at once for SYNC_FLUSH waiters
     ├─ flush_logics_loop   consume queues + index + checkpoint, every flushIntervalConsumeQueue
     ├─ clean_loop          retention, every cleanResourceInterval
-    └─ warm_loop           prefault the commitlog ahead of the writer (ASYNC_FLUSH)
+    └─ warm_loop           prefault the commitlog ahead of the writer (ASYNC_FLUSH), when
+                           reput_loop finds the writer near the prefaulted end
 
 Every disk wait runs in a worker thread (``trio.to_thread.run_sync``), never on the event loop.
 On cancellation the loops drain what they can under a shielded, bounded scope; ``store.close()``
