@@ -71,6 +71,18 @@ class Env:
 EnvFactory = Callable[..., Env]
 
 
+def steady_start_ms() -> int:
+    """A start for the injected clock: 10 minutes into the current UTC hour, not the real now.
+
+    The tests pick ``delete_when`` from the clock's local hour and then move the clock by
+    seconds (10 ms a put); starting from the real time, a run just before the hour turned
+    (seen in CI at 13:59) crossed into the next hour and flipped what the tests expect.
+    At least 5 minutes remain before the local hour turns, in any time zone (offsets are
+    whole hours, or 30 or 45 minutes off).
+    """
+    return int(time.time() * 1000) // HOUR_MS * HOUR_MS + 10 * 60 * 1000
+
+
 def local_hour(ms: int) -> int:
     """The local hour of ``ms``, as retention computes it."""
     return time.localtime(ms / 1000).tm_hour
@@ -97,7 +109,7 @@ def env_factory(tmp_path: Path) -> Iterator[EnvFactory]:
     opened: list[MessageStore] = []
 
     def make(*, at_delete_hour: bool = False, files: int = 8, **overrides: object) -> Env:
-        now = [int(time.time() * 1000)]
+        now = [steady_start_ms()]
         ratio = [0.10]
         cfg = make_config(tmp_path / "store", now[0], at_delete_hour=at_delete_hour, **overrides)
         store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=lambda _path: ratio[0])
@@ -329,7 +341,7 @@ class UsageProbe:
 
 async def test_services_clean_loop_applies_the_watermarks(tmp_path: Path) -> None:
     # real time: retention runs in a worker thread, which an autojump clock would outrun
-    now = [int(time.time() * 1000)]
+    now = [steady_start_ms()]
     usage = UsageProbe(0.1)
     cfg = make_config(tmp_path / "store", now[0], at_delete_hour=False, clean_resource_interval=20)
     store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=usage).open()
