@@ -20,7 +20,7 @@ from remoting.frame import FrameDecoder, encode_frame
 from remoting.headers import guarded
 from remoting.reply import Reply, then
 from remoting.server import Handler
-from tests.remoting.test_rpc import LIMIT, _closed_by_peer, hang, req, serving
+from tests.remoting.test_rpc import LIMIT, hang, req, serving
 
 READY = RequestCode.SEND_MESSAGE
 BROKEN = RequestCode.QUERY_MESSAGE
@@ -157,15 +157,33 @@ async def test_reader_yields_while_answering_a_flood_inline() -> None:
     assert longest <= 2 * FAIR_REQUESTS
 
 
-async def test_idle_timeout_spares_a_connection_in_steady_use() -> None:
-    with trio.fail_after(LIMIT):
-        async with serving(HANDLERS, idle_timeout_s=0.2) as addr:
-            host, port = addr.split(":")
-            async with await trio.open_tcp_stream(host, int(port)) as raw:
-                decoder = FrameDecoder()
-                for i in range(12):  # 0.6 s of traffic, three idle timeouts
-                    await raw.send_all(encode_frame(req(READY, b"x").with_opaque(i + 1, 0)))
-                    while decoder.next_command() is None:
-                        decoder.receive_data(await raw.receive_some(65536))
-                    await trio.sleep(0.05)
-                assert await _closed_by_peer(raw)  # and once it stops, the server closes it
+async def test_idle_timeout_spares_a_connection_in_steady_use(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Virtual time: a request every 50 s keeps a 120 s idle timeout away for 600 s; once the
+    requests stop, the server side closes between 1 and 1.25 timeouts after the last one."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    client = Channel(Connection(ours, "server:1"), {})
+    server = Channel(Connection(theirs, "client:1"), HANDLERS, idle_timeout_s=120.0)
+    closed_at: list[float] = []
+    closed = trio.Event()
+
+    async def serve() -> None:
+        await server.run()
+        closed_at.append(trio.current_time())
+        closed.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(serve)
+        last = trio.current_time()
+        for i in range(12):
+            await trio.sleep_until(last + 50.0)
+            resp = await client.invoke(req(READY, b"%d" % i), timeout_s=10.0)
+            assert resp.body == b"%d" % i
+            assert not closed_at
+            last = trio.current_time()
+        with trio.fail_after(1000):
+            await closed.wait()
+        nursery.cancel_scope.cancel()
+    assert 120.0 <= closed_at[0] - last <= 150.0
