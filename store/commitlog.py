@@ -46,6 +46,7 @@ _SYSFLAG = struct.Struct(">i")
 _HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _TX_MASK = MessageSysFlag.TRANSACTION_MASK
 _TX_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
+_TAGS = MessageConst.TAGS
 
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (hot path)
@@ -133,6 +134,11 @@ class CommitLog:
     # -- append (one lock hold) ------------------------------------------------------------
     def append(self, msgs: Sequence[MessageRecord]) -> PutResult:
         """Validate, encode and append ``msgs`` as one atomic batch."""
+        if len(msgs) == 1:
+            return self._append_one(msgs[0])
+        return self._append_batch(msgs)
+
+    def _append_batch(self, msgs: Sequence[MessageRecord]) -> PutResult:
         encoded = self._encode_all(msgs)
         if isinstance(encoded, PutResult):
             return encoded
@@ -147,9 +153,40 @@ class CommitLog:
                 mf = self._file_for(batch_size)
             except MappedFileCreateError as exc:
                 return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
-            if len(msgs) == 1:
-                return self._write_one(mf, msgs[0], encoded)
             return self._write(mf, msgs, encoded)
+
+    def _append_one(self, m: MessageRecord) -> PutResult:
+        """:meth:`append` for one message (most sends), without the batch's lists.
+
+        Anything unusual (a topic not seen yet, a message to refuse, a file to roll) goes the
+        batch way, which validates and reports it.
+        """
+        prefix = self._topic_prefix.get(m.topic)
+        body = m.body
+        props = m.properties
+        if props:
+            raw = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+            tag = props.get(_TAGS)
+            code = (TAGS_CODE_CACHE.get(tag) or tags_code(tag)) if tag else 0
+        else:
+            raw, code = b"", 0
+        if (
+            prefix is None
+            or len(body) > self.config.max_message_size
+            or len(raw) > MAX_PROPERTIES_LENGTH
+            or len(m.born_host) != 8
+        ):
+            return self._append_batch((m,))
+        tail = b"".join((body, prefix, _SHORT.pack(len(raw)), raw))
+        total = 88 + len(tail)
+        with self.lock:
+            files = self.queue.files
+            mf = files[-1] if files else None
+            if mf is not None and mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH <= (
+                mf.file_size
+            ):
+                return self._write_one(mf, m, tail, total, code)
+        return self._append_batch((m,))
 
     def _file_for(self, batch_size: int) -> MappedFile:
         mf = self.queue.writable_file()
@@ -161,8 +198,10 @@ class CommitLog:
             mf = nxt
         return mf
 
-    def _write_one(self, mf: MappedFile, m: MessageRecord, enc: _Encoded) -> PutResult:
-        """:meth:`_write` for one message (most sends), without the run bookkeeping."""
+    def _write_one(
+        self, mf: MappedFile, m: MessageRecord, tail: bytes, total: int, tags_code: int
+    ) -> PutResult:
+        """Number, pack and copy one encoded message; queue it for dispatch as a run of one."""
         now = self.clock_ms()
         phys = mf.file_from_offset + mf.wrote_position
         sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
@@ -173,19 +212,18 @@ class CommitLog:
             self.topic_queue_table[key] = qoff + 1
         else:
             qoff = 0
-        total = enc.total
         header = HEADER_V4.pack(
             total, MAGIC_CODE_V1, zlib.crc32(m.body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff,
             phys, sys_flag, m.born_timestamp, m.born_host, now, self.store_host, m.reconsume_times,
             m.prepared_transaction_offset, len(m.body),
         )  # fmt: skip
-        mf.append(header + enc.tails[0])
+        mf.append(header + tail)
         self.pending_dispatch.append(
             _new_tuple(
                 DispatchRequest,
                 (
-                    m.topic, m.queue_id, sys_flag, now, phys, phys + total, qoff, enc.sizes,
-                    enc.tags_codes, [m.properties],
+                    m.topic, m.queue_id, sys_flag, now, phys, phys + total, qoff, [total],
+                    [tags_code], [m.properties],
                 ),
             )
         )  # fmt: skip

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store.consume_queue import BLANK_UNIT, ConsumeQueue, ConsumeQueueGapError
 from store.dispatch_request import DispatchRequest
@@ -291,3 +293,45 @@ def test_destroy(cq: ConsumeQueue, root: Path) -> None:
     cq.destroy()
     assert file_names(root) == []
     assert (cq.max_offset, cq.max_physic_offset) == (0, -1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    puts=st.lists(
+        st.tuples(st.integers(0, 14), st.integers(1, 8), st.booleans()), min_size=1, max_size=8
+    )
+)
+def test_runs_together_write_what_runs_one_by_one_write(
+    tmp_path_factory: pytest.TempPathFactory, puts: list[tuple[int, int, bool]]
+) -> None:
+    """A put of many single-record runs (packed in one call) leaves the bytes that putting
+    each run alone leaves, whether the runs continue the queue, overlap it or leave a gap."""
+    root = tmp_path_factory.mktemp("cq")
+    together = ConsumeQueue(root / "together", "TopicTest", 0, FILE_SIZE)
+    alone = ConsumeQueue(root / "alone", "TopicTest", 0, FILE_SIZE)
+    try:
+        for start, count, gap in puts:
+            runs = reqs(start, start + count)
+            outcomes = []
+            for q, batches in ((together, [runs]), (alone, [[r] for r in runs])):
+                try:
+                    for batch in batches:
+                        q.put(batch, allow_gap=gap)
+                    outcomes.append(None)
+                except ConsumeQueueGapError as exc:
+                    outcomes.append((exc.expected, exc.got))
+            assert outcomes[0] == outcomes[1]
+            assert (together.min_offset, together.max_offset, together.max_physic_offset) == (
+                alone.min_offset,
+                alone.max_offset,
+                alone.max_physic_offset,
+            )
+            assert file_contents(root / "together") == file_contents(root / "alone")
+    finally:
+        together.close()
+        alone.close()
+
+
+def file_contents(root: Path) -> list[tuple[str, bytes]]:
+    """Name and bytes of each consume-queue file under ``root``."""
+    return [(p.name, p.read_bytes()) for p in sorted((root / "TopicTest" / "0").iterdir())]

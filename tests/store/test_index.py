@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from common.hashing import index_key_hash
 from common.message import MessageSysFlag
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_file import IndexFile, index_file_size
 from store.index_service import IndexService, timestamp_file_name
 from tests.conftest import ManualClock, small_store_config
@@ -445,3 +445,51 @@ def test_keyless_records_count_as_indexed(service_factory) -> None:
     svc.build_index([dreq(300, T0 + 3000)])
     assert svc.indexed_up_to == 300
     assert svc.query_offsets("T", "k", 10, 0, LONG_MAX)[0] == [200]
+
+
+single_records = st.lists(
+    st.tuples(
+        st.sampled_from(["T", "Other", "t_2"]),
+        st.sampled_from(["", "U", "7F0000011659", "UNIQ-ÄÖ"]),
+        st.sampled_from(["", "k", "order-42", "a b", " a", "ключ"]),
+        st.sampled_from([0, 1, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE]),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=single_records, split=st.integers(1, 40))
+def test_single_send_runs_index_every_key_in_record_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    records: list[tuple[str, str, str, int]],
+    split: int,
+) -> None:
+    """Runs of one record each (single sends) give the entries a record-by-record build
+    gives: each record's UNIQ_KEY then its keys, in commitlog order, none for a rollback."""
+    cfg = small_store_config(tmp_path_factory.mktemp("idx") / "store")
+    svc = IndexService(cfg, ManualClock(T0))
+    try:
+        reqs = [
+            dreq(i * 100, T0 + i, keys=k, uniq=u, topic=t, sys_flag=f)
+            for i, (t, u, k, f) in enumerate(records)
+        ]
+        for start in range(0, len(reqs), split):
+            svc.build_index(reqs[start : start + split])
+        expected = [
+            (index_key_hash(f"{req.topic}#{suffix}"), req.phys_offset)
+            for req in reqs
+            if req.sys_flag != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+            for suffix in key_suffixes(req.properties[0])
+        ]
+        got = []
+        for f in svc.files:
+            data = f.file.mm[:]
+            for i in range(1, f.index_count):
+                key_hash, phys, _, _ = raw_entry(data, f.hash_slot_num, i)
+                got.append((key_hash, phys))
+        assert got == expected
+        assert svc.indexed_up_to == reqs[-1].phys_offset
+    finally:
+        svc.close()
