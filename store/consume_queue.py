@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import mmap
 import struct
-from collections.abc import Iterable, Sequence
-from itertools import accumulate, chain, islice
+from collections.abc import Sequence
+from itertools import accumulate, chain
 from pathlib import Path
 
 from store.dispatch_request import DispatchRequest
@@ -33,14 +33,18 @@ def _units_struct(count: int) -> struct.Struct:
 def _pack_units(run: DispatchRequest, skip: int) -> bytes:
     """The units of ``run``'s records from the ``skip``-th on."""
     sizes, codes = run.sizes, run.tags_codes
-    if len(sizes) == 1:  # a single send: no iterators
+    n = len(sizes)
+    if n == 1:  # a single send: no lists
         return UNIT.pack(run.phys_offset, sizes[0], codes[0])
-    phys: Iterable[int] = accumulate(sizes, initial=run.phys_offset)
+    phys = list(accumulate(sizes[:-1], initial=run.phys_offset))
     if skip:
-        sizes, codes, phys = sizes[skip:], codes[skip:], islice(phys, skip, None)
-    # phys has one item more than sizes (the run's end), which zip leaves out
-    units = chain.from_iterable(zip(phys, sizes, codes, strict=False))
-    return _units_struct(len(sizes)).pack(*units)
+        sizes, codes, phys = sizes[skip:], codes[skip:], phys[skip:]
+        n -= skip
+    units: list[int] = [0] * (3 * n)  # (phys, size, code) per record, by slice assignment
+    units[0::3] = phys
+    units[1::3] = sizes
+    units[2::3] = codes
+    return _units_struct(n).pack(*units)
 
 
 def _pack_singles(runs: Sequence[DispatchRequest], first: int) -> bytes | None:

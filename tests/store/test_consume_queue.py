@@ -298,22 +298,26 @@ def test_destroy(cq: ConsumeQueue, root: Path) -> None:
 @settings(max_examples=100, deadline=None)
 @given(
     puts=st.lists(
-        st.tuples(st.integers(0, 14), st.integers(1, 8), st.booleans()), min_size=1, max_size=8
+        st.tuples(st.integers(0, 14), st.integers(1, 8), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=8,
     )
 )
-def test_runs_together_write_what_runs_one_by_one_write(
-    tmp_path_factory: pytest.TempPathFactory, puts: list[tuple[int, int, bool]]
+def test_runs_together_write_what_records_one_by_one_write(
+    tmp_path_factory: pytest.TempPathFactory, puts: list[tuple[int, int, bool, bool]]
 ) -> None:
-    """A put of many single-record runs (packed in one call) leaves the bytes that putting
-    each run alone leaves, whether the runs continue the queue, overlap it or leave a gap."""
+    """A put of many single-record runs (packed in one call), or of one run of many records,
+    leaves the bytes that putting each record alone leaves, whether the records continue the
+    queue, overlap it or leave a gap."""
     root = tmp_path_factory.mktemp("cq")
     together = ConsumeQueue(root / "together", "TopicTest", 0, FILE_SIZE)
     alone = ConsumeQueue(root / "alone", "TopicTest", 0, FILE_SIZE)
     try:
-        for start, count, gap in puts:
-            runs = reqs(start, start + count)
+        for start, count, gap, one_run in puts:
+            singles = reqs(start, start + count)
+            runs = [run_of(singles)] if one_run else singles
             outcomes = []
-            for q, batches in ((together, [runs]), (alone, [[r] for r in runs])):
+            for q, batches in ((together, [runs]), (alone, [[r] for r in singles])):
                 try:
                     for batch in batches:
                         q.put(batch, allow_gap=gap)
@@ -335,3 +339,14 @@ def test_runs_together_write_what_runs_one_by_one_write(
 def file_contents(root: Path) -> list[tuple[str, bytes]]:
     """Name and bytes of each consume-queue file under ``root``."""
     return [(p.name, p.read_bytes()) for p in sorted((root / "TopicTest" / "0").iterdir())]
+
+
+def run_of(singles: list[DispatchRequest]) -> DispatchRequest:
+    """One run holding the records of ``singles`` (consecutive, as :func:`reqs` makes them)."""
+    first, last = singles[0], singles[-1]
+    return first._replace(
+        end_offset=last.end_offset,
+        sizes=[r.sizes[0] for r in singles],
+        tags_codes=[r.tags_codes[0] for r in singles],
+        properties=[r.properties[0] for r in singles],
+    )
