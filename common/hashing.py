@@ -51,28 +51,30 @@ def index_key_hash(key: str) -> int:
     return 0 if h == _INT_MIN else abs(h)
 
 
-class _Pow31:
-    """Growable table of ``31**k mod 2**32`` as uint32."""
+class _PowerTable:
+    """Growable table of ``base**k mod 2**32`` as uint32."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: int) -> None:
+        self.base = base
         self.table = self._build(256)
 
-    @staticmethod
-    def _build(n: int) -> npt.NDArray[np.uint32]:
+    def _build(self, n: int) -> npt.NDArray[np.uint32]:
         out = np.empty(n, dtype=np.uint32)
         v = 1
         for k in range(n):
             out[k] = v
-            v = (v * 31) & _MASK32
+            v = (v * self.base) & _MASK32
         return out
 
     def upto(self, n: int) -> npt.NDArray[np.uint32]:
+        """The table, at least ``n`` long."""
         if n > len(self.table):
             self.table = self._build(max(n, 2 * len(self.table)))
         return self.table
 
 
-_POW31 = _Pow31()
+_POW31 = _PowerTable(31)
+_INV31 = _PowerTable(pow(31, -1, 1 << 32))  # 31 is odd, so it has an inverse mod 2**32
 
 
 def java_string_hashes(strings: Sequence[str]) -> npt.NDArray[np.int32]:
@@ -133,8 +135,8 @@ def index_key_hashes_prefixed(
     ``hash(p + s) = hash(p) * 31**len(s) + hash(s)`` modulo 2**32, so a topic's ``topic#``
     prefix is hashed once and no ``topic#key`` string is built.
     """
-    padded = _ascii_hashes_padded(suffixes)
-    suffix_hash, lengths = _hashes_and_lengths(suffixes) if padded is None else padded
+    ascii_ = _ascii_hashes(suffixes)
+    suffix_hash, lengths = _hashes_and_lengths(suffixes) if ascii_ is None else ascii_
     scale = _POW31.upto(int(lengths.max()) + 1 if len(lengths) else 1)[lengths]
     if prefix_hashes and prefix_hashes.count(prefix_hashes[0]) == len(prefix_hashes):
         prefix: npt.NDArray[np.uint64] | np.uint64 = np.uint64(prefix_hashes[0])  # one topic
@@ -144,17 +146,15 @@ def index_key_hashes_prefixed(
     return _abs_hash(combined.astype(np.uint32).view(np.int32).astype(np.int64))
 
 
-def _ascii_hashes_padded(
+def _ascii_hashes(
     strings: Sequence[str],
-) -> tuple[npt.NDArray[np.unsignedinteger[Any]], npt.NDArray[np.signedinteger[Any]]] | None:
-    """Hash codes (mod 2**32, unsigned) and lengths of ASCII ``strings`` as one matrix product.
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp]] | None:
+    """Hash codes (mod 2**32, unsigned) and lengths of ASCII ``strings``, from one running sum.
 
-    The strings are right-aligned in rows of zeros (a leading zero leaves a Java hash
-    unchanged), so each hash is the row times ``31**(width-1) ... 31, 1`` in uint32
-    arithmetic, which wraps modulo 2**32 exactly as Java's int does. (``einsum`` rather than
-    ``@``: numpy's integer matmul is slower, and a float one would hand the work to BLAS
-    threads.) None for non-ASCII text, an empty list, or rows so uneven that padding would
-    cost more than the general path.
+    With the strings joined into ``c_0 .. c_{T-1}`` and ``S_j = sum(c_i * 31**(T-1-i), i < j)``
+    (uint32 arithmetic wraps modulo 2**32 exactly as Java's int does), the string at
+    ``[a, b)`` hashes to ``(S_b - S_a) * 31**-(T-b)``: 31 is odd, so it has an inverse
+    modulo 2**32. None for non-ASCII text or an empty list.
     """
     n = len(strings)
     data = "".join(strings).encode("utf-8")
@@ -163,13 +163,13 @@ def _ascii_hashes_padded(
     if n == 0 or total != sum(length_list):  # a multi-byte character: not ASCII
         return None
     lengths = np.array(length_list, dtype=np.intp)
-    width = max(int(lengths.max()), 1)
-    if n * width > 4 * total + 4096:
-        return None
-    rows = np.zeros((n, width), dtype=np.uint32)
-    rows[np.arange(width) >= (width - lengths)[:, None]] = np.frombuffer(data, dtype=np.uint8)
-    powers = _POW31.upto(width)[width - 1 :: -1]
-    hashes: npt.NDArray[np.uint32] = np.einsum("ij,j->i", rows, powers)
+    if total == 0:
+        return np.zeros(n, dtype=np.uint32), lengths
+    ends = np.cumsum(lengths)
+    weighted = np.frombuffer(data, dtype=np.uint8) * _POW31.upto(total)[total - 1 :: -1]
+    sums = np.zeros(total + 1, dtype=np.uint32)
+    np.cumsum(weighted, out=sums[1:])
+    hashes = (sums[ends] - sums[ends - lengths]) * _INV31.upto(total + 1)[total - ends]
     return hashes, lengths
 
 
