@@ -136,7 +136,93 @@ class CommitLog:
         """Validate, encode and append ``msgs`` as one atomic batch."""
         if len(msgs) == 1:
             return self._append_one(msgs[0])
+        with self.lock:
+            files = self.queue.files
+            if files:
+                done = self._append_uniform(files[-1], msgs)
+                if done is not None:
+                    return done
         return self._append_batch(msgs)
+
+    def _append_uniform(self, mf: MappedFile, msgs: Sequence[MessageRecord]) -> PutResult | None:
+        """:meth:`append` in one pass for a batch of one topic, queue and sys flag (every batch
+        send) that fits in ``mf``; None, with nothing changed, for anything else (a topic not
+        seen yet, a message to refuse, a mixed batch, a file to roll): the two-pass way
+        validates, reports and rolls."""
+        first = msgs[0]
+        topic, queue_id = first.topic, first.queue_id
+        sys_flag = first.sys_flag & ~_HOST_V6_FLAGS
+        prefix = self._topic_prefix.get(topic)
+        if prefix is None:
+            return None
+        tx = sys_flag & _TX_MASK
+        consumable = tx == 0 or tx == _TX_COMMIT
+        key = (topic, queue_id)
+        first_qoff = qoff = self.topic_queue_table.get(key, 0) if consumable else 0
+        step = 1 if consumable else 0
+        now = self.clock_ms()
+        phys = start = mf.file_from_offset + mf.wrote_position
+        limit = mf.file_from_offset + mf.file_size - END_FILE_MIN_BLANK_LENGTH
+        max_body = self.config.max_message_size
+        store_host = self.store_host
+        pack, pack_short, crc32 = HEADER_V4.pack, _SHORT.pack, zlib.crc32
+        tag_cache = TAGS_CODE_CACHE
+        parts: list[bytes] = []
+        sizes: list[int] = []
+        codes: list[int] = []
+        props_list: list[dict[str, str]] = []
+        for m in msgs:
+            body, props = m.body, m.properties
+            if (
+                m.topic != topic
+                or m.queue_id != queue_id
+                or m.sys_flag & ~_HOST_V6_FLAGS != sys_flag
+                or len(body) > max_body
+                or len(m.born_host) != 8
+            ):
+                return None
+            if props:
+                raw = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+                if len(raw) > MAX_PROPERTIES_LENGTH:
+                    return None
+                tag = props.get(_TAGS)
+                codes.append((tag_cache.get(tag) or tags_code(tag)) if tag else 0)
+            else:
+                raw = b""
+                codes.append(0)
+            total = 90 + len(body) + len(prefix) + len(raw)  # 88 fixed + 2 properties length
+            parts.append(
+                pack(
+                    total, MAGIC_CODE_V1, crc32(body) & 0x7FFFFFFF, queue_id, m.flag, qoff,
+                    phys, sys_flag, m.born_timestamp, m.born_host, now, store_host,
+                    m.reconsume_times, m.prepared_transaction_offset, len(body),
+                )
+            )  # fmt: skip
+            parts += (body, prefix, pack_short(len(raw)), raw)
+            sizes.append(total)
+            props_list.append(props)
+            qoff += step
+            phys += total
+        if phys > limit:
+            return None
+        mf.append(b"".join(parts))
+        if consumable:
+            self.topic_queue_table[key] = qoff
+        self.pending_dispatch.append(
+            _new_tuple(
+                DispatchRequest,
+                (topic, queue_id, sys_flag, now, start, phys, first_qoff, sizes, codes, props_list),
+            )
+        )
+        self.last_store_timestamp = now
+        return PutResult(
+            PutStatus.PUT_OK,
+            list(accumulate(sizes[:-1], initial=start)),
+            list(range(first_qoff, qoff)) if consumable else [0] * len(sizes),
+            now,
+            phys - start,
+            phys,
+        )
 
     def _append_batch(self, msgs: Sequence[MessageRecord]) -> PutResult:
         encoded = self._encode_all(msgs)

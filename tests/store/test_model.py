@@ -146,6 +146,13 @@ class StoreModel(RuleBasedStateMachine):
         specs = data.draw(st.lists(message_specs, min_size=n, max_size=n))
         self._put([self._new_msg((topic, *spec[1:])) for spec in specs])
 
+    @rule(data=st.data(), spec=message_specs, n=st.integers(2, 8))
+    def put_uniform_batch(self, data: st.DataObject, spec: tuple, n: int) -> None:
+        """A batch send: one topic, queue and sys flag, the rest drawn per message."""
+        specs = data.draw(st.lists(message_specs, min_size=n, max_size=n))
+        topic, queue, *_, flag = spec
+        self._put([self._new_msg((topic, queue, *s[2:-1], flag)) for s in specs])
+
     @rule(bad_topic=st.sampled_from(("", "bad topic", "a/b", "T" * 128)))
     def put_invalid(self, bad_topic: str) -> None:
         end = self.store.commitlog.max_offset
