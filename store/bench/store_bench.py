@@ -5,11 +5,11 @@ cover only store work: generating messages and updating the progress display hap
 timed sections, while nothing else runs (the event loop is blocked then, so the reput loop does
 no work off the clock either).
 
-The put workload's headline mode drives the store as the broker will: under trio, with
-:class:`~store.services.StoreServices` running (reput, flush and retention loops), each put
-awaited through ``StoreServices.put_messages`` and followed by ``trio.lowlevel.checkpoint()``
-so the reput loop gets to dispatch. The run ends only once every message is dispatched to its
-consume queue and the index.
+The put workload's headline mode drives the store as the broker's send handler does: under
+trio, with :class:`~store.services.StoreServices` running (reput, flush and retention loops),
+each put made through ``StoreServices.put_messages_now`` (awaited only when it must wait for a
+SYNC_FLUSH) and followed by ``trio.lowlevel.checkpoint()`` so the reput loop gets to dispatch.
+The run ends only once every message is dispatched to its consume queue and the index.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from store.config import FlushDiskType, StoreConfig
 from store.index_file import index_file_size
 from store.message_store import MessageStore
 from store.services import StoreServices
-from store.status import GetStatus, PutStatus
+from store.status import GetStatus, PutResult, PutStatus
 
 PutMode = Literal["trio", "sync"]
 RecoverVariant = Literal["clean", "crash", "crash-rescan", "crash-rebuild"]
@@ -258,14 +258,16 @@ async def _drive_trio(
     async with trio.open_nursery() as nursery:
         await nursery.start(services.run)
         result.checkpoint_ns = await _checkpoint_cost()
-        put = services.put_messages
+        put = services.put_messages_now
         for chunk in chunks:  # making the chunk happens here, off the clock
             start = clock()
             yield_ns = 0
             wrote = 0
             for k, batch in enumerate(chunk, 1):
                 t0 = clock()
-                r = await put(batch)
+                r = put(batch)
+                if not isinstance(r, PutResult):  # SYNC_FLUSH: answered once flushed
+                    r = await r
                 t1 = clock()
                 add(t1 - t0)
                 if r.status is not ok:
