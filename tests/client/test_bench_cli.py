@@ -217,9 +217,9 @@ def test_store_commands_load_lazily(command: str) -> None:
 def test_store_put_puts_and_dispatches_every_message(tmp_path: Path, batch: str) -> None:
     """``mqbench store put`` drives a real store under trio, checks that every message reached
     its consume queue and the index, and reports the time per message by part."""
+    args = ["--count", "3000", "--batch", batch, "--commitlog-file-size", str(256 << 10)]
     proc = subprocess.run(
-        [MQBENCH, "store", "put", "--count", "3000", "--batch", batch, "--json"]
-        + ["--commitlog-file-size", str(256 << 10), "--dir", str(tmp_path)],
+        [MQBENCH, "store", "put", *args, "--json", "--dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=LIMIT_S,
