@@ -42,6 +42,7 @@ from common.process import (
     print_config_option,
     serve_until_signal,
     setup_logging,
+    tune_gc,
 )
 from store.errors import StoreError
 
@@ -132,6 +133,7 @@ def main(
     except OSError as exc:
         fail(PROGRAM, f"cannot open log file: {exc}")
     try:
+        tune_gc()
         trio.run(_serve, config, bind_address)
     except* (OSError, StoreError, ValueError) as group:
         fail(PROGRAM, f"cannot start: {first_leaf(group)}")

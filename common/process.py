@@ -5,6 +5,8 @@ Rules:
 - :func:`serve_until_signal` starts the service, announces its bound port, and on the first
   SIGTERM or SIGINT cancels it; later signals are logged and ignored, so a second Ctrl-C cannot
   cut an ordered shutdown short. If the service ends by itself, the process ends too.
+- Servers tune Python's cycle collector before serving (:func:`tune_gc`): by default it runs
+  every 700 net new container objects and, on a broker, took 5-13 % of the time per message.
 - Servers log to stderr (:func:`setup_logging`), and also to a file with ``--logFile PATH``
   (appended, same format); a failure to start is one line on stderr and exit code 1
   (:func:`fail`).
@@ -12,6 +14,7 @@ Rules:
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -51,6 +54,25 @@ async def serve_until_signal(
                 else:
                     log.info("received %s; shutting down", name)
                     service_scope.cancel()
+
+
+SERVER_GC_THRESHOLDS = (50_000, 20, 10)
+"""Cycle-collector thresholds of a server process (Python's defaults are 700, 10, 10).
+
+Collections start when container objects outnumber those freed by the first figure, so a
+server that frees what it allocates (nearly everything per message does) rarely collects,
+while one that piles up cyclic garbage still does, after at most that many objects."""
+
+
+def tune_gc() -> None:
+    """Freeze what exists (modules, settings: never garbage) and collect far less often.
+
+    Frozen objects are skipped by every later collection. Call once, before serving; a library
+    never calls this on its user's behalf.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*SERVER_GC_THRESHOLDS)
 
 
 def setup_logging(level: str, log_file: str | None = None) -> None:

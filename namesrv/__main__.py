@@ -34,6 +34,7 @@ from common.process import (
     print_config_option,
     serve_until_signal,
     setup_logging,
+    tune_gc,
 )
 from common.properties import load_properties
 from namesrv.config import NamesrvConfig
@@ -109,6 +110,7 @@ def main(
     except OSError as exc:
         fail(PROGRAM, f"cannot open log file: {exc}")
     try:
+        tune_gc()
         trio.run(_serve, config)
     except* OSError as group:
         fail(PROGRAM, f"cannot start: {first_leaf(group)}")

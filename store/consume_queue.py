@@ -12,7 +12,7 @@ import functools
 import mmap
 import struct
 from collections.abc import Sequence
-from itertools import accumulate, chain
+from itertools import accumulate
 from pathlib import Path
 
 from store.dispatch_request import DispatchRequest
@@ -44,20 +44,6 @@ def _pack_units(run: DispatchRequest, skip: int) -> bytes:
     units[0::3] = phys
     units[1::3] = sizes
     units[2::3] = codes
-    return _units_struct(n).pack(*units)
-
-
-def _pack_singles(runs: Sequence[DispatchRequest], first: int) -> bytes | None:
-    """The units of ``runs`` in one pack call when each run is one record (single sends) and
-    their queue offsets go ``first, first + 1, ...``; None otherwise."""
-    n = len(runs)
-    _, _, _, _, phys, _, offsets, sizes, codes, _ = zip(*runs, strict=True)
-    if sum(map(len, sizes)) != n or offsets != tuple(range(first, first + n)):
-        return None
-    units: list[int] = [0] * (3 * n)
-    units[0::3] = phys
-    units[1::3] = chain.from_iterable(sizes)
-    units[2::3] = chain.from_iterable(codes)
     return _units_struct(n).pack(*units)
 
 
@@ -156,11 +142,6 @@ class ConsumeQueue:
         it) unless ``allow_gap``, which restarts the queue at that offset.
         """
         expected = self.max_offset
-        if len(runs) > 1 and runs[0].queue_offset == expected:
-            packed = _pack_singles(runs, expected)
-            if packed is not None:
-                self._write_units([packed], runs[-1])
-                return
         parts: list[bytes] = []
         last: DispatchRequest | None = None
         for run in runs:

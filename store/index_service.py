@@ -94,42 +94,10 @@ class _KeyBatch:
         self.prefixes += [prefix] * n
         self.stamps += [run.store_timestamp] * n
 
-    def add_singles(self, runs: Sequence[DispatchRequest], prefix_of: Callable[[str], int]) -> bool:
-        """Every key of ``runs`` when each is one plain record (single sends), each with a
-        UNIQ_KEY and either one key or none, as column operations; False, with nothing
-        added, for anything else."""
-        topics, _, flags, stamps, phys, _, _, sizes, _, props = zip(*runs, strict=True)
-        n = len(runs)
-        if sum(map(len, sizes)) != n or (any(flags) and _ROLLBACK in _tx_types(flags)):
-            return False
-        records = [p[0] for p in props]
-        uniqs: list[str] = list(map(dict.get, records, repeat(_UNIQ_KEY)))  # type: ignore[arg-type]
-        plain: list[str] = list(map(dict.get, records, repeat(_KEYS)))  # type: ignore[arg-type]
-        if not _all_set(uniqs):
-            return False
-        if topics.count(topics[0]) == n:
-            prefixes = [prefix_of(topics[0])] * n
-        else:
-            prefixes = list(map(prefix_of, topics))
-        if not any(plain):
-            self.suffixes += uniqs
-            self.prefixes += prefixes
-            self.phys += phys
-            self.stamps += stamps
-            return True
-        if not _all_set(plain) or _SEPARATOR in "".join(plain):
-            return False
-        self.suffixes += _interleave(uniqs, plain)
-        self.prefixes += _interleave(prefixes, prefixes)
-        self.phys += _interleave(phys, phys)
-        self.stamps += _interleave(stamps, stamps)
-        return True
-
 
 _UNIQ_KEY = MessageConst.UNIQ_KEY
 _KEYS = MessageConst.KEYS
 _SEPARATOR = MessageConst.KEY_SEPARATOR
-_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 
 
 def _interleave(a: Sequence[_T], b: Sequence[_T]) -> list[_T]:
@@ -138,11 +106,6 @@ def _interleave(a: Sequence[_T], b: Sequence[_T]) -> list[_T]:
     out[0::2] = a
     out[1::2] = b
     return out
-
-
-def _tx_types(flags: Sequence[int]) -> set[int]:
-    mask = MessageSysFlag.TRANSACTION_MASK
-    return {f & mask for f in flags}
 
 
 def _all_set(values: list[str]) -> bool:
@@ -212,12 +175,7 @@ class IndexService:
         floor = self.indexed_up_to
         rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         mask = MessageSysFlag.TRANSACTION_MASK
-        singles = bool(runs) and runs[0].phys_offset > floor  # nothing indexed yet
-        if singles and keys.add_singles(runs, self._prefix_of):
-            runs_left: Sequence[DispatchRequest] = ()
-        else:
-            runs_left = runs
-        for run in runs_left:
+        for run in runs:
             if run.sys_flag & mask == rollback or run.end_offset <= floor:
                 continue
             prefix = self._prefix_hashes.get(run.topic)
@@ -247,10 +205,6 @@ class IndexService:
             last_phys = last.end_offset - last.sizes[-1]
             if last_phys > self.indexed_up_to:
                 self._writable_file().mark_covered(last_phys, last.store_timestamp)
-
-    def _prefix_of(self, topic: str) -> int:
-        prefix = self._prefix_hashes.get(topic)
-        return self._prefix_hash(topic) if prefix is None else prefix
 
     def _prefix_hash(self, topic: str) -> int:
         if len(self._prefix_hashes) >= 100_000:

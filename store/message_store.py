@@ -16,7 +16,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -256,7 +255,16 @@ class MessageStore:
 
     def dispatch(self, runs: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
         """Write ``runs`` (commitlog order) into consume queues and the index."""
-        groups = _by_queue(runs)
+        groups: dict[tuple[str, int], list[DispatchRequest]] = {}
+        mask, commit = MessageSysFlag.TRANSACTION_MASK, MessageSysFlag.TRANSACTION_COMMIT_TYPE
+        for run in runs:
+            tx = run.sys_flag & mask  # only plain and committed messages are consumable
+            if tx == 0 or tx == commit:
+                key = (run.topic, run.queue_id)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = group = []
+                group.append(run)
         for (topic, queue_id), group in groups.items():
             cq = self.cq_table.get((topic, queue_id)) or self._new_consume_queue(topic, queue_id)
             cq.put(group, allow_gap=allow_gap)
@@ -485,25 +493,6 @@ class MessageStore:
     def clean_expired_files(self, *, manual: bool = False) -> int:
         """Apply the retention policy once (see :mod:`store.retention`); return files deleted."""
         return retention.clean_once(self, manual=manual)
-
-
-_QUEUE_KEY = itemgetter(0, 1)  # (topic, queue_id) of a DispatchRequest
-_SYS_FLAG = itemgetter(2)
-
-
-def _by_queue(runs: Sequence[DispatchRequest]) -> dict[tuple[str, int], list[DispatchRequest]]:
-    """The consumable runs (plain and committed messages) by (topic, queue), in order."""
-    if any(map(_SYS_FLAG, runs)):  # some flag set: look at each run's transaction type
-        mask, commit = MessageSysFlag.TRANSACTION_MASK, MessageSysFlag.TRANSACTION_COMMIT_TYPE
-        runs = [run for run in runs if run.sys_flag & mask in (0, commit)]
-    keys: list[tuple[str, int]] = list(map(_QUEUE_KEY, runs))
-    groups: dict[tuple[str, int], list[DispatchRequest]] = {key: [] for key in keys}
-    if len(groups) == 1:
-        groups[keys[0]] = list(runs)
-        return groups
-    for key, run in zip(keys, runs, strict=True):
-        groups[key].append(run)
-    return groups
 
 
 class _LazySeq:

@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from common.process import tune_gc
 from store.bench import report, stacks
 from store.bench.store_bench import (
     RECOVER_VARIANTS,
@@ -194,6 +195,7 @@ def common_options(f: F) -> F:
 
 
 def _session(kw: dict[str, Any]) -> Session:
+    tune_gc()  # the store runs here as in a broker process (see common.process)
     return Session(
         json_out=kw.pop("json_out"),
         directory=kw.pop("directory"),
