@@ -198,7 +198,10 @@ class CommitLog:
                     m.reconsume_times, m.prepared_transaction_offset, len(body),
                 )
             )  # fmt: skip
-            parts += (body, prefix, pack_short(len(raw)), raw)
+            parts.append(body)
+            parts.append(prefix)
+            parts.append(pack_short(len(raw)))
+            parts.append(raw)
             sizes.append(total)
             props_list.append(props)
             qoff += step
@@ -263,15 +266,39 @@ class CommitLog:
             or len(m.born_host) != 8
         ):
             return self._append_batch((m,))
-        tail = b"".join((body, prefix, _SHORT.pack(len(raw)), raw))
-        total = 88 + len(tail)
+        total = 90 + len(body) + len(prefix) + len(raw)  # 88 fixed + 2 properties length
         with self.lock:
             files = self.queue.files
             mf = files[-1] if files else None
-            if mf is not None and mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH <= (
-                mf.file_size
-            ):
-                return self._write_one(mf, m, tail, total, code)
+            room = mf.file_size - mf.wrote_position if mf is not None else 0
+            if mf is not None and total + END_FILE_MIN_BLANK_LENGTH <= room:
+                now = self.clock_ms()
+                phys = mf.file_from_offset + mf.wrote_position
+                sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
+                tx = sys_flag & _TX_MASK
+                if tx == 0 or tx == _TX_COMMIT:  # consumable: numbered in its queue
+                    key = (m.topic, m.queue_id)
+                    qoff = self.topic_queue_table.get(key, 0)
+                    self.topic_queue_table[key] = qoff + 1
+                else:
+                    qoff = 0
+                header = HEADER_V4.pack(
+                    total, MAGIC_CODE_V1, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag,
+                    qoff, phys, sys_flag, m.born_timestamp, m.born_host, now, self.store_host,
+                    m.reconsume_times, m.prepared_transaction_offset, len(body),
+                )  # fmt: skip
+                mf.append(b"".join((header, body, prefix, _SHORT.pack(len(raw)), raw)))
+                self.pending_dispatch.append(
+                    _new_tuple(
+                        DispatchRequest,
+                        (
+                            m.topic, m.queue_id, sys_flag, now, phys, phys + total, qoff,
+                            [total], [code], [props],
+                        ),
+                    )
+                )  # fmt: skip
+                self.last_store_timestamp = now
+                return PutResult(PutStatus.PUT_OK, [phys], [qoff], now, total, phys + total)
         return self._append_batch((m,))
 
     def _file_for(self, batch_size: int) -> MappedFile:
@@ -283,38 +310,6 @@ class CommitLog:
             mf.wrote_position = mf.file_size
             mf = nxt
         return mf
-
-    def _write_one(
-        self, mf: MappedFile, m: MessageRecord, tail: bytes, total: int, tags_code: int
-    ) -> PutResult:
-        """Number, pack and copy one encoded message; queue it for dispatch as a run of one."""
-        now = self.clock_ms()
-        phys = mf.file_from_offset + mf.wrote_position
-        sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
-        tx = sys_flag & _TX_MASK
-        if tx == 0 or tx == _TX_COMMIT:  # consumable: numbered in its queue
-            key = (m.topic, m.queue_id)
-            qoff = self.topic_queue_table.get(key, 0)
-            self.topic_queue_table[key] = qoff + 1
-        else:
-            qoff = 0
-        header = HEADER_V4.pack(
-            total, MAGIC_CODE_V1, zlib.crc32(m.body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff,
-            phys, sys_flag, m.born_timestamp, m.born_host, now, self.store_host, m.reconsume_times,
-            m.prepared_transaction_offset, len(m.body),
-        )  # fmt: skip
-        mf.append(header + tail)
-        self.pending_dispatch.append(
-            _new_tuple(
-                DispatchRequest,
-                (
-                    m.topic, m.queue_id, sys_flag, now, phys, phys + total, qoff, [total],
-                    [tags_code], [m.properties],
-                ),
-            )
-        )  # fmt: skip
-        self.last_store_timestamp = now
-        return PutResult(PutStatus.PUT_OK, [phys], [qoff], now, total, phys + total)
 
     def _write(self, mf: MappedFile, msgs: Sequence[MessageRecord], enc: _Encoded) -> PutResult:
         """Number, pack and copy the batch; queue it for dispatch as runs (one per send)."""

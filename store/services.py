@@ -98,6 +98,7 @@ class StoreServices:
         self.put_rate = 0.0
         """Moving average of dispatched messages per second."""
         self.config = store.config
+        self._sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._flush_waiters: list[tuple[int, trio.Event]] = []
         self._reput_wakeup: _Wakeup | None = None
         self._flush_wakeup: _Wakeup | None = None
@@ -118,9 +119,7 @@ class StoreServices:
         """:meth:`put_messages`, as its result at once when there is nothing to wait for
         (ASYNC_FLUSH, or a put that failed), else as an awaitable of it (SYNC_FLUSH)."""
         result = self.store.put_messages(msgs)
-        if result.status is not PutStatus.PUT_OK:
-            return result
-        if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
+        if not self._sync_flush or result.status is not PutStatus.PUT_OK:
             return result
         return self._when_flushed(result)
 
