@@ -155,8 +155,12 @@ class ConsumeQueue:
                     raise ConsumeQueueGapError(self.topic, self.queue_id, expected, first)
                 self._restart_at(first)
                 expected = first
-            parts.append(_pack_units(run, expected - first))
-            expected = first + len(run.sizes)
+            sizes = run.sizes
+            if len(sizes) == 1:  # a single send (no call)
+                parts.append(UNIT.pack(run.phys_offset, sizes[0], run.tags_codes[0]))
+            else:
+                parts.append(_pack_units(run, expected - first))
+            expected = first + len(sizes)
             last = run
         self._write_units(parts, last)
 
