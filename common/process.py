@@ -6,7 +6,8 @@ Rules:
   SIGTERM or SIGINT cancels it; later signals are logged and ignored, so a second Ctrl-C cannot
   cut an ordered shutdown short. If the service ends by itself, the process ends too.
 - Servers tune Python's cycle collector before serving (:func:`tune_gc`): by default it runs
-  every 700 net new container objects and, on a broker, took 5-13 % of the time per message.
+  every 700 net new container objects, and took 5-13 % of the time per message in the store's
+  put benchmark (`mqbench store put`).
 - Servers log to stderr (:func:`setup_logging`), and also to a file with ``--logFile PATH``
   (appended, same format); a failure to start is one line on stderr and exit code 1
   (:func:`fail`).
