@@ -306,9 +306,9 @@ def test_destroy(cq: ConsumeQueue, root: Path) -> None:
 def test_runs_together_write_what_records_one_by_one_write(
     tmp_path_factory: pytest.TempPathFactory, puts: list[tuple[int, int, bool, bool]]
 ) -> None:
-    """A put of many single-record runs (packed in one call), or of one run of many records,
-    leaves the bytes that putting each record alone leaves, whether the records continue the
-    queue, overlap it or leave a gap."""
+    """A put of many single-record runs, or of one run of many records (its units packed in one
+    call), leaves the bytes that putting each record alone leaves, whether the records continue
+    the queue, overlap it or leave a gap."""
     root = tmp_path_factory.mktemp("cq")
     together = ConsumeQueue(root / "together", "TopicTest", 0, FILE_SIZE)
     alone = ConsumeQueue(root / "alone", "TopicTest", 0, FILE_SIZE)
