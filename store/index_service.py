@@ -69,12 +69,10 @@ class _KeyBatch:
                 self.stamps.append(stamp)
 
     def add_run(self, run: DispatchRequest, prefix: int) -> None:
-        """Every key of a run, with whole-run list operations when records look alike."""
+        """Every key of a run of several records, with whole-run list operations when records
+        look alike (a run of one goes to :meth:`add_record`)."""
         props = run.properties
         n = len(props)
-        if n == 1:  # a single send
-            self.add_record(prefix, props[0], run.phys_offset, run.store_timestamp)
-            return
         uniqs: list[str] = list(map(dict.get, props, repeat(_UNIQ_KEY)))  # type: ignore[arg-type]
         plain: list[str] = list(map(dict.get, props, repeat(_KEYS)))  # type: ignore[arg-type]
         # (None where a record lacks the property: the checks below look for it)
@@ -182,7 +180,11 @@ class IndexService:
             if prefix is None:
                 prefix = self._prefix_hash(run.topic)
             if run.phys_offset > floor:
-                keys.add_run(run, prefix)
+                run_props = run.properties
+                if len(run_props) == 1:  # a single send
+                    keys.add_record(prefix, run_props[0], run.phys_offset, run.store_timestamp)
+                else:
+                    keys.add_run(run, prefix)
             else:  # the run straddles what is indexed (recovery): record by record
                 for phys, props in zip(run.phys_offsets(), run.properties, strict=True):
                     if phys == floor:
