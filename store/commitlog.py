@@ -136,6 +136,8 @@ class CommitLog:
         """Validate, encode and append ``msgs`` as one atomic batch."""
         if len(msgs) == 1:
             return self._append_one(msgs[0])
+        if not msgs:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no messages")
         with self.lock:
             files = self.queue.files
             if files:

@@ -126,6 +126,9 @@ def test_put_limits_are_inclusive(small_config: Callable[..., StoreConfig]) -> N
 
 def test_empty_batch_is_illegal(store: MessageStore) -> None:
     assert store.put_messages([]).status is PutStatus.MESSAGE_ILLEGAL
+    end = store.commitlog.max_offset
+    assert store.commitlog.append([]).status is PutStatus.MESSAGE_ILLEGAL  # the log itself too
+    assert store.commitlog.max_offset == end
 
 
 def test_put_after_close_is_refused(store_config: StoreConfig) -> None:
