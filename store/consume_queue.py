@@ -31,11 +31,10 @@ def _units_struct(count: int) -> struct.Struct:
 
 
 def _pack_units(run: DispatchRequest, skip: int) -> bytes:
-    """The units of ``run``'s records from the ``skip``-th on."""
+    """The units of ``run``'s records from the ``skip``-th on (a run of one is packed by the
+    caller, without this call)."""
     sizes, codes = run.sizes, run.tags_codes
     n = len(sizes)
-    if n == 1:  # a single send: no lists
-        return UNIT.pack(run.phys_offset, sizes[0], codes[0])
     phys = list(accumulate(sizes[:-1], initial=run.phys_offset))
     if skip:
         sizes, codes, phys = sizes[skip:], codes[skip:], phys[skip:]
