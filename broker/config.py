@@ -25,6 +25,8 @@ from typing import Any
 from common.net import primary_ipv4
 from common.properties import convert_value, format_value, load_properties
 from common.route import PermName
+from remoting.busy_poll import ENV_VAR as BUSY_POLL_ENV
+from remoting.busy_poll import default_window_us
 from store.config import StoreConfig
 
 _NO_STORE_KEY = frozenset({"store_host"})
@@ -120,6 +122,10 @@ class BrokerConfig:
         default=30_000, metadata=_meta("transactionCheckInterval", int)
     )
     """Period of the transaction check service."""
+    busy_poll_us: int = field(
+        default_factory=default_window_us, metadata=_meta("busyPollMicros", int)
+    )
+    """How long the broker keeps polling after a frame before it sleeps (µs; 0: never)."""
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
 
@@ -131,6 +137,8 @@ class BrokerConfig:
             raise ValueError(f"brokerId must be >= 0, got {self.broker_id}")
         if not 0 <= self.broker_permission < 8:
             raise ValueError(f"brokerPermission must be in [0, 8), got {self.broker_permission}")
+        if self.busy_poll_us < 0:
+            raise ValueError(f"busyPollMicros must be >= 0, got {self.busy_poll_us}")
         if self.default_topic_queue_nums <= 0:
             raise ValueError("defaultTopicQueueNums must be > 0")
         for key, value in (
@@ -235,10 +243,13 @@ class BrokerConfig:
         env: Mapping[str, str],
         overrides: Mapping[str, str],
     ) -> BrokerConfig:
-        """Merge, lowest first: ``config_file``, ``NAMESRV_ADDR`` in ``env``, ``-n``, overrides."""
+        """Merge, lowest first: ``config_file``, ``NAMESRV_ADDR`` and ``MINIMQ_BUSY_POLL_US`` in
+        ``env``, ``-n``, overrides."""
         props: dict[str, str] = dict(load_properties(config_file)) if config_file else {}
         if env.get("NAMESRV_ADDR"):
             props["namesrvAddr"] = env["NAMESRV_ADDR"]
+        if env.get(BUSY_POLL_ENV):
+            props["busyPollMicros"] = env[BUSY_POLL_ENV]
         if namesrv_arg:
             props["namesrvAddr"] = namesrv_arg
         props.update(overrides)

@@ -240,6 +240,7 @@ class BrokerController:
             host=self.host,
             port=self.config.listen_port,
             on_close=self.clients.channel_closed,
+            busy_poll_s=self.config.busy_poll_us / 1e6,
         )
         previous_listener = self.store.arrival_listener
         self.store.arrival_listener = _chain(

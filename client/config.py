@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from client.errors import CLIENT_ERROR, MQClientError
 from common.net import primary_ipv4
+from remoting.busy_poll import default_window_us
 
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
 
@@ -37,6 +38,13 @@ def parse_namesrv(namesrv: str | Sequence[str] | None) -> tuple[str, ...]:
     return addrs
 
 
+def _default_busy_poll_us() -> int:
+    try:
+        return default_window_us()
+    except ValueError as exc:
+        raise MQClientError(CLIENT_ERROR, str(exc)) from None
+
+
 def _default_instance_name() -> str:
     return f"{os.getpid()}#{time.monotonic_ns()}"
 
@@ -52,6 +60,14 @@ class ClientConfig:
     heartbeat_broker_interval_s: float = 30.0
     request_timeout_s: float = 3.0
     connect_timeout_s: float = 3.0
+    busy_poll_us: int = field(default_factory=_default_busy_poll_us)
+    """How long the client keeps polling after a frame before it sleeps (µs; 0: never); the
+    default is ``$MINIMQ_BUSY_POLL_US``, else 200 on two or more cores; see
+    :mod:`remoting.busy_poll`."""
+
+    def __post_init__(self) -> None:
+        if self.busy_poll_us < 0:
+            raise MQClientError(CLIENT_ERROR, f"busy_poll_us must be >= 0, got {self.busy_poll_us}")
 
     @property
     def client_id(self) -> str:

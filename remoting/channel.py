@@ -18,6 +18,8 @@ Rules:
   and nothing in flight; a watchdog task checks every quarter of it). Then it cancels the request
   tasks, fails every pending call with :class:`RemotingSendRequestError` and closes the
   connection. It never raises anything but ``Cancelled``.
+- Every frame sent or received touches the channel's :class:`~remoting.busy_poll.BusyPoll`, if
+  it has one, so the process keeps polling for the next frame a moment instead of sleeping.
 - A response copies its request's ``opaque``; a oneway request gets no response, even on error.
   An unknown code is answered ``REQUEST_CODE_NOT_SUPPORTED``; a handler exception is logged and
   answered ``SYSTEM_ERROR`` (the remark says what failed); a handler returning ``None`` sends
@@ -42,6 +44,7 @@ from typing import Final, TypeAlias
 import outcome
 import trio
 
+from remoting.busy_poll import BusyPoll
 from remoting.codes import ResponseCode
 from remoting.command import INT32_MAX, RPC_ONEWAY, RPC_TYPE, RemotingCommand
 from remoting.connection import Connection
@@ -88,6 +91,7 @@ class Channel:
         handlers: Mapping[int, Handler],
         *,
         idle_timeout_s: float = math.inf,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self.connection = connection
         self.idle_timeout_s = idle_timeout_s
@@ -99,6 +103,7 @@ class Channel:
         self._closed = False
         self._activity = 0  # bumped by every send and receive; the idle watchdog reads it
         self._inline_streak = 0
+        self._busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
 
     @property
     def remote_addr(self) -> str:
@@ -116,6 +121,8 @@ class Channel:
             raise RemotingSendRequestError(self.remote_addr)
         await self.connection.send(cmd)
         self._activity += 1
+        if self._busy_poll is not None:
+            self._busy_poll.touch()
 
     async def invoke(self, cmd: RemotingCommand, *, timeout_s: float) -> RemotingCommand:
         """Send ``cmd`` as a request with a fresh opaque and return the peer's response.
@@ -143,6 +150,8 @@ class Channel:
             self._pending.pop(opaque, None)
             raise
         self._activity += 1
+        if self._busy_poll is not None:
+            self._busy_poll.touch()
         if call.result is not None:  # answered (or failed) while we were still sending
             return call.result.unwrap()
         call.parked = True
@@ -170,6 +179,8 @@ class Channel:
         except trio.TooSlowError:
             raise RemotingTimeoutError(self.remote_addr, timeout_s) from None
         self._activity += 1
+        if self._busy_poll is not None:
+            self._busy_poll.touch()
 
     async def run(self) -> None:
         """Read and dispatch until the connection ends, then clean up (see the module rules)."""
@@ -245,6 +256,8 @@ class Channel:
                 log.debug("connection %s closed by peer", addr)
                 return
             self._activity += 1
+            if self._busy_poll is not None:
+                self._busy_poll.touch()
             if cmd.is_response:
                 self._complete(cmd)
             else:

@@ -5,6 +5,7 @@ Use it as ``async with RemotingClient() as client:``; it owns a nursery holding 
 
     RemotingClient
     └─ nursery
+       ├─ BusyPoll.run               polls for busy_poll_s after each frame (remoting.busy_poll)
        └─ Channel.run per address    reader; requests from the server run in child tasks
 
 Rules:
@@ -33,6 +34,7 @@ from types import TracebackType
 
 import trio
 
+from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, Handler
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
@@ -58,6 +60,7 @@ class RemotingClient:
         handlers: Mapping[int, Handler] | None = None,
         default_timeout_s: float = 3.0,
         connect_timeout_s: float = 3.0,
+        busy_poll_s: float = 0.0,
     ) -> None:
         self.handlers: Mapping[int, Handler] = handlers or {}
         self.default_timeout_s = default_timeout_s
@@ -67,12 +70,15 @@ class RemotingClient:
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
         self._closed = False
+        self.busy_poll = BusyPoll(busy_poll_s)
+        """Polls for ``busy_poll_s`` after each frame (see :mod:`remoting.busy_poll`)."""
 
     async def __aenter__(self) -> RemotingClient:
         if self._nursery_cm is not None or self._closed:
             raise RuntimeError("a RemotingClient can be entered only once")
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
+        self._nursery.start_soon(self.busy_poll.run)
         return self
 
     async def __aexit__(
@@ -131,7 +137,7 @@ class RemotingClient:
                     stream = await trio.open_tcp_stream(host, port)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(addr) from exc
-            channel = Channel(Connection(stream, addr), self.handlers)
+            channel = Channel(Connection(stream, addr), self.handlers, busy_poll=self.busy_poll)
             self._channels[addr] = channel
             self._nursery.start_soon(self._run_channel, addr, channel)
             log.debug("connected to %s", addr)

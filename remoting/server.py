@@ -3,6 +3,7 @@
 ``RemotingServer.run`` is a task tree (RocketMQ's ``NettyRemotingServer``)::
 
     run                         open_tcp_listeners(port, host); task_status.started(bound port)
+    ├─ BusyPoll.run             polls for busy_poll_s after each frame (remoting.busy_poll)
     └─ serve_listeners          one task per accepted connection
        └─ Channel.run           reader; answers ready replies inline; per-connection nursery
           ├─ _watch_idle        closes the connection after idle_timeout_s without traffic
@@ -32,6 +33,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, ConnectionContext, Handler
 from remoting.connection import Connection
 
@@ -51,6 +53,7 @@ class RemotingServer:
         port: int = 0,
         idle_timeout_s: float = 120.0,
         on_close: Callable[[Channel], None] | None = None,
+        busy_poll_s: float = 0.0,
     ) -> None:
         self.handlers = handlers
         self.on_close = on_close
@@ -58,6 +61,8 @@ class RemotingServer:
         self.port = port
         self.idle_timeout_s = idle_timeout_s if idle_timeout_s > 0 else math.inf
         self._channels: set[Channel] = set()
+        self.busy_poll = BusyPoll(busy_poll_s)
+        """Polls for ``busy_poll_s`` after each frame (see :mod:`remoting.busy_poll`)."""
 
     @property
     def channels(self) -> frozenset[Channel]:
@@ -71,12 +76,18 @@ class RemotingServer:
         self.port = int(sockname[1])
         log.info("remoting server listening on %s:%d", self.host, self.port)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.busy_poll.run)
             await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
             task_status.started(self.port)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         """Run one connection's channel; log and swallow anything it raises."""
-        channel = Channel(Connection(stream), self.handlers, idle_timeout_s=self.idle_timeout_s)
+        channel = Channel(
+            Connection(stream),
+            self.handlers,
+            idle_timeout_s=self.idle_timeout_s,
+            busy_poll=self.busy_poll,
+        )
         self._channels.add(channel)
         log.debug("accepted connection from %s", channel.remote_addr)
         try:

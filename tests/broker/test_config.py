@@ -51,6 +51,17 @@ def test_namesrv_precedence(tmp_path: Path) -> None:
     assert BrokerConfig.load(None, None, {"NAMESRV_ADDR": ""}, {}).namesrv_addr is None
 
 
+def test_busy_poll_from_file_env_and_overrides(tmp_path: Path) -> None:
+    conf = _write(tmp_path, "busyPollMicros=50\n")
+    assert BrokerConfig.load(conf, None, {}, {}).busy_poll_us == 50
+    env = {"MINIMQ_BUSY_POLL_US": "0"}
+    assert BrokerConfig.load(conf, None, env, {}).busy_poll_us == 0
+    assert BrokerConfig.load(conf, None, env, {"busyPollMicros": "75"}).busy_poll_us == 75
+    assert "busyPollMicros=50\n" in BrokerConfig.load(conf, None, {}, {}).to_properties()
+    with pytest.raises(ValueError, match="busyPollMicros"):
+        BrokerConfig.load(None, None, {"MINIMQ_BUSY_POLL_US": "fast"}, {})
+
+
 def test_overrides_beat_file_for_any_key(tmp_path: Path) -> None:
     conf = _write(tmp_path, "listenPort=20911\nflushDiskType=SYNC_FLUSH\n")
     config = BrokerConfig.load(conf, None, {}, {"listenPort": "30911"})
@@ -76,6 +87,8 @@ def test_namesrv_addrs_split() -> None:
         ("mappedFileSizeConsumeQueue", "21"),
         ("namesrvAddr", "no-port"),
         ("metricsPort", "x"),
+        ("busyPollMicros", "-1"),
+        ("busyPollMicros", "soon"),
     ],
 )
 def test_bad_value_names_the_key(key: str, value: str) -> None:

@@ -1,0 +1,119 @@
+"""Busy polling: keep the event loop polling for a moment after traffic instead of sleeping.
+
+A request/response exchange on one connection is a relay: each side sleeps in ``epoll_wait``
+until the other's bytes arrive. Waking a sleeping process costs far more than the work it wakes
+up for, above all in a virtual machine (an inter-processor interrupt and a halted vCPU to bring
+back). Linux's answer for network devices is ``net.core.busy_poll``: spin for a few tens of
+microseconds before sleeping. This is the same idea one level up, for a trio loop (Seastar and
+DPDK poll for the same reason).
+
+:class:`BusyPoll` is one task per process (``run`` in the nursery of the server or client that
+owns it). :meth:`BusyPoll.touch` marks traffic; it is called by every
+:class:`~remoting.channel.Channel` on each frame sent or received. For ``window_s`` after the
+last touch the task keeps itself runnable, so trio asks the kernel for events with a zero
+timeout on every pass of its loop instead of blocking, and a frame that arrives then is read
+within microseconds. Once ``window_s`` passes without traffic the task parks until the next
+touch, so an idle process does not spin.
+
+Rules:
+
+- Spinning is bounded: at most ``window_s`` of polling after each frame, so the CPU spent on
+  it is at most ``window_s`` times the frame rate (a quiet process spends none).
+- Each spin step calls ``sched_yield``, so on a machine with more runnable processes than cores
+  a spinning process gives its core to the others instead of holding it for a time slice.
+- The window is measured on the real clock (``time.perf_counter``), not trio's: under a mock
+  clock that only advances when every task sleeps, a window in trio time would never end.
+- ``window_s <= 0`` turns it off: ``run`` returns at once and ``touch`` costs one increment.
+- On a single-core machine spinning only delays the peer it waits for, so :func:`default_window_us`
+  is 0 there. ``MINIMQ_BUSY_POLL_US`` overrides the default (brokers read it for
+  ``busyPollMicros``, clients for ``ClientConfig.busy_poll_us``); explicit settings win.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Final
+
+import trio
+
+DEFAULT_WINDOW_US: Final = 200
+"""Default spin window, µs: longer than a Python peer takes to answer or send its next request."""
+ENV_VAR: Final = "MINIMQ_BUSY_POLL_US"
+"""Environment variable overriding the default window (µs) of brokers and clients alike."""
+
+
+def default_window_us(environ: Mapping[str, str] = os.environ) -> int:
+    """The default window, µs: ``$MINIMQ_BUSY_POLL_US`` if set, else ``DEFAULT_WINDOW_US`` on a
+    machine with two or more usable cores and 0 (off) on one.
+
+    Raises ValueError naming the variable if it is not a whole number >= 0.
+    """
+    raw = environ.get(ENV_VAR)
+    if raw is not None:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"{ENV_VAR} must be a whole number of microseconds >= 0, got {raw!r}")
+        return value
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return DEFAULT_WINDOW_US if (cores or 1) >= 2 else 0
+
+
+class BusyPoll:
+    """Keeps a trio loop polling for ``window_s`` after the last :meth:`touch`."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = max(window_s, 0.0)
+        self.spins = 0
+        """Spin steps taken so far (for tests and metrics)."""
+        self._touches = 0
+        self._wakeup: trio.Event | None = None  # set by touch() while run() is parked
+
+    @property
+    def enabled(self) -> bool:
+        """True if the window is positive."""
+        return self.window_s > 0
+
+    @property
+    def parked(self) -> bool:
+        """True while :meth:`run` sleeps until the next touch."""
+        return self._wakeup is not None
+
+    def touch(self) -> None:
+        """Mark traffic: poll for another ``window_s`` from now."""
+        self._touches += 1
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+
+    async def run(self) -> None:
+        """Spin after each touch, park when quiet; until cancelled (returns at once if off)."""
+        if not self.enabled:
+            return
+        while True:
+            wakeup = self._wakeup = trio.Event()
+            await wakeup.wait()
+            await self._spin()
+
+    async def _spin(self) -> None:
+        """Stay runnable until ``window_s`` passed with no touch."""
+        window = self.window_s
+        clock = time.perf_counter
+        checkpoint = trio.lowlevel.checkpoint
+        give_way = os.sched_yield
+        seen = self._touches
+        until = clock() + window
+        while True:
+            await checkpoint()
+            self.spins += 1
+            if self._touches != seen:
+                seen = self._touches
+                until = clock() + window
+            elif clock() >= until:
+                return
+            give_way()
