@@ -61,8 +61,8 @@ class ClientConfig:
     request_timeout_s: float = 3.0
     connect_timeout_s: float = 3.0
     busy_poll_us: int = field(default_factory=_default_busy_poll_us)
-    """How long the client keeps polling after a frame before it sleeps (µs; 0: never); the
-    default is ``$MINIMQ_BUSY_POLL_US``, else 200 on two or more cores; see
+    """How long a request waiting for its answer keeps the client polling before it sleeps
+    (µs; 0: never); the default is ``$MINIMQ_BUSY_POLL_US``, else 200 on two or more cores; see
     :mod:`remoting.busy_poll`."""
 
     def __post_init__(self) -> None:

@@ -8,12 +8,14 @@ microseconds before sleeping. This is the same idea one level up, for a trio loo
 DPDK poll for the same reason).
 
 :class:`BusyPoll` is one task per process (``run`` in the nursery of the server or client that
-owns it). :meth:`BusyPoll.touch` marks traffic; it is called by every
-:class:`~remoting.channel.Channel` on each frame sent or received. For ``window_s`` after the
-last touch the task keeps itself runnable, so trio asks the kernel for events with a zero
-timeout on every pass of its loop instead of blocking, and a frame that arrives then is read
-within microseconds. Once ``window_s`` passes without traffic the task parks until the next
-touch, so an idle process does not spin.
+owns it). :meth:`BusyPoll.touch` marks traffic. A server's channels touch it on every frame
+sent or received (a server expects the next request); a client's only when they send a request
+that expects an answer (a client polls while it waits for its response, and never because of
+traffic it did not ask for). For ``window_s`` after the last touch the task keeps itself
+runnable, so trio asks the kernel for events with a zero timeout on every pass of its loop
+instead of blocking, and a frame that arrives then is read within microseconds. Once
+``window_s`` passes without traffic the task parks until the next touch, so an idle process
+does not spin.
 
 Rules:
 

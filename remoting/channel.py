@@ -18,8 +18,11 @@ Rules:
   and nothing in flight; a watchdog task checks every quarter of it). Then it cancels the request
   tasks, fails every pending call with :class:`RemotingSendRequestError` and closes the
   connection. It never raises anything but ``Cancelled``.
-- Every frame sent or received touches the channel's :class:`~remoting.busy_poll.BusyPoll`, if
-  it has one, so the process keeps polling for the next frame a moment instead of sleeping.
+- Busy polling (:mod:`remoting.busy_poll`): with ``poll_every_frame`` (servers) every frame
+  sent or received touches the channel's :class:`~remoting.busy_poll.BusyPoll`, so the process
+  keeps polling for the next request a moment instead of sleeping; without it (clients) only
+  our own requests that expect an answer do, so a client polls while it waits for a response
+  and never because of traffic it did not ask for.
 - A response copies its request's ``opaque``; a oneway request gets no response, even on error.
   An unknown code is answered ``REQUEST_CODE_NOT_SUPPORTED``; a handler exception is logged and
   answered ``SYSTEM_ERROR`` (the remark says what failed); a handler returning ``None`` sends
@@ -92,6 +95,7 @@ class Channel:
         *,
         idle_timeout_s: float = math.inf,
         busy_poll: BusyPoll | None = None,
+        poll_every_frame: bool = True,
     ) -> None:
         self.connection = connection
         self.idle_timeout_s = idle_timeout_s
@@ -103,7 +107,9 @@ class Channel:
         self._closed = False
         self._activity = 0  # bumped by every send and receive; the idle watchdog reads it
         self._inline_streak = 0
-        self._busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
+        polling = busy_poll if busy_poll is not None and busy_poll.enabled else None
+        self._poll_calls = polling  # touched when a request of ours is sent
+        self._poll_frames = polling if poll_every_frame else None  # touched on any frame
 
     @property
     def remote_addr(self) -> str:
@@ -121,8 +127,8 @@ class Channel:
             raise RemotingSendRequestError(self.remote_addr)
         await self.connection.send(cmd)
         self._activity += 1
-        if self._busy_poll is not None:
-            self._busy_poll.touch()
+        if self._poll_frames is not None:
+            self._poll_frames.touch()
 
     async def invoke(self, cmd: RemotingCommand, *, timeout_s: float) -> RemotingCommand:
         """Send ``cmd`` as a request with a fresh opaque and return the peer's response.
@@ -150,8 +156,8 @@ class Channel:
             self._pending.pop(opaque, None)
             raise
         self._activity += 1
-        if self._busy_poll is not None:
-            self._busy_poll.touch()
+        if self._poll_calls is not None:
+            self._poll_calls.touch()
         if call.result is not None:  # answered (or failed) while we were still sending
             return call.result.unwrap()
         call.parked = True
@@ -179,8 +185,8 @@ class Channel:
         except trio.TooSlowError:
             raise RemotingTimeoutError(self.remote_addr, timeout_s) from None
         self._activity += 1
-        if self._busy_poll is not None:
-            self._busy_poll.touch()
+        if self._poll_frames is not None:
+            self._poll_frames.touch()
 
     async def run(self) -> None:
         """Read and dispatch until the connection ends, then clean up (see the module rules)."""
@@ -256,8 +262,8 @@ class Channel:
                 log.debug("connection %s closed by peer", addr)
                 return
             self._activity += 1
-            if self._busy_poll is not None:
-                self._busy_poll.touch()
+            if self._poll_frames is not None:
+                self._poll_frames.touch()
             if cmd.is_response:
                 self._complete(cmd)
             else:

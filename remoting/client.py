@@ -5,7 +5,7 @@ Use it as ``async with RemotingClient() as client:``; it owns a nursery holding 
 
     RemotingClient
     └─ nursery
-       ├─ BusyPoll.run               polls for busy_poll_s after each frame (remoting.busy_poll)
+       ├─ BusyPoll.run               polls for busy_poll_s after each request it sends
        └─ Channel.run per address    reader; requests from the server run in child tasks
 
 Rules:
@@ -71,7 +71,8 @@ class RemotingClient:
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self.busy_poll = BusyPoll(busy_poll_s)
-        """Polls for ``busy_poll_s`` after each frame (see :mod:`remoting.busy_poll`)."""
+        """Polls for ``busy_poll_s`` after each request that expects an answer, so a call
+        waiting for its response does not sleep at once (see :mod:`remoting.busy_poll`)."""
 
     async def __aenter__(self) -> RemotingClient:
         if self._nursery_cm is not None or self._closed:
@@ -137,7 +138,12 @@ class RemotingClient:
                     stream = await trio.open_tcp_stream(host, port)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(addr) from exc
-            channel = Channel(Connection(stream, addr), self.handlers, busy_poll=self.busy_poll)
+            channel = Channel(
+                Connection(stream, addr),
+                self.handlers,
+                busy_poll=self.busy_poll,
+                poll_every_frame=False,
+            )
             self._channels[addr] = channel
             self._nursery.start_soon(self._run_channel, addr, channel)
             log.debug("connected to %s", addr)

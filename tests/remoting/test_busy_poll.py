@@ -104,3 +104,33 @@ def test_environment_overrides_the_default_window() -> None:
     for bad in ("-5", "soon", "1.5"):
         with pytest.raises(ValueError, match="MINIMQ_BUSY_POLL_US"):
             default_window_us({"MINIMQ_BUSY_POLL_US": bad})
+
+
+async def test_client_polls_for_its_own_calls_only() -> None:
+    async def echo(request: RemotingCommand, _ctx: object) -> RemotingCommand:
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    pushed = trio.Event()
+
+    def on_push(_request: RemotingCommand, _ctx: object) -> None:
+        pushed.set()
+
+    code = int(RequestCode.GET_BROKER_CLUSTER_INFO)
+    push_code = int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
+    server = RemotingServer({code: echo}, busy_poll_s=0.002)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.run)
+        async with RemotingClient(handlers={push_code: on_push}, busy_poll_s=0.002) as client:
+            request = RemotingCommand.request(code, opaque=0)
+            await client.invoke(f"127.0.0.1:{port}", request, timeout_s=DEADLINE_S)
+            await wait_until(lambda: client.busy_poll.parked, "client parked")
+            spun = client.busy_poll.spins
+            assert spun > 0
+            (channel,) = server.channels
+            await channel.invoke_oneway(RemotingCommand.request(push_code, opaque=0))
+            with trio.fail_after(DEADLINE_S):
+                await pushed.wait()
+            await trio.sleep(0.01)  # five windows: a touch would have shown as spins
+            assert client.busy_poll.parked
+            assert client.busy_poll.spins == spun
+        nursery.cancel_scope.cancel()
