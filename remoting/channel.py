@@ -110,6 +110,7 @@ class Channel:
         polling = busy_poll if busy_poll is not None and busy_poll.enabled else None
         self._poll_calls = polling  # touched when a request of ours is sent
         self._poll_frames = polling if poll_every_frame else None  # touched on any frame
+        self._poll_arrivals = polling  # told of every frame received
 
     @property
     def remote_addr(self) -> str:
@@ -262,8 +263,10 @@ class Channel:
                 log.debug("connection %s closed by peer", addr)
                 return
             self._activity += 1
-            if self._poll_frames is not None:
-                self._poll_frames.touch()
+            if self._poll_arrivals is not None:
+                self._poll_arrivals.arrived()
+                if self._poll_frames is not None:
+                    self._poll_frames.touch()
             if cmd.is_response:
                 self._complete(cmd)
             else:

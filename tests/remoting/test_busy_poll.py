@@ -6,7 +6,14 @@ import pytest
 import trio
 import trio.testing
 
-from remoting.busy_poll import DEFAULT_WINDOW_US, BusyPoll, default_window_us
+from remoting.busy_poll import (
+    DEFAULT_WINDOW_US,
+    MIN_HIT_RATE,
+    PROBE_EVERY,
+    BusyPoll,
+    SpinBudget,
+    default_window_us,
+)
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -133,4 +140,60 @@ async def test_client_polls_for_its_own_calls_only() -> None:
             await trio.sleep(0.01)  # five windows: a touch would have shown as spins
             assert client.busy_poll.parked
             assert client.busy_poll.spins == spun
+        nursery.cancel_scope.cancel()
+
+
+def test_budget_polls_while_spells_are_useful_and_probes_once_they_are_not() -> None:
+    budget = SpinBudget(min_hit_rate=0.1, probe_every=4, weight=0.5)
+    for _ in range(10):  # a peer that answers within the window: always poll
+        assert budget.should_spin()
+        budget.record(useful=True)
+    misses = 0
+    while budget.should_spin():  # the peer got slow: poll until the share drops below 10 %
+        budget.record(useful=False)
+        misses += 1
+    assert misses == 4  # 1 -> 0.5 -> 0.25 -> 0.125 -> 0.0625
+    decisions = [budget.should_spin() for _ in range(8)]
+    assert decisions == [False, False, True, False, False, False, True, False]
+    budget.record(useful=True)  # a probe that was useful: poll again at once
+    assert budget.hit_rate >= 0.1
+    assert all(budget.should_spin() for _ in range(5))
+
+
+def test_budget_defaults() -> None:
+    budget = SpinBudget()
+    assert (budget.min_hit_rate, budget.probe_every) == (MIN_HIT_RATE, PROBE_EVERY)
+    assert budget.hit_rate == 1.0
+
+
+async def test_poller_sits_out_spells_after_useless_ones_and_resumes_on_arrivals() -> None:
+    poll = BusyPoll(0.005, SpinBudget(min_hit_rate=0.5, probe_every=3, weight=0.5))
+
+    async def spell(*, arrival: bool) -> None:
+        await wait_until(lambda: poll.parked, "parked")
+        poll.touch()
+        if arrival:  # a frame comes in once the spell is under way
+            started = poll.spins
+            for _ in range(10_000):  # the spell polls every pass of the loop: a few passes
+                if poll.spins != started:
+                    break
+                await trio.lowlevel.checkpoint()
+            assert poll.spins != started, "the spell never started"
+            poll.arrived()
+        await wait_until(lambda: poll.parked, "parked after the spell")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poll.run)
+        await spell(arrival=False)  # hit rate 1 -> 0.5: still polls
+        await spell(arrival=False)  # 0.5 -> 0.25: below 0.5, stops polling
+        spins = poll.spins
+        await spell(arrival=False)
+        await spell(arrival=False)
+        assert poll.spells_skipped == 2
+        assert poll.spins == spins  # sat out: no polling at all
+        await spell(arrival=True)  # the third: a probe, and a frame makes it useful
+        assert poll.spins > spins
+        assert poll.budget.hit_rate >= 0.5
+        await spell(arrival=False)
+        assert poll.spells_skipped == 2  # back to polling every spell
         nursery.cancel_scope.cancel()
