@@ -115,6 +115,13 @@ class SpinBudget:
         self.hit_rate += self.weight * (float(useful) - self.hit_rate)
 
 
+def _no_yield() -> None:
+    """Stands in for ``os.sched_yield`` where the platform has none."""
+
+
+_GIVE_WAY: Final = getattr(os, "sched_yield", _no_yield)
+
+
 class BusyPoll:
     """Keeps a trio loop polling for ``window_s`` after the last :meth:`touch`."""
 
@@ -169,7 +176,7 @@ class BusyPoll:
         window = self.window_s
         clock = time.perf_counter
         checkpoint = trio.lowlevel.checkpoint
-        give_way = os.sched_yield
+        give_way = _GIVE_WAY
         arrivals = self._arrivals
         seen = self._touches
         until = clock() + window
