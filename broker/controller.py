@@ -71,6 +71,7 @@ from broker.topic_config import TopicConfigManager
 from broker.transaction import TransactionService, to_half_message
 from common.record import MessageRecord
 from common.topic import retry_topic
+from remoting.busy_poll import BusyPoll
 from remoting.client import RemotingClient
 from remoting.client_bodies import ConsumerData, LockedQueue
 from remoting.codes import RequestCode, ResponseCode
@@ -114,6 +115,8 @@ class BrokerController:
         self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
         """Queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
         self._client: RemotingClient | None = None
+        self.busy_poll: BusyPoll | None = None
+        """The remoting server's busy poller (set by :meth:`run`; see ``busyPollMicros``)."""
         self.metrics = BrokerMetrics(self) if config.metrics_port else None
         """Prometheus metrics, served on ``metricsPort`` (None when it is unset or 0)."""
 
@@ -242,6 +245,7 @@ class BrokerController:
             on_close=self.clients.channel_closed,
             busy_poll_s=self.config.busy_poll_us / 1e6,
         )
+        self.busy_poll = server.busy_poll
         previous_listener = self.store.arrival_listener
         self.store.arrival_listener = _chain(
             _chain(previous_listener, self.holds.notify), schedule.notify

@@ -19,6 +19,10 @@ brokerName, as RocketMQ 5's native metrics do):
   ``rocketmq_throughput_out_total{topic,consumer_group}`` (records and bytes of FOUND pulls);
 - ``rocketmq_consumer_lag_messages{topic,consumer_group}``: computed at scrape time, the sum over
   the group's committed queues of ``max(0, max offset - committed offset)``;
+- ``minimq_busy_poll_steps_total`` and ``minimq_busy_poll_spells_skipped_total`` (event-loop
+  passes spent busy polling, and spells of it sat out; ``busyPollMicros``) and
+  ``minimq_busy_poll_hit_ratio`` (the moving share of spells that saw a frame arrive), so the
+  CPU the broker spends polling can be told from the CPU it spends working;
 - ``rocketmq_producer_connections`` (producer clients, all groups),
   ``rocketmq_consumer_connections{consumer_group}``, ``rocketmq_topic_number``,
   ``rocketmq_consumer_group_number`` (subscription group configs), and
@@ -56,6 +60,7 @@ from broker.consumer_offset import ConsumerOffsetManager
 from broker.processors.client import ClientService
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -88,6 +93,7 @@ class MetricsSource(Protocol):
     offsets: ConsumerOffsetManager | None
     groups: SubscriptionGroupManager | None
     clients: ClientService
+    busy_poll: BusyPoll | None
 
     @property
     def broker_addr(self) -> str:
@@ -193,7 +199,31 @@ class BrokerMetrics(Collector):
         yield info
         yield from self._counters(names, values)
         yield from self._gauges(names, values)
+        yield from self._busy_poll(names, values)
         yield self._lag(names, values)
+
+    def _busy_poll(self, names: list[str], values: list[str]) -> Iterator[Metric]:
+        poll = self.source.busy_poll
+        if poll is None:  # not serving yet
+            return
+        for name, doc, number in (
+            ("minimq_busy_poll_steps", "Event-loop passes spent busy polling.", poll.spins),
+            (
+                "minimq_busy_poll_spells_skipped",
+                "Spells of busy polling sat out because too few saw a frame arrive.",
+                poll.spells_skipped,
+            ),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=names)
+            counter.add_metric(values, number)
+            yield counter
+        gauge = GaugeMetricFamily(
+            "minimq_busy_poll_hit_ratio",
+            "Moving share of busy-polling spells that saw a frame arrive.",
+            labels=names,
+        )
+        gauge.add_metric(values, poll.budget.hit_rate)
+        yield gauge
 
     def _counters(self, names: list[str], values: list[str]) -> Iterator[Metric]:
         tables: list[tuple[str, str, dict[str, int] | dict[tuple[str, str], int], list[str]]] = [

@@ -38,7 +38,7 @@ async def scrape(port: int) -> list[Sample]:
 
 async def test_metrics_after_produce_and_consume(tmp_path: Path) -> None:
     port = free_port()
-    overrides = {"metricsPort": str(port), "brokerClusterName": "C1"}
+    overrides = {"metricsPort": str(port), "brokerClusterName": "C1", "busyPollMicros": "200"}
     async with (
         running_namesrv() as namesrv,
         running_broker(tmp_path, namesrv, overrides=overrides) as (broker, _),
@@ -94,6 +94,9 @@ async def test_metrics_after_produce_and_consume(tmp_path: Path) -> None:
                 assert value(found, "rocketmq_producer_connections") >= 1
                 assert value(found, "rocketmq_topic_number") >= 1
                 assert value(found, "rocketmq_consumer_group_number") >= 1
+                assert value(found, "minimq_busy_poll_steps_total", **base) >= 1
+                assert value(found, "minimq_busy_poll_spells_skipped_total") >= 0
+                assert 0 <= value(found, "minimq_busy_poll_hit_ratio") <= 1
                 info = value(found, "rocketmq_broker_info", broker_addr=broker.broker_addr)
                 assert info == 1
                 assert not [s for s in found if s.name.endswith("_created")]
