@@ -108,9 +108,8 @@ class Channel:
         self._activity = 0  # bumped by every send and receive; the idle watchdog reads it
         self._inline_streak = 0
         polling = busy_poll if busy_poll is not None and busy_poll.enabled else None
-        self._poll_calls = polling  # touched when a request of ours is sent
-        self._poll_frames = polling if poll_every_frame else None  # touched on any frame
-        self._poll_arrivals = polling  # told of every frame received
+        self._busy_poll = polling  # touched by our requests, told of every frame received
+        self._poll_frames = polling if poll_every_frame else None  # touched by any frame
 
     @property
     def remote_addr(self) -> str:
@@ -157,8 +156,8 @@ class Channel:
             self._pending.pop(opaque, None)
             raise
         self._activity += 1
-        if self._poll_calls is not None:
-            self._poll_calls.touch()
+        if self._busy_poll is not None:
+            self._busy_poll.touch()
         if call.result is not None:  # answered (or failed) while we were still sending
             return call.result.unwrap()
         call.parked = True
@@ -263,8 +262,8 @@ class Channel:
                 log.debug("connection %s closed by peer", addr)
                 return
             self._activity += 1
-            if self._poll_arrivals is not None:
-                self._poll_arrivals.arrived()
+            if self._busy_poll is not None:
+                self._busy_poll.arrived()
                 if self._poll_frames is not None:
                     self._poll_frames.touch()
             if cmd.is_response:
