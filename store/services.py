@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Awaitable, Sequence
 
 import trio
@@ -97,6 +98,10 @@ class StoreServices:
         self.dispatch_coalesce_rate = dispatch_coalesce_rate
         self.put_rate = 0.0
         """Moving average of dispatched messages per second."""
+        self.commitlog_flushes = 0
+        """Commitlog flushes done by the flush loop (with SYNC_FLUSH, group commits)."""
+        self.commitlog_flush_seconds = 0.0
+        """Their total time, handing each to a worker thread and back included."""
         self.config = store.config
         self._sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._flush_waiters: list[tuple[int, trio.Event]] = []
@@ -238,7 +243,10 @@ class StoreServices:
         while True:
             if not (sync and self._flush_waiters):
                 await self._flush_wakeup.wait(interval)
+            started = time.perf_counter()
             flushed = await trio.to_thread.run_sync(self.store.flush_commitlog)
+            self.commitlog_flush_seconds += time.perf_counter() - started
+            self.commitlog_flushes += 1
             self._wake_waiters(flushed)
 
     def _wake_waiters(self, flushed: int) -> None:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from common.process import tune_gc
 from store.bench import report, stacks
+from store.bench.group_commit import GroupCommitResult, run_group_commit
 from store.bench.store_bench import (
     RECOVER_VARIANTS,
     BenchError,
@@ -365,6 +366,75 @@ def backlog(**kw: Any) -> None:
     do_backlog(s, params)
 
 
+def do_group_commit(
+    s: Session,
+    writers: Sequence[int],
+    duration_s: float,
+    body_size: int,
+    file_size: int,
+    fsync_probe_s: float,
+) -> None:
+    """Run and report the group-commit workload, once per writer count (and repeat)."""
+    runs: list[GroupCommitResult] = []
+
+    def once(n: int) -> Callable[[Path, ProgressHook], GroupCommitResult]:
+        def run(root: Path, hook: ProgressHook) -> GroupCommitResult:
+            return run_group_commit(
+                root,
+                n,
+                duration_s,
+                body_size=body_size,
+                commitlog_file_size=file_size,
+                fsync_probe_s=fsync_probe_s,
+                progress=hook,
+            )
+
+        return run
+
+    with _bench_errors():
+        for n in writers:
+            runs += s.runs("group-commit", once(n))
+    summary = report.summarise_group_commit(runs)
+    s.emit("group-commit", runs, summary, report.group_commit_table(runs, summary))
+
+
+@store_group.command(name="group-commit")
+@common_options
+@click.option(
+    "--writers",
+    type=click.IntRange(1),
+    multiple=True,
+    default=(1, 8, 32),
+    show_default=True,
+    help="Concurrent putters (repeatable: one run per value).",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(0, min_open=True),
+    default=4.0,
+    show_default=True,
+    help="Seconds each run puts for.",
+)
+@click.option(
+    "--fsync-probe",
+    type=click.FloatRange(0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Seconds of write + fsync before each run, for the disk's own rate.",
+)
+def group_commit(**kw: Any) -> None:
+    """SYNC_FLUSH puts from concurrent tasks sharing flushes, against the disk's fsync rate."""
+    s = _session(kw)
+    do_group_commit(
+        s,
+        kw["writers"],
+        kw["duration"],
+        kw["body_size"],
+        kw["commitlog_file_size"],
+        kw["fsync_probe"],
+    )
+
+
 @store_group.command(name="all")
 @common_options
 def all_workloads(**kw: Any) -> None:
@@ -381,6 +451,7 @@ def all_workloads(**kw: Any) -> None:
     do_put(s, replace(batched, batch=1))
     do_read(s, 1_000_000, body, 32, file_size)
     do_recover(s, GIB, body, RECOVER_VARIANTS, False, file_size)
+    do_group_commit(s, (1, 8, 32), 4.0, body, file_size, 2.0)
 
 
 @main.command(name="stacks")

@@ -14,6 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from common.benchkit import RichProgress
+from store.bench.group_commit import GroupCommitResult
 from store.bench.store_bench import (
     BacklogResult,
     PutRunResult,
@@ -137,6 +138,18 @@ def summarise_backlog(runs: Sequence[BacklogResult]) -> Summary:
         [float(r.rss_anon_peak) for r in runs],
         TARGET_BACKLOG_RSS_ANON,
         higher_is_better=False,
+    )
+
+
+def summarise_group_commit(runs: Sequence[GroupCommitResult]) -> Summary:
+    """Best acknowledged puts/s over the runs (no target: issue #3's is the broker's)."""
+    return _summary(
+        "group-commit (SYNC_FLUSH)",
+        "puts_per_s",
+        "puts/s",
+        [r.puts_per_s for r in runs],
+        None,
+        higher_is_better=True,
     )
 
 
@@ -268,6 +281,26 @@ def backlog_table(runs: Sequence[BacklogResult], summary: Summary) -> Table:
             f"{r.rss_anon_after_gc / MIB:.1f}",
             f"{(r.rss_anon_peak - r.rss_anon_start) / MIB:.1f}",
             f"{r.max_pending_dispatch:,}",
+        )
+    return t
+
+
+def group_commit_table(runs: Sequence[GroupCommitResult], summary: Summary) -> Table:
+    """One row per run: puts and flushes per second against the disk's fsync-per-write rate."""
+    t = Table(title="group commit (SYNC_FLUSH, one message per put)", caption=_target_text(summary))
+    cols = ("writers", "puts/s", "flushes/s", "puts/flush", "flush round µs", "fsync/s", "× fsync")
+    for col in cols:
+        t.add_column(col, justify="right")
+    for r in runs:
+        d = r.to_dict()
+        t.add_row(
+            str(r.writers),
+            _fmt_rate(r.puts_per_s),
+            _fmt_rate(d["flushes_per_s"]),
+            f"{r.puts_per_flush:.1f}",
+            f"{d['flush_round_us']:,}",
+            _fmt_rate(r.fsync_per_write_s),
+            f"{r.times_fsync_rate:.2f}",
         )
     return t
 

@@ -233,3 +233,28 @@ def test_store_put_puts_and_dispatches_every_message(tmp_path: Path, batch: str)
     assert run["msgs_per_s"] > 0
     assert set(run["breakdown_us_per_msg"]) >= {"put_call", "dispatch", "scheduler"}
     assert list(tmp_path.iterdir()) == []  # the store was removed
+
+
+def test_store_group_commit_shares_flushes_between_writers(tmp_path: Path) -> None:
+    """``mqbench store group-commit`` runs SYNC_FLUSH putters against a real store and reports
+    puts, flushes and the disk's own fsync rate for each writer count."""
+    args = ["--writers", "1", "--writers", "4", "--duration", "0.3", "--fsync-probe", "0.1"]
+    args += ["--commitlog-file-size", "1M", "--json", "--dir", str(tmp_path)]
+    proc = subprocess.run(
+        [MQBENCH, "store", "group-commit", *args],
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["writers"] for r in out["runs"]] == [1, 4]
+    for run in out["runs"]:
+        assert run["puts"] > 0
+        assert 0 < run["flushes"] <= run["puts"]  # every put waited for a flush of its own or
+        assert run["puts_per_flush"] >= 1  # one shared with others
+        assert run["fsync_per_write_s"] > 0
+    assert out["runs"][0]["puts_per_flush"] == 1  # one writer: nothing to share a flush with
+    assert out["summary"]["best"] > 0
+    assert list(tmp_path.iterdir()) == []  # the stores were removed
