@@ -298,7 +298,7 @@ def group_commit_table(runs: Sequence[GroupCommitResult], summary: Summary) -> T
             _fmt_rate(r.puts_per_s),
             _fmt_rate(d["flushes_per_s"]),
             f"{r.puts_per_flush:.1f}",
-            f"{d['flush_round_us']:,}",
+            f"{r.flush_round_us:,.0f}",
             _fmt_rate(r.fsync_per_write_s),
             f"{r.times_fsync_rate:.2f}",
         )

@@ -213,20 +213,26 @@ def test_store_commands_load_lazily(command: str) -> None:
     assert "Usage: mqbench " + command in proc.stdout
 
 
-@pytest.mark.parametrize("batch", ["1", "32"])
-def test_store_put_puts_and_dispatches_every_message(tmp_path: Path, batch: str) -> None:
-    """``mqbench store put`` drives a real store under trio, checks that every message reached
-    its consume queue and the index, and reports the time per message by part."""
-    args = ["--count", "3000", "--batch", batch, "--commitlog-file-size", str(256 << 10)]
+def run_store_bench(tmp_path: Path, workload: str, *args: str) -> dict[str, Any]:
+    """Run ``mqbench store <workload> ... --json`` with its stores under ``tmp_path``."""
     proc = subprocess.run(
-        [MQBENCH, "store", "put", *args, "--json", "--dir", str(tmp_path)],
+        [MQBENCH, "store", workload, *args, "--json", "--dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=LIMIT_S,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+@pytest.mark.parametrize("batch", ["1", "32"])
+def test_store_put_puts_and_dispatches_every_message(tmp_path: Path, batch: str) -> None:
+    """``mqbench store put`` drives a real store under trio, checks that every message reached
+    its consume queue and the index, and reports the time per message by part."""
+    args = ["--count", "3000", "--batch", batch, "--commitlog-file-size", str(256 << 10)]
+    out = run_store_bench(tmp_path, "put", *args)
     (run,) = out["runs"]
     assert run["messages"] == 3000
     assert run["calls"] == -(-3000 // int(batch))  # the last call takes the rest
@@ -239,16 +245,7 @@ def test_store_group_commit_shares_flushes_between_writers(tmp_path: Path) -> No
     """``mqbench store group-commit`` runs SYNC_FLUSH putters against a real store and reports
     puts, flushes and the disk's own fsync rate for each writer count."""
     args = ["--writers", "1", "--writers", "4", "--duration", "0.3", "--fsync-probe", "0.1"]
-    args += ["--commitlog-file-size", "1M", "--json", "--dir", str(tmp_path)]
-    proc = subprocess.run(
-        [MQBENCH, "store", "group-commit", *args],
-        capture_output=True,
-        text=True,
-        timeout=LIMIT_S,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = run_store_bench(tmp_path, "group-commit", *args, "--commitlog-file-size", "1M")
     assert [r["writers"] for r in out["runs"]] == [1, 4]
     for run in out["runs"]:
         assert run["puts"] > 0
