@@ -8,7 +8,9 @@ GroupCommitService, FlushConsumeQueueService and CleanCommitLogService)::
     │                      (at once below 5k msgs/s, batched every 1 ms above it, which is
     │                      RocketMQ's ReputMessageService period); wakes warm_loop when due
     ├─ reput_safety_tick   wakes reput_loop every REPUT_SAFETY_S whatever happens
-    ├─ flush_commitlog_loop  every flushIntervalCommitLog, or at once for SYNC_FLUSH waiters
+    ├─ flush_commitlog_loop  ASYNC_FLUSH: every flushIntervalCommitLog; SYNC_FLUSH: runs the
+    │                      group-commit thread (store.group_commit), which flushes as soon as
+    │                      a put waits and hands each flushed offset back to the loop
     ├─ flush_logics_loop   consume queues + index + checkpoint, every flushIntervalConsumeQueue
     ├─ clean_loop          retention, every cleanResourceInterval
     └─ warm_loop           prefault the commitlog ahead of the writer (ASYNC_FLUSH), when
@@ -21,6 +23,7 @@ On cancellation the loops drain what they can under a shielded, bounded scope; `
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -32,6 +35,7 @@ import trio
 from common.record import MessageRecord
 from store.config import FlushDiskType
 from store.errors import MappedFileCreateError
+from store.group_commit import GroupCommitWorker
 from store.message_store import MessageStore
 from store.status import PutResult, PutStatus
 
@@ -98,15 +102,14 @@ class StoreServices:
         self.dispatch_coalesce_rate = dispatch_coalesce_rate
         self.put_rate = 0.0
         """Moving average of dispatched messages per second."""
-        self.commitlog_flushes = 0
-        """Commitlog flushes done by the flush loop (with SYNC_FLUSH, group commits)."""
-        self.commitlog_flush_seconds = 0.0
-        """Their total time, handing each to a worker thread and back included."""
+        self._flushes = 0
+        self._flush_seconds = 0.0
         self.config = store.config
         self._sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._flush_waiters: list[tuple[int, trio.Event]] = []
         self._reput_wakeup: _Wakeup | None = None
         self._flush_wakeup: _Wakeup | None = None
+        self._group_commit: GroupCommitWorker | None = None  # SYNC_FLUSH, while running
         self._warm_wakeup: _Wakeup | None = None  # set while the warm loop runs
         self.started = False
 
@@ -143,12 +146,26 @@ class StoreServices:
             return True
         event = trio.Event()
         self._flush_waiters.append((offset, event))
-        if self._flush_wakeup is not None:
+        if self._group_commit is not None:
+            self._group_commit.request(offset)
+        elif self._flush_wakeup is not None:
             self._flush_wakeup.set()
         with trio.move_on_after(self.config.sync_flush_timeout / 1000):
             await event.wait()
             return True
         return self.store.flushed_offset >= offset
+
+    @property
+    def commitlog_flushes(self) -> int:
+        """Commitlog flushes that made something durable (with SYNC_FLUSH, group commits)."""
+        worker = self._group_commit
+        return self._flushes + (worker.flushes if worker is not None else 0)
+
+    @property
+    def commitlog_flush_seconds(self) -> float:
+        """Their total time (with ASYNC_FLUSH, handing each to a worker thread and back)."""
+        worker = self._group_commit
+        return self._flush_seconds + (worker.flush_seconds if worker is not None else 0.0)
 
     # -- the task tree ---------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -237,17 +254,52 @@ class StoreServices:
             await trio.sleep(wait)
 
     async def _flush_commitlog_loop(self) -> None:
+        """ASYNC_FLUSH: flush every flushIntervalCommitLog (or when woken) in a worker thread.
+        SYNC_FLUSH: run the group-commit thread instead."""
         assert self._flush_wakeup is not None
         interval = self.config.flush_interval_commit_log / 1000
-        sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        if self._sync_flush:
+            await self._group_commit_loop(interval)
+            return
         while True:
-            if not (sync and self._flush_waiters):
-                await self._flush_wakeup.wait(interval)
+            await self._flush_wakeup.wait(interval)
             started = time.perf_counter()
+            before = self.store.flushed_offset
             flushed = await trio.to_thread.run_sync(self.store.flush_commitlog)
-            self.commitlog_flush_seconds += time.perf_counter() - started
-            self.commitlog_flushes += 1
+            if flushed > before:
+                self._flush_seconds += time.perf_counter() - started
+                self._flushes += 1
             self._wake_waiters(flushed)
+
+    async def _group_commit_loop(self, interval: float) -> None:
+        """Run a :class:`GroupCommitWorker` in a worker thread until cancelled.
+
+        Flush rounds follow each other inside that thread; each hands its offset back to the
+        event loop (``run_sync_soon``), where the covered waiters are woken. Cancellation
+        stops the worker after the flush under way.
+        """
+        token = trio.lowlevel.current_trio_token()
+
+        def on_flushed(offset: int) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._wake_waiters, offset)
+
+        worker = GroupCommitWorker(
+            self.store.flush_commitlog,
+            on_flushed,
+            flushed=self.store.flushed_offset,
+            interval_s=interval,
+        )
+        self._group_commit = worker
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_stop_when_cancelled, worker)
+                await trio.to_thread.run_sync(worker.run)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._group_commit = None
+            self._flushes += worker.flushes
+            self._flush_seconds += worker.flush_seconds
 
     def _wake_waiters(self, flushed: int) -> None:
         still: list[tuple[int, trio.Event]] = []
@@ -298,3 +350,11 @@ class StoreServices:
             deleted = await trio.to_thread.run_sync(self.store.clean_expired_files)
             if deleted:
                 log.info("retention removed %d file(s)", deleted)
+
+
+async def _stop_when_cancelled(worker: GroupCommitWorker) -> None:
+    """Sleep until cancelled, then stop ``worker`` (its thread ignores trio's cancellation)."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        worker.stop()

@@ -110,6 +110,8 @@ async def test_group_commit_many_concurrent_sync_puts(
             nursery.cancel_scope.cancel()
         assert len(results) == 200
         assert all(r.status is PutStatus.PUT_OK for r in results)
+        assert 1 <= services.commitlog_flushes < 200  # puts shared flushes
+        assert services._group_commit is None  # the flush thread stopped with the loops
         assert len({r.phys_offsets[0] for r in results}) == 200
         assert store.flushed_offset == store.commitlog.max_offset
         assert sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 200
