@@ -1,6 +1,7 @@
 """The broker's request processors: async handler tables over the store and managers.
 
-- :mod:`broker.processors.send`: SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE.
+- :mod:`broker.processors.send`: SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE; the
+  message checks it runs first (properties, batch bodies) are :mod:`broker.processors.send_checks`.
 - :mod:`broker.processors.pull`: PULL_MESSAGE and the offset / query requests.
 - :mod:`broker.processors.client`: HEART_BEAT / UNREGISTER_CLIENT / GET_CONSUMER_LIST_BY_GROUP.
 - :mod:`broker.processors.admin`: topic administration and broker introspection.

@@ -33,22 +33,21 @@ import functools
 import ipaddress
 import itertools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NamedTuple
-
-import msgpack
+from typing import NamedTuple
 
 from broker.config import BrokerConfig
+from broker.processors.send_checks import (
+    IllegalMessageError,
+    check_properties,
+    decode_batch_body,
+    encode_batch_body,
+    parse_properties,
+)
 from broker.status_codes import put_response_code
 from broker.topic_config import TopicConfigManager
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import offset_msg_id_of_packed
-from common.record import (
-    MAX_PROPERTIES_LENGTH,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_SEPARATOR,
-    MessageRecord,
-    pack_host,
-)
+from common.record import MessageRecord, pack_host
 from common.route import PermName, TopicConfig
 from common.topic import TRANS_HALF_TOPIC, is_not_allowed_send_topic, topic_problem
 from remoting.channel import Channel, Handler
@@ -85,87 +84,6 @@ V2_FIELD_NAMES: Mapping[str, str] = {
     "n": "brokerName",
 }
 """SendMessageRequestHeaderV2's single-letter fields -> SendMessageRequestHeader names."""
-
-
-class IllegalMessageError(ValueError):
-    """The message itself is malformed (answered MESSAGE_ILLEGAL)."""
-
-
-def parse_properties(raw: str) -> dict[str, str]:
-    """Strictly parse RocketMQ's ``k\\x01v\\x02`` string; IllegalMessageError when malformed.
-
-    Unlike :func:`common.record.decode_properties` nothing is skipped: every non-empty segment
-    must be ``name\\x01value`` with a non-empty name and no second separator.
-    """
-    out: dict[str, str] = {}
-    for item in raw.split(PROPERTY_SEPARATOR):
-        if not item:
-            continue
-        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-        if not sep or not name or NAME_VALUE_SEPARATOR in value:
-            raise IllegalMessageError(f"malformed properties segment {item!r}")
-        out[name] = value
-    return out
-
-
-def _check_properties(props: Mapping[str, Any]) -> dict[str, str]:
-    """Properties as a str map of legal size; IllegalMessageError otherwise.
-
-    All names and all values are joined once (a C-level type check too): a separator in either
-    string or an empty name makes the map illegal, and for ASCII text their lengths give the
-    encoded size without encoding anything. Only a bad map is walked to name the property.
-    """
-    try:
-        names = "".join(props)
-        values = "".join(props.values())
-    except TypeError:
-        raise IllegalMessageError("properties must map str to str") from None
-    out = props if type(props) is dict else dict(props)
-    if (
-        NAME_VALUE_SEPARATOR in names
-        or PROPERTY_SEPARATOR in names
-        or NAME_VALUE_SEPARATOR in values
-        or PROPERTY_SEPARATOR in values
-        or "" in out
-    ):
-        for k, v in out.items():
-            if not k or any(s in k or s in v for s in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)):
-                raise IllegalMessageError(f"illegal property {k!r}")
-    if names.isascii() and values.isascii():
-        size = len(names) + len(values) + 2 * len(out)
-    else:
-        size = len(names.encode()) + len(values.encode()) + 2 * len(out)
-    if size > MAX_PROPERTIES_LENGTH:
-        raise IllegalMessageError(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes")
-    return out
-
-
-def decode_batch_body(body: bytes) -> list[tuple[bytes, dict[str, str] | None, int | None]]:
-    """Entries ``(body, properties or None, flag or None)`` of a SEND_BATCH_MESSAGE body."""
-    try:
-        wire = msgpack.unpackb(body, raw=False)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise IllegalMessageError(f"batch body is not valid msgpack: {exc}") from None
-    if not isinstance(wire, list) or not wire:
-        raise IllegalMessageError("batch body must be a non-empty list")
-    out: list[tuple[bytes, dict[str, str] | None, int | None]] = []
-    for i, entry in enumerate(wire):
-        if not isinstance(entry, dict) or not isinstance(entry.get("body"), bytes):
-            raise IllegalMessageError(f"batch entry {i} must be a map with a bytes 'body'")
-        props = entry.get("properties")
-        if props is not None and not isinstance(props, dict):
-            raise IllegalMessageError(f"batch entry {i}: 'properties' must be a map")
-        flag = entry.get("flag")
-        if flag is not None and (not isinstance(flag, int) or isinstance(flag, bool)):
-            raise IllegalMessageError(f"batch entry {i}: 'flag' must be an int")
-        out.append((entry["body"], None if props is None else _check_properties(props), flag))
-    return out
-
-
-def encode_batch_body(entries: list[Mapping[str, Any]]) -> bytes:
-    """Build a SEND_BATCH_MESSAGE body from ``{"body", "properties", "flag"}`` maps."""
-    data: bytes = msgpack.packb(list(entries), use_bin_type=True)
-    return data
 
 
 def born_host_of(channel: Channel) -> bytes:
@@ -321,7 +239,7 @@ class SendProcessor:
                 f"{config.write_queue_nums} write queues",
             )
         try:
-            props = _check_properties(parse_properties(raw_props))
+            props = check_properties(parse_properties(raw_props))
             if batch:
                 entries = decode_batch_body(request.body)
             else:

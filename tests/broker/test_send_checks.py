@@ -1,12 +1,23 @@
-"""The send processor's property checks (the batch path runs them per message)."""
+"""The send processor's message checks (broker/processors/send_checks.py): properties and
+batch bodies."""
 
 from __future__ import annotations
 
+import re
+
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.processors.send import IllegalMessageError, _check_properties
+from broker.processors.send_checks import (
+    IllegalMessageError,
+    _checked_batch,
+    _legal_batch,
+    check_properties,
+    decode_batch_body,
+    encode_batch_body,
+)
 from common.record import MAX_PROPERTIES_LENGTH, encode_properties
 
 SEPARATORS = ("\x01", "\x02")
@@ -24,7 +35,7 @@ SEPARATORS = ("\x01", "\x02")
 )
 def test_bad_properties_are_refused_with_a_reason(props: dict[str, object], reason: str) -> None:
     with pytest.raises(IllegalMessageError, match=reason):
-        _check_properties(props)
+        check_properties(props)
 
 
 @given(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=6))
@@ -33,10 +44,10 @@ def test_a_map_is_accepted_exactly_when_no_name_is_empty_or_holds_a_separator(
 ) -> None:
     legal = all(k and not any(s in k or s in v for s in SEPARATORS) for k, v in props.items())
     if legal:
-        assert _check_properties(props) == props
+        assert check_properties(props) == props
     else:
         with pytest.raises(IllegalMessageError):
-            _check_properties(props)
+            check_properties(props)
 
 
 @pytest.mark.parametrize("char", ["x", "é", "€"])
@@ -44,8 +55,93 @@ def test_size_limit_counts_encoded_bytes(char: str) -> None:
     """``{"a": v}`` encodes to ``a\\x01v\\x02``: 3 bytes plus the UTF-8 of the value."""
     width = len(char.encode())
     fits = char * ((MAX_PROPERTIES_LENGTH - 3) // width)
-    assert _check_properties({"a": fits}) == {"a": fits}
+    assert check_properties({"a": fits}) == {"a": fits}
     over = fits + char * (1 + (MAX_PROPERTIES_LENGTH - 3) % width)
     assert len(encode_properties({"a": over})) > MAX_PROPERTIES_LENGTH
     with pytest.raises(IllegalMessageError, match="exceed"):
-        _check_properties({"a": over})
+        check_properties({"a": over})
+
+
+# -- batch bodies ------------------------------------------------------------------------------
+_TEXT = st.text(alphabet=st.sampled_from("ab\x01\x02é"), max_size=4)
+_INT = st.integers(-(2**63), 2**64 - 1)  # what msgpack encodes
+_PROPERTIES = st.one_of(
+    st.none(),
+    st.dictionaries(_TEXT, _TEXT, max_size=3),
+    st.dictionaries(st.binary(min_size=1, max_size=2), _TEXT, min_size=1, max_size=2),
+    st.lists(_TEXT, max_size=2),
+    st.just("k\x01v\x02"),
+)
+_ENTRY = st.one_of(
+    st.fixed_dictionaries(
+        {"body": st.one_of(st.binary(max_size=4), st.text(max_size=2), _INT)},
+        optional={
+            "properties": _PROPERTIES,
+            "flag": st.one_of(st.none(), _INT, st.booleans(), _TEXT),
+        },
+    ),
+    st.dictionaries(st.sampled_from(["flag", "other"]), _INT, max_size=2),
+    _INT,
+    st.binary(max_size=2),
+)
+
+
+def _decode_or_error(body: bytes) -> object:
+    try:
+        return decode_batch_body(body)
+    except IllegalMessageError as exc:
+        return ("refused", str(exc))
+
+
+def _checked_or_error(wire: list[object]) -> object:
+    try:
+        return _checked_batch(wire)
+    except IllegalMessageError as exc:
+        return ("refused", str(exc))
+
+
+@given(st.lists(_ENTRY, min_size=1, max_size=6))
+def test_a_batch_decodes_as_its_entry_by_entry_check_says(wire: list[object]) -> None:
+    """The bulk check accepts only what the entry-by-entry check accepts, with the same
+    entries; everything else gets the entry-by-entry answer, naming the bad entry."""
+    expected = _checked_or_error(wire)
+    if _legal_batch(wire) is not None:
+        assert _legal_batch(wire) == expected
+    assert _decode_or_error(encode_batch_body(wire)) == expected  # type: ignore[arg-type]
+
+
+def test_batch_properties_are_limited_per_message_not_per_batch() -> None:
+    half = "x" * (MAX_PROPERTIES_LENGTH // 2)
+    wire = [{"body": b"a", "properties": {"k": half}}] * 3  # 1.5 x the limit in all
+    entries = decode_batch_body(encode_batch_body(wire))
+    assert [props for _, props, _ in entries] == [{"k": half}] * 3
+    over = [{"body": b"a"}, {"body": b"b", "properties": {"k": "x" * MAX_PROPERTIES_LENGTH}}]
+    with pytest.raises(IllegalMessageError, match="exceed"):
+        decode_batch_body(encode_batch_body(over))
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        ([{"body": b"a"}, {"body": "text"}], "batch entry 1 must be a map with a bytes 'body'"),
+        ([{"body": b"a"}, 7], "batch entry 1 must be a map"),
+        ([{"body": b"a", "properties": ["k"]}], "batch entry 0: 'properties' must be a map"),
+        ([{"body": b"a"}, {"body": b"b", "flag": True}], "batch entry 1: 'flag' must be an int"),
+        ([{"body": b"a", "properties": {"k": "v\x02"}}], "illegal property 'k'"),
+        ([{"body": b"a", "properties": {"": "v"}}], "illegal property ''"),
+        ([{"body": b"a", "properties": {b"k": "v"}}], "must map str to str"),
+    ],
+)
+def test_a_bad_batch_entry_is_named(wire: list[object], reason: str) -> None:
+    with pytest.raises(IllegalMessageError, match=re.escape(reason)):
+        decode_batch_body(encode_batch_body(wire))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\xc1", msgpack.packb({"body": b"a"}), msgpack.packb([])],
+    ids=["not msgpack", "not a list", "empty"],
+)
+def test_a_batch_body_that_is_no_list_of_entries_is_refused(body: bytes) -> None:
+    with pytest.raises(IllegalMessageError, match="batch body"):
+        decode_batch_body(body)

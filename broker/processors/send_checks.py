@@ -1,0 +1,171 @@
+"""What the send processor checks in a message before the store sees it: properties, batch bodies.
+
+Pure functions of strings, maps and bytes. A malformed message raises
+:class:`IllegalMessageError`, which the processor answers with MESSAGE_ILLEGAL.
+
+A SEND_BATCH_MESSAGE body is **minimq's own encoding**: a msgpack list of maps
+``{"body": bytes, "properties": {str: str}, "flag": int}`` (``properties`` and ``flag``
+optional). :func:`decode_batch_body` checks a whole batch with a few C-level passes (types
+of every entry, every body, map and flag; all property names and values joined once) and
+walks it entry by entry only when something is wrong, to say which entry and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import chain
+from typing import Any
+
+import msgpack
+
+from common.record import MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+
+BatchEntry = tuple[bytes, dict[str, str] | None, int | None]
+"""One message of a batch: body, its own properties (None: the header's) and flag (None: the
+header's)."""
+
+_NONE_TYPE = type(None)
+_ENTRY_TYPES = {dict}
+_BODY_TYPES = {bytes}
+_PROPERTIES_TYPES = {dict, _NONE_TYPE}
+_FLAG_TYPES = {int, _NONE_TYPE}
+
+
+class IllegalMessageError(ValueError):
+    """The message itself is malformed (answered MESSAGE_ILLEGAL)."""
+
+
+def parse_properties(raw: str) -> dict[str, str]:
+    """Strictly parse RocketMQ's ``k\\x01v\\x02`` string; IllegalMessageError when malformed.
+
+    Unlike :func:`common.record.decode_properties` nothing is skipped: every non-empty segment
+    must be ``name\\x01value`` with a non-empty name and no second separator.
+    """
+    out: dict[str, str] = {}
+    for item in raw.split(PROPERTY_SEPARATOR):
+        if not item:
+            continue
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if not sep or not name or NAME_VALUE_SEPARATOR in value:
+            raise IllegalMessageError(f"malformed properties segment {item!r}")
+        out[name] = value
+    return out
+
+
+def check_properties(props: Mapping[str, Any]) -> dict[str, str]:
+    """Properties as a str map of legal size; IllegalMessageError otherwise.
+
+    All names and all values are joined once (a C-level type check too): a separator in either
+    string or an empty name makes the map illegal, and for ASCII text their lengths give the
+    encoded size without encoding anything. Only a bad map is walked to name the property.
+    """
+    try:
+        names = "".join(props)
+        values = "".join(props.values())
+    except TypeError:
+        raise IllegalMessageError("properties must map str to str") from None
+    out = props if type(props) is dict else dict(props)
+    if _has_separator(names, values) or "" in out:
+        for k, v in out.items():
+            if not k or any(s in k or s in v for s in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)):
+                raise IllegalMessageError(f"illegal property {k!r}")
+    if names.isascii() and values.isascii():
+        size = len(names) + len(values) + 2 * len(out)
+    else:
+        size = len(names.encode()) + len(values.encode()) + 2 * len(out)
+    if size > MAX_PROPERTIES_LENGTH:
+        raise IllegalMessageError(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes")
+    return out
+
+
+def _has_separator(names: str, values: str) -> bool:
+    return (
+        NAME_VALUE_SEPARATOR in names
+        or PROPERTY_SEPARATOR in names
+        or NAME_VALUE_SEPARATOR in values
+        or PROPERTY_SEPARATOR in values
+    )
+
+
+def decode_batch_body(body: bytes) -> list[BatchEntry]:
+    """Entries ``(body, properties or None, flag or None)`` of a SEND_BATCH_MESSAGE body."""
+    try:
+        wire = msgpack.unpackb(body, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise IllegalMessageError(f"batch body is not valid msgpack: {exc}") from None
+    if not isinstance(wire, list) or not wire:
+        raise IllegalMessageError("batch body must be a non-empty list")
+    entries = _legal_batch(wire)
+    return entries if entries is not None else _checked_batch(wire)
+
+
+def _legal_batch(wire: list[Any]) -> list[BatchEntry] | None:
+    """The entries of ``wire`` if every one is plainly legal (exact types, ASCII properties
+    whose total fits one message's limit); None when any needs a closer look."""
+    if set(map(type, wire)) != _ENTRY_TYPES:
+        return None
+    try:
+        rows = [(e["body"], e.get("properties"), e.get("flag")) for e in wire]
+    except KeyError:
+        return None
+    bodies, props, flags = zip(*rows, strict=True)
+    if (
+        set(map(type, bodies)) != _BODY_TYPES
+        or not set(map(type, props)) <= _PROPERTIES_TYPES
+        or not set(map(type, flags)) <= _FLAG_TYPES
+    ):
+        return None
+    maps = list(filter(None, props))  # the non-empty ones
+    if maps and not _legal_maps(maps):
+        return None
+    return rows
+
+
+def _legal_maps(maps: list[dict[Any, Any]]) -> bool:
+    """True if every map is str to str, names non-empty, no separators, ASCII, and all of
+    them together within one message's properties limit (so each one is)."""
+    try:
+        names = "".join(chain.from_iterable(maps))
+        values = "".join(chain.from_iterable(map(dict.values, maps)))
+    except TypeError:
+        return False
+    if (
+        _has_separator(names, values)
+        or not all(chain.from_iterable(maps))  # an empty name (every name is a str here)
+        or not (names.isascii() and values.isascii())
+    ):
+        return False
+    size = len(names) + len(values) + 2 * sum(map(len, maps))
+    return size <= MAX_PROPERTIES_LENGTH
+
+
+def _checked_batch(wire: list[Any]) -> list[BatchEntry]:
+    """:func:`decode_batch_body` entry by entry: raises naming the first bad entry."""
+    out: list[BatchEntry] = []
+    for i, entry in enumerate(wire):
+        if not isinstance(entry, dict) or not isinstance(entry.get("body"), bytes):
+            raise IllegalMessageError(f"batch entry {i} must be a map with a bytes 'body'")
+        props = entry.get("properties")
+        if props is not None and not isinstance(props, dict):
+            raise IllegalMessageError(f"batch entry {i}: 'properties' must be a map")
+        flag = entry.get("flag")
+        if flag is not None and (not isinstance(flag, int) or isinstance(flag, bool)):
+            raise IllegalMessageError(f"batch entry {i}: 'flag' must be an int")
+        out.append((entry["body"], None if props is None else check_properties(props), flag))
+    return out
+
+
+def encode_batch_body(entries: list[Mapping[str, Any]]) -> bytes:
+    """Build a SEND_BATCH_MESSAGE body from ``{"body", "properties", "flag"}`` maps."""
+    data: bytes = msgpack.packb(list(entries), use_bin_type=True)
+    return data
+
+
+__all__ = [
+    "BatchEntry",
+    "IllegalMessageError",
+    "check_properties",
+    "decode_batch_body",
+    "encode_batch_body",
+    "parse_properties",
+]
