@@ -117,6 +117,8 @@ class BrokerController:
         self._client: RemotingClient | None = None
         self.busy_poll: BusyPoll | None = None
         """The remoting server's busy poller (set by :meth:`run`; see ``busyPollMicros``)."""
+        self.services: StoreServices | None = None
+        """The store's background services (set by :meth:`run`)."""
         self.metrics = BrokerMetrics(self) if config.metrics_port else None
         """Prometheus metrics, served on ``metricsPort`` (None when it is unset or 0)."""
 
@@ -142,7 +144,7 @@ class BrokerController:
             self.groups = SubscriptionGroupManager(
                 config_dir, auto_create=self.config.auto_create_subscription_group
             )
-            services = StoreServices(store)
+            services = self.services = StoreServices(store)
             self.schedule = ScheduleMessageService(
                 store,
                 services,

@@ -23,6 +23,9 @@ brokerName, as RocketMQ 5's native metrics do):
   passes spent busy polling, and spells of it sat out; ``busyPollMicros``) and
   ``minimq_busy_poll_hit_ratio`` (the moving share of spells that saw a frame arrive), so the
   CPU the broker spends polling can be told from the CPU it spends working;
+- ``minimq_commitlog_flushes_total`` and ``minimq_commitlog_flush_seconds_total`` (commitlog
+  flushes that made something durable, and their time): with ``SYNC_FLUSH``, messages in over
+  flushes is how many puts each group commit served;
 - ``rocketmq_producer_connections`` (producer clients, all groups),
   ``rocketmq_consumer_connections{consumer_group}``, ``rocketmq_topic_number``,
   ``rocketmq_consumer_group_number`` (subscription group configs), and
@@ -66,6 +69,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.reply import Reply, then
 from store import MessageStore
+from store.services import StoreServices
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,7 @@ class MetricsSource(Protocol):
     groups: SubscriptionGroupManager | None
     clients: ClientService
     busy_poll: BusyPoll | None
+    services: StoreServices | None
 
     @property
     def broker_addr(self) -> str:
@@ -200,6 +205,7 @@ class BrokerMetrics(Collector):
         yield from self._counters(names, values)
         yield from self._gauges(names, values)
         yield from self._busy_poll(names, values)
+        yield from self._flushes(names, values)
         yield self._lag(names, values)
 
     def _busy_poll(self, names: list[str], values: list[str]) -> Iterator[Metric]:
@@ -224,6 +230,26 @@ class BrokerMetrics(Collector):
         )
         gauge.add_metric(values, poll.budget.hit_rate)
         yield gauge
+
+    def _flushes(self, names: list[str], values: list[str]) -> Iterator[Metric]:
+        services = self.source.services
+        if services is None:  # the store is not open yet
+            return
+        for name, doc, number in (
+            (
+                "minimq_commitlog_flushes",
+                "Commitlog flushes that made something durable (group commits with SYNC_FLUSH).",
+                services.commitlog_flushes,
+            ),
+            (
+                "minimq_commitlog_flush_seconds",
+                "Time spent in those flushes.",
+                services.commitlog_flush_seconds,
+            ),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=names)
+            counter.add_metric(values, number)
+            yield counter
 
     def _counters(self, names: list[str], values: list[str]) -> Iterator[Metric]:
         tables: list[tuple[str, str, dict[str, int] | dict[tuple[str, str], int], list[str]]] = [

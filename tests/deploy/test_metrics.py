@@ -117,6 +117,26 @@ async def test_metrics_after_produce_and_consume(tmp_path: Path) -> None:
         await trio.open_tcp_stream("127.0.0.1", port)
 
 
+async def test_group_commits_are_counted(tmp_path: Path) -> None:
+    """With SYNC_FLUSH every acknowledged send was covered by a counted flush."""
+    port = free_port()
+    overrides = {"metricsPort": str(port), "flushDiskType": "SYNC_FLUSH"}
+    async with (
+        running_namesrv() as namesrv,
+        running_broker(tmp_path, namesrv, overrides=overrides),
+        Producer("flush-pg", namesrv) as producer,
+    ):
+        found = await scrape(port)
+        before = value(found, "minimq_commitlog_flushes_total")
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(producer.send, Message(TOPIC, b"durable-%d" % i))
+        found = await scrape(port)
+        flushes = value(found, "minimq_commitlog_flushes_total") - before
+        assert 1 <= flushes <= 6
+        assert value(found, "minimq_commitlog_flush_seconds_total") > 0
+
+
 async def test_other_paths_and_methods(tmp_path: Path) -> None:
     port = free_port()
     async with running_broker(tmp_path, overrides={"metricsPort": str(port)}):
