@@ -42,7 +42,13 @@ from client.errors import (
 from client.instance import ClientInstance
 from client.message import Message, MessageQueue, SendResult
 from client.queue_selector import MQFaultStrategy, RoundRobinSelector, select_by_key
-from client.validation import MAX_MESSAGE_SIZE, validate_group, validate_message
+from client.validation import (
+    MAX_MESSAGE_SIZE,
+    validate_group,
+    validate_message,
+    validate_message_content,
+    validate_topic,
+)
 from common.message import MessageConst
 from common.message_id import UniqKeyGenerator
 from common.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
@@ -253,31 +259,34 @@ class Producer:
         """
         if not messages:
             raise MQClientError(CLIENT_ERROR, "send_batch needs at least one message")
-        topic = messages[0].topic
-        uniqs: list[str] = []
-        for m in messages:
-            if m.topic != topic:
-                raise MQClientError(CLIENT_ERROR, "all messages of a batch must share a topic")
-            if m.delay_level > 0:
-                raise MQClientError(CLIENT_ERROR, "a batch does not support delayed messages")
-            uniq, _, _ = self._prepare_uncompressed(m)
-            uniqs.append(uniq)
+        uniqs = self._prepare_batch(messages)
         body = encode_batch(messages)
         if len(body) > self.max_message_size:
             raise MQClientError(
                 CLIENT_ERROR,
                 f"the batch is {len(body)} bytes, over the limit {self.max_message_size}",
             )
-        carrier = Message(topic, body)
+        carrier = Message(messages[0].topic, body)
         return await self._send_batch_with_retries(carrier, ",".join(uniqs))
 
-    def _prepare_uncompressed(self, msg: Message) -> tuple[str, bytes, int]:
-        """Like :meth:`_prepare` without compression (batches are sent uncompressed)."""
+    def _prepare_batch(self, messages: Sequence[Message]) -> list[str]:
+        """Validate a batch (its one topic once) and stamp UNIQ_KEYs: each message's key."""
         if not self._running:
             raise ClientClosedError(f"producer {self.group}")
-        validate_message(msg, self.max_message_size)
-        uniq = msg.properties.setdefault(MessageConst.UNIQ_KEY, _UNIQ_KEYS.next())
-        return uniq, msg.body, 0
+        topic = messages[0].topic
+        validate_topic(topic)
+        delay = MessageConst.DELAY
+        for m in messages:
+            if m.topic != topic:
+                raise MQClientError(CLIENT_ERROR, "all messages of a batch must share a topic")
+            if delay in m.properties and m.delay_level > 0:
+                raise MQClientError(CLIENT_ERROR, "a batch does not support delayed messages")
+            validate_message_content(m, self.max_message_size)
+        uniq = MessageConst.UNIQ_KEY
+        unkeyed = [m.properties for m in messages if uniq not in m.properties]
+        for props, key in zip(unkeyed, _UNIQ_KEYS.next_many(len(unkeyed)), strict=True):
+            props[uniq] = key
+        return [m.properties[uniq] for m in messages]
 
     async def _send_batch_with_retries(self, carrier: Message, uniqs: str) -> SendResult:
         deadline = trio.current_time() + self.send_timeout

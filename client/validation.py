@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NoReturn
 
 from client.errors import NO_PERMISSION, GroupInvalidError, MessageInvalidError
 from client.message import Message
@@ -46,17 +46,42 @@ def validate_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE) -> 
     if msg is None:
         raise MessageInvalidError("", "the message is null")
     validate_topic(msg.topic)
+    validate_message_content(msg, max_message_size)
+
+
+def validate_message_content(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
+    """:func:`validate_message` without the topic (a batch checks its one topic once)."""
     topic = msg.topic
-    if not isinstance(msg.body, bytes | bytearray | memoryview):
+    body = msg.body
+    if not isinstance(body, bytes | bytearray | memoryview):
         raise MessageInvalidError(topic, "the message body must be bytes")
-    if len(msg.body) == 0:
+    if len(body) == 0:
         raise MessageInvalidError(topic, "the message body length is zero")
-    if len(msg.body) > max_message_size:
+    if len(body) > max_message_size:
         raise MessageInvalidError(
             topic, f"the message body size over max value, MAX: {max_message_size}"
         )
-    props_len = 0
-    for name, value in msg.properties.items():
+    props = msg.properties
+    try:  # every name and every value joined once: a C-level type and separator check
+        names = "".join(props)
+        values = "".join(props.values())
+    except TypeError:
+        names = values = PROPERTY_SEPARATOR  # walk them below to name the bad one
+    if _bad_chars(names) or _bad_chars(values) or "" in props:
+        _raise_for_property(topic, props)
+    if names.isascii() and values.isascii():
+        props_len = len(names) + len(values) + 2 * len(props)
+    else:
+        props_len = len(names.encode()) + len(values.encode()) + 2 * len(props)
+    if props_len > MAX_PROPERTIES_LENGTH:
+        raise MessageInvalidError(
+            topic, f"the message properties length {props_len} exceeds {MAX_PROPERTIES_LENGTH}"
+        )
+
+
+def _raise_for_property(topic: str, props: dict[str, str]) -> NoReturn:
+    """Raise for the first property that is not a non-empty separator-free str to a str."""
+    for name, value in props.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise MessageInvalidError(topic, f"property {name!r} must map a str to a str")
         if not name:
@@ -65,8 +90,4 @@ def validate_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE) -> 
             raise MessageInvalidError(
                 topic, f"property {name!r} contains the reserved separator \\x01 or \\x02"
             )
-        props_len += len(name.encode()) + len(value.encode()) + 2
-    if props_len > MAX_PROPERTIES_LENGTH:
-        raise MessageInvalidError(
-            topic, f"the message properties length {props_len} exceeds {MAX_PROPERTIES_LENGTH}"
-        )
+    raise AssertionError(f"no illegal property in {props!r}")  # the caller saw one

@@ -168,6 +168,20 @@ class UniqKeyGenerator:
             span = (now - self._start) & 0xFFFFFFFF
         return self._prefix + _UNIQ_TAIL.pack(span, counter).hex().upper()
 
+    def next_many(self, n: int) -> list[str]:
+        """Return ``n`` new ``UNIQ_KEY``s (one clock read and one lock hold for all)."""
+        if n <= 0:
+            return []
+        with self._lock:
+            now = self._clock()
+            if now >= self._next_start or now < self._start:
+                self._set_start(now)
+            first = self._counter
+            self._counter = (first + n) & 0xFFFF
+            span = (now - self._start) & 0xFFFFFFFF
+        head = f"{self._prefix}{span:08X}"
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
+
     __call__ = next
 
 

@@ -12,7 +12,7 @@ from client.aio import ClientInstance, ConsumeFromWhere, Producer, PullConsumer
 from client.config import ClientConfig
 from client.errors import MessageInvalidError, MQClientError
 from client.message import Message, MessageQueue, ReceivedMessage, SendStatus
-from common.message import MessageSysFlag
+from common.message import MessageConst, MessageSysFlag
 from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import LIMIT, TOPIC, cluster
 
@@ -173,3 +173,27 @@ async def test_invalid_messages_fail_before_any_network_call() -> None:
             await p.send(Message("RMQ_SYS_TRANS_HALF_TOPIC", b"x"))
         with pytest.raises(MQClientError, match="no name server answered"):
             await p.send(Message(TOPIC, b"fine"))
+
+
+async def test_invalid_batches_fail_before_any_network_call_and_stamp_nothing() -> None:
+    config = ClientConfig(namesrv_addrs=("127.0.0.1:1",), client_ip="127.0.0.1")
+    async with ClientInstance(config) as instance, Producer("pg", instance=instance) as p:
+        good = [Message(TOPIC, b"a"), Message(TOPIC, b"b")]
+        cases: list[tuple[list[Message], type[Exception], str]] = [
+            ([Message("bad topic!", b"x")], MessageInvalidError, "topic"),
+            ([*good, Message("Other", b"x")], MQClientError, "share a topic"),
+            ([*good, Message(TOPIC, b"x", delay_level=2)], MQClientError, "delayed"),
+            ([*good, Message(TOPIC, b"")], MessageInvalidError, "length is zero"),
+            ([*good, Message(TOPIC, b"x", properties={"k": "v\x01"})], MessageInvalidError, "k"),
+            ([], MQClientError, "at least one message"),
+        ]
+        for batch, error, reason in cases:
+            with pytest.raises(error, match=reason):
+                await p.send_batch(batch)
+            assert not [m for m in batch if MessageConst.UNIQ_KEY in m.properties]
+        keyed = Message(TOPIC, b"c", properties={MessageConst.UNIQ_KEY: "ABC"})
+        with pytest.raises(MQClientError, match="no name server answered"):
+            await p.send_batch([*good, keyed])
+        keys = [m.properties[MessageConst.UNIQ_KEY] for m in good]
+        assert len(set(keys)) == 2  # stamped once validated, fresh keys each
+        assert keyed.properties[MessageConst.UNIQ_KEY] == "ABC"  # a key of its own is kept

@@ -62,6 +62,19 @@ def test_properties_too_long_rejected() -> None:
         validate_message(Message("T", b"x", properties={"k": "v" * 40000}))
 
 
+@pytest.mark.parametrize("props", [{"a": 1}, {1: "v"}, {"a": "v", "b": None}])
+def test_properties_must_map_str_to_str(props: dict[object, object]) -> None:
+    with pytest.raises(MessageInvalidError, match="must map a str to a str"):
+        validate_message(Message("T", b"x", properties=props))  # type: ignore[arg-type]
+
+
+def test_properties_length_counts_encoded_bytes() -> None:
+    """``k\x01<value>\x02``: 3 bytes plus the value's UTF-8, two bytes per "é"."""
+    validate_message(Message("T", b"x", properties={"k": "é" * 16382}))  # 32,767 bytes
+    with pytest.raises(MessageInvalidError, match="properties length 32769"):
+        validate_message(Message("T", b"x", properties={"k": "é" * 16383}))
+
+
 def test_errors_are_client_errors() -> None:
     assert issubclass(MessageInvalidError, MQClientError)
     assert issubclass(GroupInvalidError, MQClientError)

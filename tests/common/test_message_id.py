@@ -84,6 +84,25 @@ def test_uniq_key_counter_wraps_at_2_16() -> None:
     assert counters[-3:] == [0xFFFF, 0, 1]
 
 
+@pytest.mark.parametrize("start", [0, 0xFFFF - 3])
+def test_next_many_matches_next_one_by_one(start: int) -> None:
+    """A run of keys from one call equals the same run from single calls at the same time,
+    the counter wrapping at 2**16 within the run too."""
+
+    def gen() -> UniqKeyGenerator:
+        g = UniqKeyGenerator(ip="1.2.3.4", pid=7, class_loader_hash=9, clock_ms=lambda: 10**12)
+        for _ in range(start):
+            g.next()
+        return g
+
+    one_by_one = gen()
+    expected = [one_by_one.next() for _ in range(8)]
+    many = gen()
+    assert many.next_many(8) == expected
+    assert many.next() == one_by_one.next()
+    assert many.next_many(0) == []
+
+
 def test_uniq_key_month_start_recomputed_on_month_change() -> None:
     now = [_ms(2024, 1, 31, 23, 59, 59)]
     gen = UniqKeyGenerator(ip="1.2.3.4", pid=1, class_loader_hash=1, clock_ms=lambda: now[0])
