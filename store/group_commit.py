@@ -48,6 +48,8 @@ class GroupCommitWorker:
         """Flushes that made something durable (group commits and interval flushes)."""
         self.flush_seconds = 0.0
         """Their total time, from picking the round up to handing its offset over."""
+        self.error: OSError | None = None
+        """The flush failure that ended :meth:`run`, if one did."""
 
     @property
     def flushed(self) -> int:
@@ -68,10 +70,16 @@ class GroupCommitWorker:
             self._cond.notify()
 
     def run(self) -> None:
-        """The thread's body: flush on request or every interval until :meth:`stop`."""
+        """The thread's body: flush on request or every interval until :meth:`stop`, or until
+        a flush fails (the ``OSError`` is kept in :attr:`error`: no later flush is tried, as
+        one could report success for data the failed one lost)."""
         while self._next_round():
             started = time.perf_counter()
-            flushed = self._flush()
+            try:
+                flushed = self._flush()
+            except OSError as exc:
+                self.error = exc
+                return
             moved = flushed > self._flushed
             with self._cond:
                 self._flushed = max(self._flushed, flushed)
@@ -81,7 +89,10 @@ class GroupCommitWorker:
                 self.flush_seconds += time.perf_counter() - started
 
     def _next_round(self) -> bool:
-        """Wait for a request beyond what is flushed, or for the interval; False once stopped."""
+        """Wait for a request beyond what is flushed, or for the interval; False once stopped
+        or failed."""
+        if self.error is not None:
+            return False
         with self._cond:
             if self._wanted <= self._flushed and not self._stopping:
                 self._cond.wait(self._interval_s)

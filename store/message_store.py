@@ -68,6 +68,10 @@ class MessageStore:
         self.put_listener: Callable[[], None] | None = None
         self.running = False
         self.disk_full = False
+        self.flush_error: str | None = None
+        """Why a commitlog flush failed (an ``OSError`` of ``fdatasync``), once one has: from
+        then on puts are refused until a restart, because what the page cache held may never
+        reach the disk and a retried flush cannot be trusted to say so."""
         self.last_exit_ok = True
         self.recovered_range = (0, 0)
         """Commitlog range the last recovery walked (verified and re-dispatched)."""
@@ -110,7 +114,8 @@ class MessageStore:
         except MappedFileCreateError as exc:
             clean = False
             log.error("closing with undispatched messages (%s): next open will recover", exc)
-        self.flush_commitlog()
+        if not self._final_commitlog_flush():
+            clean = False
         self.flush_logics()
         for cq in self.consume_queues():
             cq.close()
@@ -121,6 +126,16 @@ class MessageStore:
             with contextlib.suppress(FileNotFoundError):
                 self.config.abort_path.unlink()
         self._release_lock()
+
+    def _final_commitlog_flush(self) -> bool:
+        """Flush the commitlog on close; False (the abort file stays, so the next open
+        verifies the log) if that or an earlier flush failed."""
+        try:
+            self.flush_commitlog()
+        except OSError as exc:
+            self.flush_error = self.flush_error or str(exc)
+            log.error("closing without a final commitlog flush (%s): next open will recover", exc)
+        return self.flush_error is None
 
     def __enter__(self) -> MessageStore:
         return self.open()
@@ -202,7 +217,7 @@ class MessageStore:
 
         The result's ``end_offset`` is what a SYNC_FLUSH caller must wait to see flushed.
         """
-        if not self.running or self.disk_full or not msgs:
+        if not self.running or self.disk_full or self.flush_error or not msgs:
             return self._refusal()
         result = self.commitlog.append(msgs)
         if result.status is PutStatus.PUT_OK and self.put_listener is not None:
@@ -215,6 +230,12 @@ class MessageStore:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
         if self.disk_full:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the disk is full")
+        if self.flush_error:
+            return PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                remark=f"the commitlog could not be flushed ({self.flush_error}): "
+                "writes are refused until the broker restarts",
+            )
         return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no messages")
 
     # -- dispatch (reput) ------------------------------------------------------------------

@@ -151,8 +151,7 @@ class StoreServices:
         elif self._flush_wakeup is not None:
             self._flush_wakeup.set()
         with trio.move_on_after(self.config.sync_flush_timeout / 1000):
-            await event.wait()
-            return True
+            await event.wait()  # set once flushed, or when flushing failed
         return self.store.flushed_offset >= offset
 
     @property
@@ -265,7 +264,11 @@ class StoreServices:
             await self._flush_wakeup.wait(interval)
             started = time.perf_counter()
             before = self.store.flushed_offset
-            flushed = await trio.to_thread.run_sync(self.store.flush_commitlog)
+            try:
+                flushed = await trio.to_thread.run_sync(self.store.flush_commitlog)
+            except OSError as exc:
+                self._flush_failed(exc)
+                return
             if flushed > before:
                 self._flush_seconds += time.perf_counter() - started
                 self._flushes += 1
@@ -300,6 +303,17 @@ class StoreServices:
             self._group_commit = None
             self._flushes += worker.flushes
             self._flush_seconds += worker.flush_seconds
+        if worker.error is not None:
+            self._flush_failed(worker.error)
+
+    def _flush_failed(self, exc: OSError) -> None:
+        """A commitlog flush failed: refuse puts from now on and answer every waiter (not
+        flushed: FLUSH_DISK_TIMEOUT). Reads go on; a restart recovers and verifies the log."""
+        log.error("commitlog flush failed, refusing writes until restarted: %s", exc)
+        self.store.flush_error = str(exc)
+        for _, event in self._flush_waiters:
+            event.set()
+        self._flush_waiters = []
 
     def _wake_waiters(self, flushed: int) -> None:
         still: list[tuple[int, trio.Event]] = []

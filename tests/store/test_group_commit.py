@@ -135,11 +135,21 @@ def test_stop_waits_for_the_flush_under_way(disk: FakeDisk) -> None:
     assert disk.reported == [5]
 
 
-def test_a_failing_flush_ends_the_thread_body_with_its_error() -> None:
+def test_a_failed_flush_ends_the_worker_and_is_kept() -> None:
+    calls = []
+    reported: list[int] = []
+
     def broken() -> int:
+        calls.append(1)
         raise OSError(5, "Input/output error")
 
-    w = GroupCommitWorker(broken, lambda offset: None, interval_s=DEADLINE_S * 10)
+    w = GroupCommitWorker(broken, reported.append, interval_s=DEADLINE_S * 10)
     w.request(1)
-    with pytest.raises(OSError, match="Input/output"):
-        w.run()
+    w.run()  # returns: the error is kept, not raised in the thread
+    assert isinstance(w.error, OSError)
+    assert w.error.errno == 5
+    w.request(2)
+    w.run()  # a failed worker flushes no more
+    assert len(calls) == 1
+    assert reported == []
+    assert w.flushes == 0

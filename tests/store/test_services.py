@@ -7,6 +7,7 @@ uses the autojump clock.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -117,6 +118,46 @@ async def test_group_commit_many_concurrent_sync_puts(
         assert sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 200
     finally:
         store.close()
+
+
+def break_commitlog_flush(store: MessageStore) -> None:
+    """Make the next commitlog flush fail for real: the writable file's descriptor now names
+    a pipe, on which ``fdatasync`` fails with EINVAL (the mapping is unaffected, and the
+    descriptor number stays taken, so no other file can get it)."""
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, store.commitlog.queue.files[-1].fd)
+    os.close(read_end)
+    os.close(write_end)
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.SYNC_FLUSH, FlushDiskType.ASYNC_FLUSH])
+async def test_a_failed_flush_acknowledges_nothing_more_and_refuses_writes(
+    small_config: Callable[..., StoreConfig], flush: FlushDiskType
+) -> None:
+    store = open_store(small_config(flush_disk_type=flush, flush_interval_commit_log=10))
+    services = StoreServices(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            first = await services.put_message(make_msg(body=b"durable"))
+            assert first.status is PutStatus.PUT_OK
+            await wait_until(lambda: store.flushed_offset >= first.end_offset)
+            break_commitlog_flush(store)
+            second = await services.put_message(make_msg(body=b"never flushed"))
+            if flush is FlushDiskType.SYNC_FLUSH:  # not acknowledged as durable
+                assert second.status is PutStatus.FLUSH_DISK_TIMEOUT
+            await wait_until(lambda: store.flush_error is not None)
+            assert "Invalid argument" in store.flush_error
+            third = await services.put_message(make_msg(body=b"refused"))
+            assert third.status is PutStatus.SERVICE_NOT_AVAILABLE
+            assert "could not be flushed" in third.remark
+            await wait_until(lambda: store.get_max_offset_in_queue(TOPIC, 0) == 2)
+            got = store.get_messages(TOPIC, 0, 0, 32)  # reads go on
+            assert got.message_count == 2
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    assert store.config.abort_path.exists()  # the next open recovers and verifies the log
 
 
 async def test_async_flush_put_does_not_wait(small_config: Callable[..., StoreConfig]) -> None:
