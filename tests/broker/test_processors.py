@@ -26,6 +26,7 @@ from store import MessageStore
 from store.config import FlushDiskType
 from store.services import StoreServices
 from tests.conftest import ManualClock, small_store_config
+from tests.store.faults import break_commitlog_flush
 
 LIMIT = 10.0
 TOPIC = "TopicTest"
@@ -423,6 +424,17 @@ async def test_sync_flush_send_is_answered_only_once_flushed(tmp_path: Path) -> 
             resp = await b.send(b"durable-%d" % i)
             assert resp.code == ResponseCode.SUCCESS
             assert b.store.flushed_offset >= b.store.commitlog.max_offset
+
+
+async def test_a_failed_flush_is_answered_flush_disk_timeout_then_refused(tmp_path: Path) -> None:
+    async with running_broker(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH) as b:
+        assert (await b.send(b"durable")).code == ResponseCode.SUCCESS
+        break_commitlog_flush(b.store)
+        resp = await b.send(b"not durable")
+        assert resp.code == ResponseCode.FLUSH_DISK_TIMEOUT
+        resp = await b.send(b"refused")
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert "could not be flushed" in (resp.remark or "")
 
 
 async def test_send_creating_a_topic_is_answered_after_the_registration(tmp_path: Path) -> None:

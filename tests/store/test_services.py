@@ -7,7 +7,6 @@ uses the autojump clock.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import pytest
@@ -17,6 +16,7 @@ import trio.testing
 from store import FlushDiskType, MessageStore, PutStatus, StoreConfig
 from store.services import StoreServices
 from tests.conftest import make_msg
+from tests.store.faults import break_commitlog_flush
 
 DEADLINE_S = 30
 TOPIC = "TopicTest"
@@ -118,16 +118,6 @@ async def test_group_commit_many_concurrent_sync_puts(
         assert sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 200
     finally:
         store.close()
-
-
-def break_commitlog_flush(store: MessageStore) -> None:
-    """Make the next commitlog flush fail for real: the writable file's descriptor now names
-    a pipe, on which ``fdatasync`` fails with EINVAL (the mapping is unaffected, and the
-    descriptor number stays taken, so no other file can get it)."""
-    read_end, write_end = os.pipe()
-    os.dup2(read_end, store.commitlog.queue.files[-1].fd)
-    os.close(read_end)
-    os.close(write_end)
 
 
 @pytest.mark.parametrize("flush", [FlushDiskType.SYNC_FLUSH, FlushDiskType.ASYNC_FLUSH])
