@@ -106,6 +106,16 @@ class MetricsSource(Protocol):
         ...
 
 
+def _plain_counters(
+    names: list[str], values: list[str], *rows: tuple[str, str, float]
+) -> Iterator[Metric]:
+    """One counter family per ``(name, doc, number)``, each with the broker's labels only."""
+    for name, doc, number in rows:
+        counter = CounterMetricFamily(name, doc, labels=names)
+        counter.add_metric(values, number)
+        yield counter
+
+
 def count_records(body: bytes) -> int:
     """The number of commitlog records laid end to end in ``body`` (a pull answer's body)."""
     count, pos, end = 0, 0, len(body)
@@ -212,17 +222,16 @@ class BrokerMetrics(Collector):
         poll = self.source.busy_poll
         if poll is None:  # not serving yet
             return
-        for name, doc, number in (
+        yield from _plain_counters(
+            names,
+            values,
             ("minimq_busy_poll_steps", "Event-loop passes spent busy polling.", poll.spins),
             (
                 "minimq_busy_poll_spells_skipped",
                 "Spells of busy polling sat out because too few saw a frame arrive.",
                 poll.spells_skipped,
             ),
-        ):
-            counter = CounterMetricFamily(name, doc, labels=names)
-            counter.add_metric(values, number)
-            yield counter
+        )
         gauge = GaugeMetricFamily(
             "minimq_busy_poll_hit_ratio",
             "Moving share of busy-polling spells that saw a frame arrive.",
@@ -235,7 +244,9 @@ class BrokerMetrics(Collector):
         services = self.source.services
         if services is None:  # the store is not open yet
             return
-        for name, doc, number in (
+        yield from _plain_counters(
+            names,
+            values,
             (
                 "minimq_commitlog_flushes",
                 "Commitlog flushes that made something durable (group commits with SYNC_FLUSH).",
@@ -246,10 +257,7 @@ class BrokerMetrics(Collector):
                 "Time spent in those flushes.",
                 services.commitlog_flush_seconds,
             ),
-        ):
-            counter = CounterMetricFamily(name, doc, labels=names)
-            counter.add_metric(values, number)
-            yield counter
+        )
 
     def _counters(self, names: list[str], values: list[str]) -> Iterator[Metric]:
         tables: list[tuple[str, str, dict[str, int] | dict[tuple[str, str], int], list[str]]] = [
