@@ -224,18 +224,26 @@ class MessageStore:
             self.put_listener()
         return result
 
+    @property
+    def write_refusal(self) -> str | None:
+        """Why every put is refused right now (not running, disk full, a failed flush), or
+        None while the store takes writes."""
+        if not self.running:
+            return "the store is not running"
+        if self.disk_full:
+            return "the disk is full"
+        if self.flush_error:
+            return (
+                f"the commitlog could not be flushed ({self.flush_error}): "
+                "writes are refused until the broker restarts"
+            )
+        return None
+
     def _refusal(self) -> PutResult:
         """Why a put is refused before it reaches the commitlog."""
-        if not self.running:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
-        if self.disk_full:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the disk is full")
-        if self.flush_error:
-            return PutResult(
-                PutStatus.SERVICE_NOT_AVAILABLE,
-                remark=f"the commitlog could not be flushed ({self.flush_error}): "
-                "writes are refused until the broker restarts",
-            )
+        reason = self.write_refusal
+        if reason is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=reason)
         return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no messages")
 
     # -- dispatch (reput) ------------------------------------------------------------------

@@ -144,8 +144,12 @@ class AdminProcessor:
             "dispatchBehindBytes": str(max(0, hi - self.store.reput_offset)),
             "earliestMessageTimeStamp": str(commitlog.store_timestamp_at(lo) if hi > lo else 0),
             "commitLogDiskRatio": str(self.store.disk_usage(self.store.config.store_path_root_dir)),
+            "remainHowManyDataToFlush": str(max(0, hi - self.store.flushed_offset)),
             "topicCount": str(len(self.topics)),
         }
+        refusal = self.store.write_refusal
+        if refusal is not None:  # minimq's: why sends are answered SERVICE_NOT_AVAILABLE
+            table["storeWriteRefusal"] = refusal
         if self.put_tps is not None:
             table["putTps"] = f"{self.put_tps():.2f}"
         return table

@@ -12,7 +12,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.route_bodies import decode_route_body
-from tests.broker.inprocess import req, running_broker, running_namesrv
+from tests.broker.inprocess import req, running_broker, running_namesrv, wait_until
 
 TOPIC = "AdminTopic"
 
@@ -108,10 +108,13 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
                 "dispatchBehindBytes",
                 "earliestMessageTimeStamp",
                 "commitLogDiskRatio",
+                "remainHowManyDataToFlush",
                 "putTps",
             ):
                 assert isinstance(table[key], str), key
             assert table["commitLogMaxOffset"] == "0"
+            assert table["remainHowManyDataToFlush"] == "0"
+            assert "storeWriteRefusal" not in table
             assert 0.0 <= float(table["commitLogDiskRatio"]) <= 1.0
 
             resp = await client.invoke(addr, req(RequestCode.GET_BROKER_CONFIG))
@@ -120,3 +123,25 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
             assert props["brokerName"] == "broker-a"
             assert props["listenPort"] == "0"
             assert props["storePathRootDir"] == str(tmp_path / "store")
+
+
+async def test_runtime_info_says_why_sends_are_refused(tmp_path: Path) -> None:
+    """A disk above diskSpaceWarningLevelRatio (0 here, checked every 20 ms) refuses sends; the
+    runtime info says so."""
+    overrides = {"diskSpaceWarningLevelRatio": "0", "cleanResourceInterval": "20"}
+    with trio.fail_after(30):
+        async with (
+            running_broker(tmp_path, overrides=overrides) as (_broker, addr),
+            RemotingClient() as client,
+        ):
+
+            async def refusal() -> str | None:
+                resp = await client.invoke(addr, req(RequestCode.GET_BROKER_RUNTIME_INFO))
+                table: dict[str, str] = msgpack.unpackb(resp.body)["table"]
+                return table.get("storeWriteRefusal")
+
+            async def refused() -> bool:
+                return await refusal() is not None
+
+            await wait_until(refused, "the disk watch to refuse writes")
+            assert await refusal() == "the disk is full"
