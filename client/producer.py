@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from types import TracebackType
 from typing import Any, TypeAlias
 
@@ -44,9 +45,9 @@ from client.message import Message, MessageQueue, SendResult
 from client.queue_selector import MQFaultStrategy, RoundRobinSelector, select_by_key
 from client.validation import (
     MAX_MESSAGE_SIZE,
+    validate_batch_contents,
     validate_group,
     validate_message,
-    validate_message_content,
     validate_topic,
 )
 from common.message import MessageConst
@@ -65,6 +66,7 @@ SendCallback: TypeAlias = Callable[[SendResult | None, BaseException | None], No
 """Called with ``(result, None)`` on success or ``(None, error)`` on failure."""
 
 _UNIQ_KEYS = UniqKeyGenerator()
+_topic_of = attrgetter("topic")
 
 
 def encode_properties_str(props: dict[str, str]) -> str:
@@ -275,13 +277,12 @@ class Producer:
             raise ClientClosedError(f"producer {self.group}")
         topic = messages[0].topic
         validate_topic(topic)
+        if set(map(_topic_of, messages)) != {topic}:
+            raise MQClientError(CLIENT_ERROR, "all messages of a batch must share a topic")
         delay = MessageConst.DELAY
-        for m in messages:
-            if m.topic != topic:
-                raise MQClientError(CLIENT_ERROR, "all messages of a batch must share a topic")
-            if delay in m.properties and m.delay_level > 0:
-                raise MQClientError(CLIENT_ERROR, "a batch does not support delayed messages")
-            validate_message_content(m, self.max_message_size)
+        if any(m.delay_level > 0 for m in messages if delay in m.properties):
+            raise MQClientError(CLIENT_ERROR, "a batch does not support delayed messages")
+        validate_batch_contents(messages, self.max_message_size)
         uniq = MessageConst.UNIQ_KEY
         unkeyed = [m.properties for m in messages if uniq not in m.properties]
         for props, key in zip(unkeyed, _UNIQ_KEYS.next_many(len(unkeyed)), strict=True):

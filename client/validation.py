@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import chain
 from typing import Final, NoReturn
 
 from client.errors import NO_PERMISSION, GroupInvalidError, MessageInvalidError
@@ -17,6 +19,7 @@ from common.record import MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR, PROPERTY_
 from common.topic import group_problem, is_not_allowed_send_topic, topic_problem
 
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+_BYTES: Final = {bytes}
 
 
 def validate_topic(topic: str) -> None:
@@ -77,6 +80,43 @@ def validate_message_content(msg: Message, max_message_size: int = MAX_MESSAGE_S
         raise MessageInvalidError(
             topic, f"the message properties length {props_len} exceeds {MAX_PROPERTIES_LENGTH}"
         )
+
+
+def validate_batch_contents(
+    messages: Sequence[Message], max_message_size: int = MAX_MESSAGE_SIZE
+) -> None:
+    """:func:`validate_message_content` for every message of a batch.
+
+    Plainly legal batches (bytes bodies, ASCII properties whose total fits one message's
+    limit) are checked with a few C-level passes over all messages; anything else is checked
+    message by message, so the error names what is wrong.
+    """
+    if not _plainly_legal(messages, max_message_size):
+        for msg in messages:
+            validate_message_content(msg, max_message_size)
+
+
+def _plainly_legal(messages: Sequence[Message], max_message_size: int) -> bool:
+    bodies = [m.body for m in messages]
+    if set(map(type, bodies)) != _BYTES:
+        return False
+    sizes = list(map(len, bodies))
+    if min(sizes) == 0 or max(sizes) > max_message_size:
+        return False
+    maps = [m.properties for m in messages]
+    try:
+        names = "".join(chain.from_iterable(maps))
+        values = "".join(chain.from_iterable(map(dict.values, maps)))
+    except TypeError:
+        return False
+    if (
+        _bad_chars(names)
+        or _bad_chars(values)
+        or not all(chain.from_iterable(maps))  # an empty name (every name is a str here)
+        or not (names.isascii() and values.isascii())
+    ):
+        return False
+    return len(names) + len(values) + 2 * sum(map(len, maps)) <= MAX_PROPERTIES_LENGTH
 
 
 def _raise_for_property(topic: str, props: dict[str, str]) -> NoReturn:

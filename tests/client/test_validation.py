@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client import Message, MessageInvalidError, MQClientError, validate_group, validate_message
 from client.errors import MESSAGE_ILLEGAL, NO_PERMISSION, GroupInvalidError
+from client.validation import validate_batch_contents, validate_message_content
 from common.topic import NOT_ALLOWED_SEND_TOPICS
 
 
@@ -90,3 +95,40 @@ def test_invalid_groups(group: str) -> None:
     with pytest.raises(GroupInvalidError) as e:
         validate_group(group)
     assert e.value.group == group
+
+
+_TEXT = st.one_of(st.text("ab", max_size=3), st.text("ab\x01\x02é", max_size=3))
+_BATCH_MESSAGE = st.builds(
+    lambda body, props: Message("T", body, properties=props),
+    st.one_of(
+        st.just(b"x"),
+        st.binary(max_size=3),
+        st.builds(bytearray, st.binary(min_size=1, max_size=2)),
+    ),
+    st.one_of(
+        st.dictionaries(_TEXT, _TEXT, max_size=3),
+        st.dictionaries(_TEXT, st.integers(), min_size=1, max_size=1),
+        st.sampled_from([{"k": "v" * 20_000}, {"k": "v" * 33_000}, {"k": "é" * 16_383}]),
+    ),
+)
+
+
+def _outcome(check: Callable[[], None]) -> str | None:
+    try:
+        check()
+    except MessageInvalidError as exc:
+        return str(exc)
+    return None
+
+
+@settings(max_examples=400)
+@given(st.lists(_BATCH_MESSAGE, min_size=1, max_size=4))
+def test_a_batch_is_accepted_exactly_as_its_messages_one_by_one(messages: list[Message]) -> None:
+    """The bulk check says what the message-by-message check says, error text included."""
+
+    def one_by_one() -> None:
+        for m in messages:
+            validate_message_content(m, max_message_size=2)
+
+    expected = _outcome(one_by_one)
+    assert _outcome(lambda: validate_batch_contents(messages, max_message_size=2)) == expected
