@@ -3,7 +3,10 @@
 Layout (big-endian longs): physicMsgTimestamp @0, logicsMsgTimestamp @8, indexMsgTimestamp @16,
 masterFlushedOffset @24, confirmPhyOffset @32 (RocketMQ's), and minimq's dispatchedPhyOffset @40:
 the commitlog offset below which consume queues and the index are flushed, which bounds how much
-of the commitlog recovery has to re-dispatch.
+of the commitlog recovery has to re-dispatch, and logicsUnitCount @48: how many units all consume
+queues held together when they were last flushed. That sum never shrinks (retention keeps each
+queue's last file), so consume queues found holding fewer have lost files, and recovery rebuilds
+them from the whole commitlog. A checkpoint written before the field existed reads 0 there.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import struct
 from pathlib import Path
 
 PAGE = 4096
-_FIELDS = struct.Struct(">qqqqqq")
+_FIELDS = struct.Struct(">qqqqqqq")
 
 
 class StoreCheckpoint:
@@ -36,6 +39,7 @@ class StoreCheckpoint:
         self.master_flushed_offset: int
         self.confirm_phy_offset: int
         self.dispatched_phy_offset: int
+        self.logics_unit_count: int
         (
             self.physic_msg_timestamp,
             self.logics_msg_timestamp,
@@ -43,6 +47,7 @@ class StoreCheckpoint:
             self.master_flushed_offset,
             self.confirm_phy_offset,
             self.dispatched_phy_offset,
+            self.logics_unit_count,
         ) = _FIELDS.unpack_from(self.mm, 0)
 
     def min_timestamp(self) -> int:
@@ -60,6 +65,7 @@ class StoreCheckpoint:
             self.master_flushed_offset,
             self.confirm_phy_offset,
             self.dispatched_phy_offset,
+            self.logics_unit_count,
         )
         self.mm.flush()
 

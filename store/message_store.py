@@ -498,12 +498,14 @@ class MessageStore:
     def flush_logics(self) -> None:
         """Flush consume queues and the index, then record the checkpoint.
 
-        The dispatched offset is read before flushing, so the checkpoint never claims more
-        than is on disk.
+        The dispatched offset and the queues' unit count are read before flushing, so the
+        checkpoint never claims more than is on disk.
         """
         dispatched = self.reput_offset
         stamp = self.last_dispatched_timestamp
-        for cq in self.consume_queues():
+        queues = self.consume_queues()
+        units = sum(cq.max_offset for cq in queues)  # counted before the flush that covers them
+        for cq in queues:
             cq.flush()
         if self.config.message_index_enable:
             self.index.flush()
@@ -511,6 +513,7 @@ class MessageStore:
         if stamp:
             self.checkpoint.logics_msg_timestamp = stamp
         self.checkpoint.dispatched_phy_offset = dispatched
+        self.checkpoint.logics_unit_count = units
         self.checkpoint.flush()
 
     @property

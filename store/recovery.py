@@ -3,7 +3,8 @@
 Steps (both after a clean shutdown and after a crash):
 1. Consume queues: keep each file's valid prefix, cut what follows, and cut the last unit if it
    disagrees with its record (torn); a queue with a gap in its files, or with no files at all,
-   marks the store *damaged*.
+   marks the store *damaged*, and so do queues holding fewer units in all than the checkpoint
+   says were flushed (a queue's newest file, or its whole directory, was lost).
 2. Pick where to re-dispatch from: the start of the commitlog file holding the checkpoint's
    dispatched offset (below it, queues and index were flushed), but no later than the newest
    consume-queue unit and the newest index entry (a damaged checkpoint or lost index files);
@@ -55,7 +56,7 @@ def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
         start,
     )
     try:
-        end = _redispatch(store, start, allow_gap=False)
+        end = _redispatch(store, start, allow_gap=False, damaged=damaged)
     except ConsumeQueueGapError as gap:
         log.warning("consume queue hole (%s); re-dispatching the whole commitlog", gap)
         start = first
@@ -66,11 +67,22 @@ def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
 
 def _recover_consume_queues(store: MessageStore) -> bool:
     damaged = False
+    found = 0
     for cq in store.consume_queues():
         cq.recover()
+        found += cq.max_offset  # before a torn last unit is cut: flushed units are whole
         _verify_last_unit(store, cq)
         if not cq.contiguous or not cq.queue.files:
             damaged = True
+    vouched = store.checkpoint.logics_unit_count
+    if found < vouched:
+        log.warning(
+            "consume queues hold %d units, the checkpoint vouches for %d: files were lost; "
+            "re-dispatching the whole commitlog",
+            found,
+            vouched,
+        )
+        damaged = True
     return damaged
 
 
@@ -131,11 +143,15 @@ def _covered_until(store: MessageStore) -> int:
     return floor
 
 
-def _redispatch(store: MessageStore, start: int, *, allow_gap: bool) -> int:
-    """Walk from ``start``, dispatching what is missing; return the end of the valid log."""
+def _redispatch(store: MessageStore, start: int, *, allow_gap: bool, damaged: bool = False) -> int:
+    """Walk from ``start``, dispatching what is missing; return the end of the valid log.
+
+    Below what every consume queue and the index cover, records are only verified, in bulk;
+    not when ``damaged``: a queue whose directory was lost is not among the queues.
+    """
     check_crc = store.config.check_crc_on_recover
     index_floor = store.index.indexed_up_to if store.config.message_index_enable else 1 << 62
-    covered = _covered_until(store) if not allow_gap else -1
+    covered = _covered_until(store) if not (allow_gap or damaged) else -1
     if covered > start:
         # nothing below ``covered`` needs dispatch: verify that stretch in bulk
         start = verify_until(store.commitlog, start, covered, check_crc=check_crc)

@@ -18,6 +18,7 @@ from store import (
     StoreConfig,
     StoreLockedError,
 )
+from store.checkpoint import StoreCheckpoint
 from store.mapped_file import offset_to_name
 from tests.conftest import (
     SMALL_COMMITLOG_SIZE,
@@ -492,3 +493,20 @@ def test_lock_is_released_on_close(store_config: StoreConfig) -> None:
     with MessageStore(store_config) as s:
         assert s.running
     assert Path(store_config.lock_path).exists()
+
+
+def test_the_checkpoint_counts_the_flushed_consume_queue_units(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """What recovery compares the consume queues it finds with (store/checkpoint.py)."""
+    cfg = small_config()
+    store = MessageStore(cfg).open()
+    try:
+        for i in range(7):
+            assert store.put_message(make_msg(queue_id=i % 3)).status is PutStatus.PUT_OK
+        store.dispatch_pending()
+        store.flush_logics()
+        assert store.checkpoint.logics_unit_count == 7
+    finally:
+        store.close()
+    assert StoreCheckpoint(cfg.checkpoint_path).logics_unit_count == 7  # read back from disk

@@ -451,18 +451,12 @@ def test_torn_consume_queue_tail(
     reopen_and_verify(cfg, clock, work, None).close()
 
 
-IDLE_LIMITATION = (
-    "known limitation: a consume queue that lost its newest units (file or directory deleted) "
-    "and gets no record after the checkpointed file is not rebuilt: recovery scans the commitlog "
-    "from the checkpoint only, so the queue's next offset goes back and repeats offsets"
-)
-
-
-@pytest.mark.xfail(reason=IDLE_LIMITATION)
 @pytest.mark.parametrize("what", ["last_file", "directory"])
 def test_idle_queue_losing_files_with_recent_checkpoint(
     tmp_path: Path, clock: ManualClock, what: str
 ) -> None:
+    """A queue idle since long before the checkpoint loses its newest file or its directory:
+    the checkpoint's unit count says units are missing, so the whole log is re-dispatched."""
     store = MessageStore(small_store_config(tmp_path / "live"), clock_ms=clock).open()
     work = Workload(clock)
     try:
