@@ -1,8 +1,9 @@
 """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (RocketMQ's ``SendMessageProcessor``).
 
-Request header (``ext_fields``; V2 uses the single letters ``a``..``n`` and is renamed first):
-producerGroup, topic, queueId (-1 or missing: round robin over the writable queues), sysFlag,
-bornTimestamp, flag, properties (``k\\x01v\\x02``), reconsumeTimes, batch.
+Request header (``ext_fields``; V2 uses the single letters ``a``..``n``, read straight from
+them when every field has its usual type and renamed first otherwise): producerGroup, topic,
+queueId (-1 or missing: round robin over the writable queues), sysFlag, bornTimestamp, flag,
+properties (``k\\x01v\\x02``), reconsumeTimes, batch.
 
 Bodies:
 
