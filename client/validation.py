@@ -10,12 +10,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from typing import Final, NoReturn
 
 from client.errors import NO_PERMISSION, GroupInvalidError, MessageInvalidError
 from client.message import Message
-from common.record import MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from common.record import (
+    MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    plain_properties_fit,
+)
 from common.topic import group_problem, is_not_allowed_send_topic, topic_problem
 
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
@@ -103,20 +107,7 @@ def _plainly_legal(messages: Sequence[Message], max_message_size: int) -> bool:
     sizes = list(map(len, bodies))
     if min(sizes) == 0 or max(sizes) > max_message_size:
         return False
-    maps = [m.properties for m in messages]
-    try:
-        names = "".join(chain.from_iterable(maps))
-        values = "".join(chain.from_iterable(map(dict.values, maps)))
-    except TypeError:
-        return False
-    if (
-        _bad_chars(names)
-        or _bad_chars(values)
-        or not all(chain.from_iterable(maps))  # an empty name (every name is a str here)
-        or not (names.isascii() and values.isascii())
-    ):
-        return False
-    return len(names) + len(values) + 2 * sum(map(len, maps)) <= MAX_PROPERTIES_LENGTH
+    return plain_properties_fit([m.properties for m in messages])
 
 
 def _raise_for_property(topic: str, props: dict[str, str]) -> NoReturn:

@@ -19,8 +19,10 @@ import functools
 import ipaddress
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, TypeAlias
+from itertools import chain
+from typing import Any, Final, TypeAlias
 
 from common.message import MessageConst, MessageSysFlag
 
@@ -86,6 +88,28 @@ def encode_properties(props: dict[str, str]) -> bytes:
     if not props:
         return b""
     return "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+
+
+def plain_properties_fit(maps: Sequence[dict[Any, Any]]) -> bool:
+    """True if every map in ``maps`` is plainly legal (str names and values, no empty name,
+    no separator, all ASCII) and all of them encoded together fit MAX_PROPERTIES_LENGTH, so
+    each one does. A few C-level passes over every name and value at once: the batch checks
+    of producer and broker. False is no verdict: check such maps one by one."""
+    try:
+        names = "".join(chain.from_iterable(maps))
+        values = "".join(chain.from_iterable(map(dict.values, maps)))
+    except TypeError:
+        return False
+    if (
+        NAME_VALUE_SEPARATOR in names
+        or PROPERTY_SEPARATOR in names
+        or NAME_VALUE_SEPARATOR in values
+        or PROPERTY_SEPARATOR in values
+        or not all(chain.from_iterable(maps))  # an empty name (every name is a str here)
+        or not (names.isascii() and values.isascii())
+    ):
+        return False
+    return len(names) + len(values) + 2 * sum(map(len, maps)) <= MAX_PROPERTIES_LENGTH
 
 
 def decode_properties(raw: bytes | str) -> dict[str, str]:

@@ -13,12 +13,16 @@ walks it entry by entry only when something is wrong, to say which entry and why
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import chain
 from typing import Any
 
 import msgpack
 
-from common.record import MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from common.record import (
+    MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    plain_properties_fit,
+)
 
 BatchEntry = tuple[bytes, dict[str, str] | None, int | None]
 """One message of a batch: body, its own properties (None: the header's) and flag (None: the
@@ -116,27 +120,9 @@ def _legal_batch(wire: list[Any]) -> list[BatchEntry] | None:
     ):
         return None
     maps = list(filter(None, props))  # the non-empty ones
-    if maps and not _legal_maps(maps):
+    if maps and not plain_properties_fit(maps):
         return None
     return rows
-
-
-def _legal_maps(maps: list[dict[Any, Any]]) -> bool:
-    """True if every map is str to str, names non-empty, no separators, ASCII, and all of
-    them together within one message's properties limit (so each one is)."""
-    try:
-        names = "".join(chain.from_iterable(maps))
-        values = "".join(chain.from_iterable(map(dict.values, maps)))
-    except TypeError:
-        return False
-    if (
-        _has_separator(names, values)
-        or not all(chain.from_iterable(maps))  # an empty name (every name is a str here)
-        or not (names.isascii() and values.isascii())
-    ):
-        return False
-    size = len(names) + len(values) + 2 * sum(map(len, maps))
-    return size <= MAX_PROPERTIES_LENGTH
 
 
 def _checked_batch(wire: list[Any]) -> list[BatchEntry]:
