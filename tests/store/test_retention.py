@@ -24,6 +24,7 @@ from common.record import decode_records
 from store import GetStatus, MessageStore, PutStatus, StoreConfig
 from store.invariants import check_store
 from store.mapped_file import MappedFile
+from store.retention import disk_usage_ratio, used_space_ratio
 from store.services import StoreServices
 from tests.conftest import drain_dispatch, make_msg, small_store_config
 
@@ -394,3 +395,27 @@ def test_reads_racing_retention_never_crash(env_factory: EnvFactory) -> None:
         thread.join(timeout=60)
     assert not errors, errors
     assert len(env.files) == 1
+
+
+@pytest.mark.parametrize(
+    ("total", "free", "available", "ratio"),
+    [
+        (1000, 1000, 1000, 0.0),  # empty
+        (1000, 250, 250, 0.75),  # no reserve: used over the whole size
+        (1000, 300, 250, 0.7 / 0.95),  # root's reserve of 50: neither used nor usable
+        (270, 229, 67, 41 / 108),  # this VM: 75 % of the size is not what df says (38 %)
+        (1000, 0, 0, 1.0),  # full
+        (0, 0, 0, 0.0),  # nothing to measure
+    ],
+)
+def test_used_space_ratio_counts_as_df_and_rocketmq_do(
+    total: int, free: int, available: int, ratio: float
+) -> None:
+    assert used_space_ratio(total, free, available) == pytest.approx(ratio)
+
+
+def test_disk_usage_ratio_of_a_real_directory(tmp_path: Path) -> None:
+    st = os.statvfs(tmp_path)
+    used = st.f_blocks - st.f_bfree
+    expected = used / (used + st.f_bavail)
+    assert disk_usage_ratio(tmp_path) == pytest.approx(expected, abs=0.01)  # others write too
