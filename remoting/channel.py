@@ -316,7 +316,9 @@ class Channel:
         """Send the response to ``request`` (none for a oneway request or a None reply)."""
         if response is None or request.is_oneway:
             return
-        response = response.with_opaque(request.opaque, response.flag | _RESPONSE_FLAG)
+        flag = response.flag | _RESPONSE_FLAG
+        if response.opaque != request.opaque or response.flag != flag:  # not made by response_to
+            response = response.with_opaque(request.opaque, flag)
         try:
             try:
                 await self.send(response)

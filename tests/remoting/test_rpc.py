@@ -83,6 +83,20 @@ async def test_round_trip() -> None:
             assert resp.ext_fields == {"k": "v"}
 
 
+async def test_a_reply_not_made_by_response_to_is_sent_as_the_response() -> None:
+    """A handler's reply with another opaque and no response bit still answers the call."""
+
+    async def stray(req: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        return RemotingCommand(ResponseCode.SUCCESS, opaque=12345, body=b"stray")
+
+    with trio.fail_after(LIMIT):
+        async with serving({ECHO: stray}) as addr, RemotingClient() as client:
+            for _ in range(3):
+                resp = await client.invoke(addr, req(ECHO))
+                assert resp.is_response
+                assert resp.body == b"stray"
+
+
 async def test_concurrent_invokes_matched_by_opaque() -> None:
     results: dict[int, RemotingCommand] = {}
     with trio.fail_after(LIMIT):
