@@ -3,7 +3,8 @@
 N trio tasks each put one message at a time into a ``SYNC_FLUSH`` store through
 :class:`~store.services.StoreServices` (a put returns only once a flush covers it, as a broker's
 send handler waits) for a fixed time. The report gives puts/s, flushes/s, puts per flush and
-the time of one flush round (the worker-thread hand-off included), against the disk's own rate
+the time of one flush round (timed inside the group-commit thread: the ``fdatasync`` and
+handing its offset back to the event loop), against the disk's own rate
 of ``write`` + ``fsync`` of a small record measured in the same directory just before: group
 commit is what lets puts outrun it.
 """
@@ -57,7 +58,8 @@ class GroupCommitResult:
     puts: int = 0
     flushes: int = 0
     flush_round_seconds: float = 0.0
-    """Time of the flushes, handing each to a worker thread and back included."""
+    """Time of the flushes, as the group-commit thread times them (``fdatasync`` and the
+    hand-over of the flushed offset; not the wake-up of the waiting put)."""
     fsync_per_write_s: float = 0.0
 
     @property
