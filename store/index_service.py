@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_file import IndexFile, index_file_size
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 SMALL_BATCH = 24
 """At or below this many keys a dispatch indexes in pure Python; above it, in numpy."""
@@ -31,6 +33,32 @@ SMALL_BATCH = 24
 def timestamp_file_name(ms: int) -> str:
     """RocketMQ's ``timeMillisToHumanString``: ``yyyyMMddHHmmssSSS`` in local time."""
     return time.strftime("%Y%m%d%H%M%S", time.localtime(ms / 1000)) + f"{ms % 1000:03d}"
+
+
+def file_name_ms(name: str) -> int:
+    """The epoch milliseconds a :func:`timestamp_file_name` stands for (local time)."""
+    seconds = time.mktime(time.strptime(name[:14], "%Y%m%d%H%M%S"))
+    return int(seconds) * 1000 + int(name[14:17])
+
+
+def name_between(lower: str, upper: str, want_ms: int) -> str | None:
+    """A timestamp file name sorting strictly between ``lower`` ("" for none) and ``upper``:
+    the one for ``want_ms`` if it fits, else the millisecond after ``lower`` (or, with no
+    ``lower``, the one before ``upper``); None when that does not fit either."""
+    name = timestamp_file_name(want_ms)
+    if lower < name < upper:
+        return name
+    name = timestamp_file_name(file_name_ms(lower) + 1 if lower else file_name_ms(upper) - 1)
+    return name if lower < name < upper else None
+
+
+class LostIndexRecord(NamedTuple):
+    """A commitlog record whose index entries a lost index file held."""
+
+    topic: str
+    properties: dict[str, str]
+    phys_offset: int
+    store_timestamp: int
 
 
 class _KeyBatch:
@@ -220,13 +248,25 @@ class IndexService:
             f = self._writable_file()
             done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
 
-    def _put_batch(self, hashes: np.ndarray, phys: list[int], stamps: list[int]) -> None:
+    def _put_batch(
+        self,
+        hashes: np.ndarray,
+        phys: list[int],
+        stamps: list[int],
+        next_file: Callable[[], IndexFile | None] | None = None,
+    ) -> int:
+        """Put the keys into ``next_file()`` (the writable file by default) until all are in
+        or it gives None; return how many went in."""
         phy_arr = np.array(phys, dtype=np.int64)
         ts_arr = np.array(stamps, dtype=np.int64)
+        take = next_file or self._writable_file
         done = 0
         while done < len(hashes):
-            f = self._writable_file()
+            f = take()
+            if f is None:
+                break
             done += f.put_batch(hashes[done:], phy_arr[done:], ts_arr[done:])
+        return done
 
     def _complete_newest(
         self,
@@ -280,6 +320,66 @@ class IndexService:
         )
         self.files.append(f)
         return f
+
+    # -- lost files (recovery) -------------------------------------------------------------
+    def uncovered(self, log_min: int, log_end: int) -> list[tuple[int, int, int]]:
+        """Stretches of the commitlog before or between index files that no file vouches for.
+
+        Each is ``(after, before, position)``: the records with ``after < offset < before``
+        would sit in a file at ``position`` of :attr:`files`. A file vouches for the records
+        from its first entry to its ``end_phy_offset`` (keyless ones included); a stretch holds
+        records with keys only when a file was lost. Records past the last file's end are not
+        listed: dispatch indexes them (:attr:`indexed_up_to`).
+        """
+        out = []
+        after = log_min - 1
+        for position, f in enumerate(self.files):
+            if f.index_count > 1:
+                before = min(f.begin_phy_offset, log_end)
+                if before - after > 1:
+                    out.append((after, before, position))
+            after = max(after, f.end_phy_offset)
+        return out
+
+    def backfill(self, records: Sequence[LostIndexRecord], position: int) -> int:
+        """Index ``records`` (commitlog order) into new files placed at ``position`` of
+        :attr:`files`, named to sort there, as the lost file was; return the entries written.
+
+        Fewer than all when no file name is left between the neighbours (logged).
+        """
+        keys = _KeyBatch()
+        for rec in records:
+            prefix = self._prefix_hashes.get(rec.topic) or self._prefix_hash(rec.topic)
+            keys.add_record(prefix, rec.properties, rec.phys_offset, rec.store_timestamp)
+        if not keys.suffixes:
+            return 0
+        lower = self.files[position - 1].path.name if position else ""
+        upper = self.files[position].path.name
+        made: list[IndexFile] = []
+
+        def next_file() -> IndexFile | None:
+            if made and not made[-1].is_write_full:
+                return made[-1]
+            name = name_between(made[-1].path.name if made else lower, upper, keys.stamps[0])
+            if name is None:
+                return None
+            f = IndexFile(self.directory / name, self.hash_slot_num, self.index_num, create=True)
+            made.append(f)
+            return f
+
+        hashes = index_key_hashes_prefixed(keys.prefixes, keys.suffixes)
+        done = self._put_batch(hashes, keys.phys, keys.stamps, next_file)
+        for f in made:
+            f.flush()
+        self.files[position:position] = made
+        if done < len(hashes):
+            log.warning(
+                "index: %d keys of a lost file not rebuilt: no file name left between %s and %s",
+                len(hashes) - done,
+                lower or "the start",
+                upper,
+            )
+        return done
 
     # -- lookup ----------------------------------------------------------------------------
     def query_offsets(

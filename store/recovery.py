@@ -17,6 +17,9 @@ Steps (both after a clean shutdown and after a crash):
 4. The end of the walk is the end of the log: cut the torn or corrupt tail, cut consume-queue
    units that point at or past it, and stop the index skipping records from there on. Then
    rebuild the next queue offsets and readable minimums from the consume queues.
+5. Index files lost before or between others (a file deleted by hand, or dropped for a bad
+   size) leave stretches of the log no file vouches for; their keyed records are indexed into
+   new files named to sort where the lost ones did.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from common.message import MessageConst, MessageSysFlag
 from common.record import decode_properties
 from store.commitlog import ScannedRecord, scan_records
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueGapError
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchRequest, key_suffixes
+from store.index_service import LostIndexRecord
 from store.recovery_scan import verify_until
 from store.tags import tags_code
 
@@ -62,6 +66,8 @@ def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
         start = first
         end = _redispatch(store, first, allow_gap=True)
     _finish(store, end)
+    if store.config.message_index_enable:
+        _rebuild_lost_index_files(store)
     store.recovered_range = (start, end)
 
 
@@ -253,6 +259,65 @@ def _needs_dispatch(store: MessageStore, rec: ScannedRecord, index_floor: int) -
         return False
     cq = store.find_consume_queue(rec.topic, rec.queue_id)
     return cq is None or cq.max_offset <= rec.queue_offset
+
+
+_KEY_MARKERS = (
+    f"{MessageConst.UNIQ_KEY}\x01".encode(),
+    f"{MessageConst.KEYS}\x01".encode(),
+)
+
+
+def _rebuild_lost_index_files(store: MessageStore) -> None:
+    """Step 5: index the keyed records of every stretch no index file vouches for."""
+    cl = store.commitlog
+    index = store.index
+    for after, before, position in reversed(index.uncovered(cl.min_offset, cl.max_offset)):
+        if not _may_hold_keys(store, max(after, cl.min_offset), before):
+            continue  # keyless records only (or none): nothing was lost
+        records = _keyed_records_between(store, after, before)
+        if records:
+            done = index.backfill(records, position)
+            log.warning(
+                "index: rebuilt %d entries of a lost index file (commitlog %d..%d)",
+                done,
+                records[0].phys_offset,
+                records[-1].phys_offset,
+            )
+
+
+def _may_hold_keys(store: MessageStore, start: int, end: int) -> bool:
+    """False when no byte string of a key property occurs in ``[start, end)`` of the log (a
+    C-speed search, so a stretch of keyless records costs no record walk)."""
+    queue = store.commitlog.queue
+    for mf in queue.files:
+        lo = max(start, mf.file_from_offset) - mf.file_from_offset
+        hi = min(end, mf.file_from_offset + mf.file_size) - mf.file_from_offset
+        if lo < hi and any(mf.mm.find(marker, lo, hi) >= 0 for marker in _KEY_MARKERS):
+            return True
+    return False
+
+
+def _keyed_records_between(store: MessageStore, after: int, before: int) -> list[LostIndexRecord]:
+    """The records with ``after < offset < before`` that have index keys, commitlog order."""
+    cl = store.commitlog
+    check_crc = store.config.check_crc_on_recover
+    start = max(after, cl.min_offset)
+    first = next(scan_records(cl, start, check_crc=check_crc))
+    if not isinstance(first, ScannedRecord) or first.offset != start:
+        start = max(cl.queue.file_start(start), cl.min_offset)  # not a record boundary
+    rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+    out = []
+    for item in scan_records(cl, start, check_crc=check_crc):
+        if isinstance(item, int) or item.offset >= before:
+            break
+        if item.offset <= after or not item.properties_raw:
+            continue
+        if item.sys_flag & MessageSysFlag.TRANSACTION_MASK == rollback:
+            continue
+        props = decode_properties(item.properties_raw)
+        if key_suffixes(props):
+            out.append(LostIndexRecord(item.topic, props, item.offset, item.store_timestamp))
+    return out
 
 
 def _tags_code_of(rec: ScannedRecord) -> int:

@@ -16,7 +16,7 @@ from common.hashing import index_key_hash
 from common.message import MessageSysFlag
 from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_file import IndexFile, index_file_size
-from store.index_service import IndexService, timestamp_file_name
+from store.index_service import IndexService, file_name_ms, name_between, timestamp_file_name
 from tests.conftest import ManualClock, small_store_config
 
 HEADER = struct.Struct(">qqqqii")
@@ -322,6 +322,17 @@ def test_timestamp_file_name() -> None:
     assert len(name) == 17
     assert name.isdigit()
     assert name.endswith("042")
+    assert file_name_ms(name) == T0 + 42
+
+
+def test_name_between_prefers_the_wanted_time_then_later_free_ones() -> None:
+    n = timestamp_file_name
+    assert name_between(n(T0), n(T0 + 100), T0 + 50) == n(T0 + 50)
+    assert name_between("", n(T0 + 100), T0 + 50) == n(T0 + 50)
+    assert name_between(n(T0 + 60), n(T0 + 100), T0 + 50) == n(T0 + 61)  # after the lower one
+    assert name_between(n(T0), n(T0 + 2), T0 + 5) == n(T0 + 1)  # wanted too late
+    assert name_between("", n(T0 + 2), T0 + 5) == n(T0 + 1)
+    assert name_between(n(T0), n(T0 + 1), T0) is None  # adjacent: no name in between
 
 
 def test_service_builds_and_queries(service_factory) -> None:

@@ -497,26 +497,64 @@ def test_corrupt_checkpoint(live: Live, tmp_path: Path, clock: ManualClock, dama
     reopen_and_verify(cfg, clock, work, None).close()
 
 
-OLD_INDEX_LIMITATION = (
-    "known limitation: entries of a deleted older index file are not rebuilt; the index is "
-    "replayed only from its newest entry on"
-)
-
-
-@pytest.mark.parametrize(
-    "which",
-    ["all", "last", pytest.param("first", marks=pytest.mark.xfail(reason=OLD_INDEX_LIMITATION))],
-)
+@pytest.mark.parametrize("which", ["all", "last", "first", "middle", "all_but_last"])
 def test_deleted_index_files(live: Live, tmp_path: Path, clock: ManualClock, which: str) -> None:
+    """Lost index files are rebuilt, the older ones into files that sort where they did."""
     store, work = live
     store.flush_logics()
     cfg = crash_copy(store, tmp_path / "copy")
     files = sorted(cfg.index_dir.iterdir())
     assert len(files) >= 3
-    doomed = {"all": files, "last": files[-1:], "first": files[:1]}[which]
+    doomed = {
+        "all": files,
+        "last": files[-1:],
+        "first": files[:1],
+        "middle": files[1:2],
+        "all_but_last": files[:-1],
+    }[which]
     for p in doomed:
         p.unlink()
     reopen_and_verify(cfg, clock, work, None).close()
+    names = sorted(p.name for p in cfg.index_dir.iterdir())
+    assert names[-1] == files[-1].name or which in ("all", "last")
+    assert len(names) >= len(files) - 1
+
+
+def test_keyless_stretch_between_index_files_needs_no_rebuild(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Records without keys between two index files are not a lost file: nothing is made,
+    even when a body holds the bytes of a key property."""
+    store = MessageStore(tiny_config(tmp_path / "live", 4096), clock_ms=clock).open()
+    n = 0
+
+    def put(msg: MessageRecord) -> None:
+        clock.advance(5)
+        assert store.put_messages([msg]).status is PutStatus.PUT_OK
+        drain_dispatch(store)
+
+    try:
+        while not (store.index.files and store.index.files[-1].is_write_full):
+            put(make_msg(TOPICS[0], b"k", 0, uniq_key=f"U{n:06d}"))
+            n += 1
+        for _ in range(30):  # the full file cannot take them: a new one marks them covered
+            put(make_msg(TOPICS[0], b"xUNIQ_KEY\x01yKEYS\x01z", 1))
+        for _ in range(10):  # the first key becomes that file's begin
+            put(make_msg(TOPICS[0], b"k", 0, uniq_key=f"U{n:06d}"))
+            n += 1
+        store.flush_logics()
+        cfg = crash_copy(store, tmp_path / "copy")
+    finally:
+        store.close()
+    before = sorted(p.name for p in cfg.index_dir.iterdir())
+    reopened = MessageStore(cfg, clock_ms=clock).open()
+    try:
+        cl = reopened.commitlog
+        assert reopened.index.uncovered(cl.min_offset, cl.max_offset)  # the stretch is there
+        assert check_store(reopened) == []
+        assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
+    finally:
+        reopened.close()
 
 
 def test_corrupt_index_header_and_slots(live: Live, tmp_path: Path, clock: ManualClock) -> None:
