@@ -8,6 +8,8 @@ Rules:
   descriptor, which covers a shared mapping's dirty pages on Linux and releases the GIL, so it
   can run in a worker thread while the event loop keeps appending.
 - ``wrote_position`` is the end of valid data; ``flushed_position`` what a flush covered.
+- A new file's first flush also syncs its directory, so that the name survives a power loss as
+  well as the data (``fdatasync`` on the file does not make a new directory entry durable).
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ def offset_to_name(offset: int) -> str:
     return f"{offset:0{NAME_DIGITS}d}"
 
 
+def fsync_directory(directory: Path) -> None:
+    """Make ``directory``'s entries (files created or renamed in it) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def is_mapped_file_name(name: str) -> bool:
     """True for a 20-digit file name."""
     return len(name) == NAME_DIGITS and name.isdigit()
@@ -48,6 +59,7 @@ class MappedFile:
         self._lock = threading.Lock()
         self._closed = False
         self._address: int | None = None
+        self._entry_synced = not create  # a file found on disk is named durably already
         if create:
             self.fd = _create_allocated(self.path, file_size)
         else:
@@ -119,6 +131,7 @@ class MappedFile:
             if self._closed:
                 return self.flushed_position
             os.fdatasync(self.fd)
+            self._sync_entry()
         self.flushed_position = max(self.flushed_position, target)
         return self.flushed_position
 
@@ -127,6 +140,15 @@ class MappedFile:
         with self._lock:
             if not self._closed:
                 os.fdatasync(self.fd)
+                self._sync_entry()
+
+    def _sync_entry(self) -> None:
+        """Sync the directory once after creation, so the file's name is durable too; and
+        its parent, which holds the directory's own name when the file was its first."""
+        if not self._entry_synced:
+            fsync_directory(self.path.parent)
+            fsync_directory(self.path.parent.parent)
+            self._entry_synced = True
 
     def zero_from(self, pos: int, chunk: int = 1 << 20) -> None:
         """Zero every non-zero byte from ``pos`` to the end (used after truncating a dirty tail)."""

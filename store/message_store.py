@@ -29,6 +29,7 @@ from store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
 from store.dispatch_request import DispatchRequest
 from store.errors import CorruptFileError, MappedFileCreateError, StoreLockedError
 from store.index_service import IndexService
+from store.mapped_file import fsync_directory
 from store.status import GetResult, GetStatus, PutResult, PutStatus, QueryResult
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,7 @@ class MessageStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+        fsync_directory(path.parent)  # the abort file's name, and the checkpoint's if new
 
     def _load_consume_queues(self) -> None:
         root = self.config.consume_queue_dir

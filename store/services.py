@@ -119,9 +119,15 @@ class StoreServices:
 
         Many concurrent puts share one flush (group commit). A flush that takes longer than
         ``syncFlushTimeout`` turns PUT_OK into FLUSH_DISK_TIMEOUT (the message is stored).
+        Always a schedule point, so a task putting in a loop with ASYNC_FLUSH lets dispatch,
+        flushing and everything else run; not a cancellation point once the messages are
+        stored, so a stored put's result is never lost to a cancellation.
         """
         put = self.put_messages_now(msgs)
-        return put if isinstance(put, PutResult) else await put
+        if isinstance(put, PutResult):
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return put
+        return await put
 
     def put_messages_now(self, msgs: Sequence[MessageRecord]) -> PutResult | Awaitable[PutResult]:
         """:meth:`put_messages`, as its result at once when there is nothing to wait for

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m tests.store.crash_child STORE_DIR ROUND
+    python -m tests.store.crash_child STORE_DIR ROUND [RECORD_DIR [async]]
 
 It opens (and so recovers) the store under ``STORE_DIR`` with tiny files, starts
 :class:`store.services.StoreServices` under trio, prints ``READY`` and then runs a few producer
@@ -16,6 +16,10 @@ writes one JSON line per message to stdout with one ``os.write`` (atomic on a pi
 Every message is a pure function of ``(round, put number)`` (see :func:`make_batch`), and its
 UNIQ_KEY names both, so a test can regenerate any record it reads back and compare it byte for
 byte. The test kills this process with SIGKILL; it never exits on its own.
+
+With ``RECORD_DIR`` it first installs :mod:`tests.store.flush_recorder`, which logs what each
+flush made durable to ``RECORD_DIR/log`` (snapshots under ``RECORD_DIR/snapshots``), so the test
+can simulate a power failure; ``async`` then runs the store with ASYNC_FLUSH instead.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ PRODUCERS = 4
 GROUP_SIZE = 16  # messages sharing a group key: well under the index query cap of 64
 
 
-def child_config(root: Path) -> StoreConfig:
+def child_config(root: Path, flush: FlushDiskType = FlushDiskType.SYNC_FLUSH) -> StoreConfig:
     """The store settings the child uses (the test opens the store with the same ones)."""
     return StoreConfig(
         store_path_root_dir=Path(root),
@@ -47,7 +51,7 @@ def child_config(root: Path) -> StoreConfig:
         mapped_file_size_consume_queue=20 * 50,
         max_hash_slot_num=100,
         max_index_num=400,
-        flush_disk_type=FlushDiskType.SYNC_FLUSH,
+        flush_disk_type=flush,
         flush_interval_commit_log=200,
         flush_interval_consume_queue=30,
         clean_resource_interval=3_600_000,
@@ -136,13 +140,13 @@ async def _produce(services: StoreServices, round_no: int, counter: list[int]) -
         os.write(1, "".join(lines).encode())
 
 
-async def _run(root: Path, round_no: int) -> None:
+async def _run(root: Path, round_no: int, flush: FlushDiskType) -> None:
     import trio
 
     from store.message_store import MessageStore
     from store.services import StoreServices
 
-    store = MessageStore(child_config(root)).open()
+    store = MessageStore(child_config(root, flush)).open()
     services = StoreServices(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(services.run)
@@ -153,11 +157,19 @@ async def _run(root: Path, round_no: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: ``crash_child STORE_DIR ROUND``."""
+    """Entry point: ``crash_child STORE_DIR ROUND [RECORD_DIR [async]]``."""
     import trio
 
     root, round_no = Path(argv[0]), int(argv[1])
-    trio.run(_run, root, round_no)
+    flush = FlushDiskType.SYNC_FLUSH
+    if len(argv) > 2:
+        from tests.store.flush_recorder import install
+
+        record_dir = Path(argv[2])
+        install(record_dir / "log", record_dir / "snapshots")
+        if argv[3:] == ["async"]:
+            flush = FlushDiskType.ASYNC_FLUSH
+    trio.run(_run, root, round_no, flush)
     return 0
 
 

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -41,11 +41,14 @@ SEED = int(os.environ.get("CRASH_SEED", "20240611"))
 class Child:
     """One crash_child process and the acknowledgements read from its stdout."""
 
-    def __init__(self, store_dir: Path, round_no: int, log_dir: Path) -> None:
+    def __init__(
+        self, store_dir: Path, round_no: int, log_dir: Path, extra: Sequence[str] = ()
+    ) -> None:
         self.stderr_path = log_dir / f"child-{round_no}.stderr"
+        argv = ["-m", "tests.store.crash_child", str(store_dir), str(round_no), *extra]
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.store.crash_child", str(store_dir), str(round_no)],
+                [sys.executable, *argv],
                 cwd=REPO_ROOT,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -70,6 +73,13 @@ class Child:
     def read_until(self, acks: int, deadline_s: float = ACK_DEADLINE_S) -> None:
         """Read stdout until ``acks`` acknowledgements arrived; fail after the deadline."""
         self._read(lambda: len(self.acks) >= acks, f"{acks} acks", deadline_s)
+
+    def wait_for(
+        self, done: Callable[[], bool], what: str, deadline_s: float = ACK_DEADLINE_S
+    ) -> None:
+        """Keep reading acknowledgements (so the child never blocks on a full pipe) until
+        ``done()``; fail after the deadline."""
+        self._read(done, what, deadline_s)
 
     def _read(self, done: Callable[[], bool], what: str, deadline_s: float) -> None:
         assert self.proc.stdout is not None

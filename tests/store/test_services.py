@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from store import FlushDiskType, MessageStore, PutStatus, StoreConfig
+from store import FlushDiskType, MessageStore, PutResult, PutStatus, StoreConfig
 from store.services import StoreServices
 from tests.conftest import make_msg
 from tests.store.faults import break_commitlog_flush
@@ -166,6 +166,23 @@ async def test_async_flush_put_does_not_wait(small_config: Callable[..., StoreCo
     assert store.flushed_offset == r.end_offset  # close() flushes
 
 
+async def test_async_flush_puts_in_a_loop_let_other_tasks_run(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """Each put is a schedule point: a tight put loop does not starve dispatch."""
+    store = open_store(small_config())
+    services = StoreServices(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            for i in range(50):
+                assert (await services.put_message(make_msg(body=b"%d" % i))).status.ok
+            assert store.get_max_offset_in_queue("TopicTest", 0) > 0  # reput ran meanwhile
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
 async def test_async_flush_loops_run_on_interval(
     small_config: Callable[..., StoreConfig],
 ) -> None:
@@ -273,7 +290,8 @@ async def _arrival_delays(
 
     store.arrival_listener = on_arrival
     for _ in range(count):
-        result = await services.put_message(make_msg(TOPIC, b"x", 0))
+        result = services.put_messages_now([make_msg(TOPIC, b"x", 0)])  # as the broker puts
+        assert isinstance(result, PutResult)
         put_at[result.queue_offsets[0]] = trio.current_time()
         await trio.sleep(spacing_s)
     await wait_until(lambda: not put_at)

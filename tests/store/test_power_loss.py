@@ -1,0 +1,129 @@
+"""Simulated power failures: what the store flushed must survive, whatever it did not.
+
+A SIGKILL (``test_crash.py``) leaves the page cache intact, so it cannot tell a store that
+flushes before acknowledging from one that does not. Here the crash child runs with
+:mod:`tests.store.flush_recorder`, which logs every completed flush and directory sync; after
+the SIGKILL :func:`~tests.store.flush_recorder.power_loss` rewrites the files as a power
+failure would have left them (unflushed bytes back to what the disk held before, some of them
+saved by write-back; files whose name was never synced gone; files written in place as last
+synced). Then recovery must give back every acknowledged message with SYNC_FLUSH, and every
+message whose record was flushed with ASYNC_FLUSH, with the invariants of ``check_store``.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+from pathlib import Path
+
+from common.record import encode_properties, record_length
+from store import MessageStore
+from store.config import FlushDiskType
+from tests.store.crash_child import child_config, message_for, uniq_key
+from tests.store.flush_recorder import Durable, power_loss
+from tests.store.test_crash import SEED, Child, children, read_store, verify
+
+__all__ = ["children"]  # the fixture, imported for the tests below
+
+ROUNDS = 4
+
+
+def _snapshot(store_dir: Path, dest: Path) -> Path | None:
+    """Copy the store as it is on disk now (the next child's starting point)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    if not store_dir.exists():
+        return None
+    shutil.copytree(store_dir, dest)
+    return dest
+
+
+def _run_round(
+    tmp_path: Path, children: list[Child], round_no: int, wanted: int, mode: list[str]
+) -> tuple[Child, Path]:
+    store_dir = tmp_path / "store"
+    record = tmp_path / f"record-{round_no}"
+    child = Child(store_dir, round_no, tmp_path, [str(record), *mode])
+    children.append(child)
+    child.wait_ready()
+    child.read_until(wanted)
+    if mode == ["async"]:  # go on until a timed flush completed, then a little further
+        child.wait_for(lambda: _commitlog_flushes(record) > 0, "a commitlog flush")
+        child.read_until(len(child.acks) + wanted // 4)
+    code = child.kill()
+    assert code == -signal.SIGKILL, f"child ended with {code}{child.tail()}"
+    return child, record
+
+
+def test_power_loss_rounds_lose_no_acknowledged_sync_flush_message(
+    tmp_path: Path, children: list[Child]
+) -> None:
+    rng = random.Random(SEED)
+    store_dir = tmp_path / "store"
+    acked: list[dict[str, int | str]] = []
+    reverted = kept = 0
+    for round_no in range(ROUNDS):
+        baseline = _snapshot(store_dir, tmp_path / "baseline")
+        child, record = _run_round(tmp_path, children, round_no, rng.randint(40, 300), [])
+        acked.extend(child.acks)
+        report = power_loss(
+            store_dir, baseline, record / "log", record / "snapshots", rng.randrange(1 << 30)
+        )
+        reverted += report.reverted_bytes
+        kept += report.kept_unflushed_bytes
+        target = store_dir
+        if round_no % 2 == 0:  # check a copy: the next child recovers the raw state itself
+            target = tmp_path / "copy"
+            shutil.copytree(store_dir, target)
+        with MessageStore(child_config(target)) as store:
+            assert not store.last_exit_ok
+            verify(store, acked)
+        if target != store_dir:
+            shutil.rmtree(target)
+    assert reverted > 0  # the power failures did take unflushed bytes away
+    with MessageStore(child_config(store_dir)) as store:
+        assert verify(store, acked) >= len(acked)
+
+
+def test_power_loss_with_async_flush_keeps_every_flushed_message(
+    tmp_path: Path, children: list[Child]
+) -> None:
+    """ASYNC_FLUSH acknowledges before flushing, so a power failure may take acknowledged
+    messages; never one whose record the last completed flush covered, and never a damaged
+    or invented one."""
+    rng = random.Random(SEED + 1)
+    store_dir = tmp_path / "store"
+    survivors_required = 0
+    for round_no in range(2):
+        baseline = _snapshot(store_dir, tmp_path / "baseline")
+        child, record = _run_round(tmp_path, children, round_no, rng.randint(300, 600), ["async"])
+        durable = Durable.read(record / "log")
+        flushed = [a for a in child.acks if _record_flushed(store_dir, durable, a)]
+        survivors_required += len(flushed)
+        seed = rng.randrange(1 << 30)
+        power_loss(store_dir, baseline, record / "log", record / "snapshots", seed)
+        with MessageStore(child_config(store_dir, FlushDiskType.ASYNC_FLUSH)) as store:
+            assert not store.last_exit_ok
+            verify(store, flushed)  # every stored record intact and generated; these present
+            contents = read_store(store)
+            assert sum(len(q) for q in contents.values()) >= len(flushed)
+    assert survivors_required > 0  # the 200 ms flush interval did complete flushes
+
+
+def _commitlog_flushes(record: Path) -> int:
+    """Completed commitlog flushes in the recorder's log so far."""
+    return sum(1 for p in Durable.read(record / "log").flushed if p.parent.name == "commitlog")
+
+
+def _record_flushed(store_dir: Path, durable: Durable, ack: dict[str, int | str]) -> bool:
+    """True when the acknowledged record lies wholly below its commitlog file's last flush."""
+    file_size = child_config(store_dir).mapped_file_size_commit_log
+    phys = int(ack["p"])
+    start = phys - phys % file_size
+    msg = message_for(uniq_key(int(ack["r"]), int(ack["k"]), int(ack["j"])))
+    size = record_length(
+        len(msg.body), len(msg.topic.encode()), len(encode_properties(msg.properties))
+    )
+    path = store_dir / "commitlog" / f"{start:020d}"
+    return phys - start + size <= durable.flushed.get(path, 0)
