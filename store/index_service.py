@@ -197,8 +197,20 @@ class IndexService:
         and the suffix's, so no key string is built. Entries go in record order, each record's
         UNIQ_KEY before its KEYS.
         """
-        keys = _KeyBatch()
         floor = self.indexed_up_to
+        keys = self._collect_keys(runs, floor)
+        if keys.suffixes:
+            self._put_all(keys)
+        if runs and runs[-1].end_offset > floor:
+            # keyless records count as indexed too, so recovery need not rescan them
+            last = runs[-1]
+            last_phys = last.end_offset - last.sizes[-1]
+            if last_phys > self.indexed_up_to:
+                self._writable_file().mark_covered(last_phys, last.store_timestamp)
+
+    def _collect_keys(self, runs: Sequence[DispatchRequest], floor: int) -> _KeyBatch:
+        """The keys of ``runs`` past ``floor``, run by run (any mix of runs)."""
+        keys = _KeyBatch()
         rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         mask = MessageSysFlag.TRANSACTION_MASK
         for run in runs:
@@ -219,22 +231,19 @@ class IndexService:
                         self._complete_newest(run, phys, props, prefix, keys)
                     elif phys > floor:
                         keys.add(prefix, key_suffixes(props), phys, run.store_timestamp)
-        if keys.suffixes:
-            if len(keys.suffixes) <= SMALL_BATCH:
-                hashes = [
-                    index_key_hash_prefixed(p, s)
-                    for p, s in zip(keys.prefixes, keys.suffixes, strict=True)
-                ]
-                self._put_keys(hashes, keys.phys, keys.stamps)
-            else:
-                hashes_arr = index_key_hashes_prefixed(keys.prefixes, keys.suffixes)
-                self._put_batch(hashes_arr, keys.phys, keys.stamps)
-        if runs and runs[-1].end_offset > floor:
-            # keyless records count as indexed too, so recovery need not rescan them
-            last = runs[-1]
-            last_phys = last.end_offset - last.sizes[-1]
-            if last_phys > self.indexed_up_to:
-                self._writable_file().mark_covered(last_phys, last.store_timestamp)
+        return keys
+
+    def _put_all(self, keys: _KeyBatch) -> None:
+        """Hash and store ``keys``: in pure Python for a few, in numpy for more."""
+        if len(keys.suffixes) <= SMALL_BATCH:
+            hashes = [
+                index_key_hash_prefixed(p, s)
+                for p, s in zip(keys.prefixes, keys.suffixes, strict=True)
+            ]
+            self._put_keys(hashes, keys.phys, keys.stamps)
+        else:
+            hashes_arr = index_key_hashes_prefixed(keys.prefixes, keys.suffixes)
+            self._put_batch(hashes_arr, keys.phys, keys.stamps)
 
     def _prefix_hash(self, topic: str) -> int:
         if len(self._prefix_hashes) >= 100_000:

@@ -470,8 +470,20 @@ single_records = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(records=single_records, split=st.integers(1, 40))
+one_topic_records = st.lists(  # the usual stream: one topic, every record with a UNIQ_KEY
+    st.tuples(
+        st.just("T"),
+        st.sampled_from(["U", "7F0000011659", "UNIQ-ÄÖ"]),
+        st.sampled_from(["", "k", "order-42", "a b"]),
+        st.sampled_from([0, 1]),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.one_of(single_records, one_topic_records), split=st.integers(1, 40))
 def test_single_send_runs_index_every_key_in_record_order(
     tmp_path_factory: pytest.TempPathFactory,
     records: list[tuple[str, str, str, int]],
