@@ -89,6 +89,16 @@ class ConsumerOffsetManager:
             self.dirty = True
         return len(doomed)
 
+    def remove_topic(self, topic: str) -> int:
+        """Drop every group's offsets on ``topic`` (RocketMQ's ``cleanOffsetByTopic``); the
+        number of keys removed."""
+        doomed = [key for key in self._table if _split(key)[0] == topic]
+        for key in doomed:
+            del self._table[key]
+        if doomed:
+            self.dirty = True
+        return len(doomed)
+
     def clone_offset(self, src_group: str, dst_group: str, topic: str) -> bool:
         """Copy ``src_group``'s offsets on ``topic`` to ``dst_group``; False if it had none."""
         src = self._table.get(_key(topic, src_group))

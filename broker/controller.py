@@ -208,6 +208,7 @@ class BrokerController:
             self.config,
             self.register_now,
             put_tps=lambda: services.put_rate,
+            offsets=self.offsets,
         )
         handlers = {
             **make_send_handlers(

@@ -68,6 +68,7 @@ class ConsumeQueue:
         self.min_logic_offset = 0  # in bytes
         self.max_physic_offset = -1  # offset + size of the last unit
         self.contiguous = True
+        self._destroyed = False
 
     # -- offsets ---------------------------------------------------------------------------
     @property
@@ -290,8 +291,14 @@ class ConsumeQueue:
         """Unmap every file."""
         self.queue.close()
 
+    @property
+    def destroyed(self) -> bool:
+        """True after :meth:`destroy`."""
+        return self._destroyed
+
     def destroy(self) -> None:
         """Delete every file."""
+        self._destroyed = True
         self.queue.destroy()
         self.min_logic_offset = 0
         self.max_physic_offset = -1

@@ -18,6 +18,8 @@ What must hold once recovery is done and every appended record is dispatched:
   element) finds that record through ``store.query_messages`` over all time. A key with more
   matches than one query returns (``max_msgs_num_batch``) is retried in a narrow time window
   around the record and skipped if it still cannot be verified.
+- Deleted topics: a record of a deleted topic below where it was deleted (``store.deleted_topics``)
+  is dead and must have no unit; the checks above skip it.
 
 Cost: one pass over the commitlog (CRC included), one bulk read of each consume queue (numpy
 compares), and one index query per distinct (topic, key): seconds for ~100k records.
@@ -134,6 +136,8 @@ def _walk_commitlog(store: MessageStore, report: _Report) -> _Walk:
                 f"commitlog: record at {item.offset} ({item.size} bytes) runs past the end {end}"
             )
         walk.records += 1
+        if store.deleted_topics.is_dead(item.topic, item.offset):
+            continue  # its topic was deleted: no unit, no index entries expected
         props = decode_properties(item.properties_raw) if item.properties_raw else {}
         if MessageSysFlag.is_consumable(item.sys_flag):
             key = (item.topic, item.queue_id)

@@ -26,6 +26,8 @@ from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from store.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
+from store.deleted_topics import DeletedTopics
 from store.dispatch_request import DispatchRequest
 from store.errors import CorruptFileError, MappedFileCreateError, StoreLockedError
 from store.index_service import IndexService
@@ -63,6 +65,9 @@ class MessageStore:
         self.index = IndexService(config, clock_ms)
         self.checkpoint: StoreCheckpoint
         self.cq_table: dict[tuple[str, int], ConsumeQueue] = {}
+        self.deleted_topics = DeletedTopics(config.store_path_root_dir / DELETED_TOPICS_FILE)
+        self.dead_units_dropped = 0
+        """Units of stale queues of deleted topics that open() removed (recovery counts them)."""
         self.reput_offset = 0
         self.last_dispatched_timestamp = 0
         self.arrival_listener: ArrivalListener | None = None
@@ -77,6 +82,8 @@ class MessageStore:
         self.recovered_range = (0, 0)
         """Commitlog range the last recovery walked (verified and re-dispatched)."""
         self._dispatch_lock = threading.Lock()
+        self.queues_lock = threading.Lock()
+        """Held while a queue is removed, and by retention's thread around each queue."""
         self._lock_fd = -1
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -92,6 +99,8 @@ class MessageStore:
                     self.config.commitlog_dir, "commitlog files are not contiguous"
                 )
             self._load_consume_queues()
+            self.deleted_topics.load()
+            self.dead_units_dropped = self._drop_dead_queues()
             self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
             if self.config.message_index_enable:
                 self.index.load(last_exit_ok=self.last_exit_ok)
@@ -192,6 +201,63 @@ class MessageStore:
         self.cq_table[(topic, queue_id)] = cq
         return cq
 
+    def _drop_dead_queues(self) -> int:
+        """Remove what is left of the queues of deleted topics (a crash during a deletion can
+        leave some); return the units they held. A queue of a topic created again after its
+        deletion starts past the cut and stays."""
+        dropped = 0
+        for (topic, queue_id), cq in list(self.cq_table.items()):
+            cut = self.deleted_topics.cuts.get(topic)
+            first = cq.unit_at(cq.min_offset) if cut is not None and cq.queue.files else None
+            if cut is not None and (first is None or first[0] < cut):
+                log.warning("removing queue %s/%d of a deleted topic", topic, queue_id)
+                cq.recover()  # its valid units, as recovery would count them
+                dropped += cq.max_offset
+                self._remove_queue(topic, queue_id)
+        return dropped
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop ``topic``'s consume queues and queue offsets; return how many queues went.
+
+        Its records stay in the commitlog until retention, dead (:mod:`store.deleted_topics`):
+        neither dispatch nor recovery puts them into a queue again, and queries by key skip
+        them. The deletion is durable before any file goes, and the checkpoint's unit count
+        drops by the topic's units, so a crash at any point leaves no queue of it and costs no
+        re-dispatch of the whole log. Sends to the topic afterwards start new queues at 0. A
+        topic the store never numbered a record of is left alone (nothing is recorded).
+
+        Runs on the caller's thread (the broker's event loop): one ``fsync`` of the small
+        deletion file, then the queue files' unlinks.
+        """
+        with self._dispatch_lock:
+            table = self.commitlog.topic_queue_table
+            queues = [k for k in self.cq_table if k[0] == topic]
+            with self.commitlog.lock:
+                cut = self.commitlog.max_offset
+                numbered = [k for k in table if k[0] == topic]
+                for key in numbered:
+                    del table[key]
+            if not (queues or numbered):
+                return 0  # no record of it was ever numbered: nothing to delete
+            self.deleted_topics.add(topic, cut)
+            units = sum(self.cq_table[k].max_offset for k in queues)
+            self.checkpoint.logics_unit_count = max(0, self.checkpoint.logics_unit_count - units)
+            self.checkpoint.flush()
+            for key in queues:
+                self._remove_queue(*key)
+        log.info("deleted topic %s: %d queues, records below %d dead", topic, len(queues), cut)
+        return len(queues)
+
+    def _remove_queue(self, topic: str, queue_id: int) -> None:
+        """Forget a consume queue and delete its files and directory."""
+        with self.queues_lock:
+            cq = self.cq_table.pop((topic, queue_id))
+            cq.destroy()
+        directory = self.config.consume_queue_dir / topic
+        with contextlib.suppress(OSError):
+            (directory / str(queue_id)).rmdir()
+            directory.rmdir()  # fails while other queues of the topic remain
+
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The consume queue of (topic, queue_id), if it exists."""
         return self.cq_table.get((topic, queue_id))
@@ -286,6 +352,10 @@ class MessageStore:
 
     def dispatch(self, runs: Sequence[DispatchRequest], *, allow_gap: bool = False) -> None:
         """Write ``runs`` (commitlog order) into consume queues and the index."""
+        last = runs[-1]
+        if self.deleted_topics.cuts:
+            dead = self.deleted_topics.is_dead
+            runs = [run for run in runs if not dead(run.topic, run.phys_offset)]
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
         mask, commit = MessageSysFlag.TRANSACTION_MASK, MessageSysFlag.TRANSACTION_COMMIT_TYPE
         for run in runs:
@@ -299,9 +369,8 @@ class MessageStore:
         for (topic, queue_id), group in groups.items():
             cq = self.cq_table.get((topic, queue_id)) or self._new_consume_queue(topic, queue_id)
             cq.put(group, allow_gap=allow_gap)
-        if self.config.message_index_enable:
+        if self.config.message_index_enable and runs:
             self.index.build_index(runs)
-        last = runs[-1]
         self.reput_offset = max(self.reput_offset, last.end_offset)
         self.last_dispatched_timestamp = last.store_timestamp
         listener = self.arrival_listener
@@ -470,8 +539,9 @@ class MessageStore:
             index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_phy
         )
         seen: set[int] = set()
+        dead = self.deleted_topics.is_dead
         for phys in offsets:
-            if phys in seen:
+            if phys in seen or dead(topic, phys):
                 continue
             seen.add(phys)
             raw = self.lookup_message_by_offset(phys)

@@ -73,7 +73,7 @@ def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
 
 def _recover_consume_queues(store: MessageStore) -> bool:
     damaged = False
-    found = 0
+    found = store.dead_units_dropped  # stale queues of deleted topics, removed at open
     for cq in store.consume_queues():
         cq.recover()
         found += cq.max_offset  # before a torn last unit is cut: flushed units are whole
@@ -246,6 +246,8 @@ def _check_queue_exists(
     key = (rec.topic, rec.queue_id)
     if key in seen or not MessageSysFlag.is_consumable(rec.sys_flag):
         return
+    if store.deleted_topics.is_dead(rec.topic, rec.offset):
+        return
     seen.add(key)
     cq = store.find_consume_queue(rec.topic, rec.queue_id)
     if rec.queue_offset > 0 and (cq is None or not cq.queue.files):
@@ -253,6 +255,8 @@ def _check_queue_exists(
 
 
 def _needs_dispatch(store: MessageStore, rec: ScannedRecord, index_floor: int) -> bool:
+    if store.deleted_topics.is_dead(rec.topic, rec.offset):
+        return False
     if rec.offset >= index_floor:  # the newest indexed record may be only partly indexed
         return True
     if not MessageSysFlag.is_consumable(rec.sys_flag):

@@ -77,6 +77,7 @@ def clean_once(store: MessageStore, *, manual: bool = False) -> int:
             store.commitlog.min_offset,
         )
     deleted += delete_logics_below(store, store.commitlog.min_offset)
+    store.deleted_topics.forget_below(store.commitlog.min_offset)
     return deleted
 
 
@@ -84,7 +85,9 @@ def delete_logics_below(store: MessageStore, commitlog_min: int) -> int:
     """Delete consume-queue and index files that only point below ``commitlog_min``."""
     deleted = 0
     for cq in store.consume_queues():
-        deleted += cq.delete_expired(commitlog_min)
+        with store.queues_lock:  # not while a deleted topic's queue is being removed
+            if not cq.destroyed:
+                deleted += cq.delete_expired(commitlog_min)
     if store.config.message_index_enable:
         deleted += store.index.delete_expired(commitlog_min)
     return deleted

@@ -15,8 +15,10 @@ Rules:
   (RocketMQ answers both SYSTEM_ERROR); a bad header value is SYSTEM_ERROR too.
 - After a topic change the handler awaits ``reregister()`` (one REGISTER_BROKER round to every
   name server) before answering, so the route is current once the caller has the response.
-- Deleting a topic removes its config only: the store has no way to drop a topic's consume
-  queues yet, so their files stay until retention removes them.
+- Deleting a topic removes its config, its consume queues (``MessageStore.delete_topic``: its
+  records stay in the commitlog until retention, but never reach a queue again) and every
+  group's committed offsets on it, as RocketMQ's ``deleteTopic`` does; sends to the topic
+  afterwards start again at queue offset 0.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Awaitable, Callable
 import msgpack
 
 from broker.config import BrokerConfig
+from broker.consumer_offset import ConsumerOffsetManager
 from broker.topic_config import TopicConfigManager
 from common.route import TopicConfig
 from common.topic import is_system_topic, topic_problem
@@ -66,8 +69,10 @@ class AdminProcessor:
         *,
         put_tps: Callable[[], float] | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        offsets: ConsumerOffsetManager | None = None,
     ) -> None:
         self.store = store
+        self.offsets = offsets
         self.topics = topics
         self.config = config
         self.reregister = reregister
@@ -115,7 +120,11 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"The topic[{topic}] is conflict with system topic.",
             )
-        if self.topics.delete(topic) is not None:
+        existed = self.topics.delete(topic) is not None
+        self.store.delete_topic(topic)
+        if self.offsets is not None:
+            self.offsets.remove_topic(topic)
+        if existed:
             await self.reregister()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 

@@ -12,7 +12,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.route_bodies import decode_route_body
-from tests.broker.inprocess import req, running_broker, running_namesrv, wait_until
+from tests.broker.inprocess import req, running_broker, running_namesrv, send_req, wait_until
 
 TOPIC = "AdminTopic"
 
@@ -71,6 +71,48 @@ async def test_create_topic_is_routed_at_once_and_delete(tmp_path: Path) -> None
             assert TOPIC not in broker.topics
             resp = await client.invoke(addr, req(RequestCode.GET_ALL_TOPIC_CONFIG))
             assert TOPIC not in msgpack.unpackb(resp.body)["topicConfigTable"]
+
+
+async def test_deleting_a_topic_drops_its_messages_queues_and_offsets(tmp_path: Path) -> None:
+    """As RocketMQ's deleteTopic: the queues and every group's offsets go; a send afterwards
+    starts the queue again at offset 0, and the old messages never come back."""
+    with trio.fail_after(30):
+        async with running_broker(tmp_path) as (broker, addr), RemotingClient() as client:
+            assert (await client.invoke(addr, create_req(TOPIC, queues=1))).code == 0
+            for i in range(3):
+                resp = await client.invoke(addr, send_req(TOPIC, b"old-%d" % i))
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+            commit = req(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                consumerGroup="cg",
+                topic=TOPIC,
+                queueId="0",
+                commitOffset="2",
+            )
+            assert (await client.invoke(addr, commit)).code == ResponseCode.SUCCESS
+            max_req = req(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId="0")
+            await wait_until(
+                lambda: (
+                    broker.store is not None and broker.store.get_max_offset_in_queue(TOPIC, 0) == 3
+                ),
+                "dispatch",
+            )
+
+            resp = await client.invoke(addr, req(RequestCode.DELETE_TOPIC_IN_BROKER, topic=TOPIC))
+            assert resp.code == ResponseCode.SUCCESS
+            assert (await client.invoke(addr, max_req)).ext_fields["offset"] == "0"
+            query = req(
+                RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="cg", topic=TOPIC, queueId="0"
+            )
+            resp = await client.invoke(addr, query)  # no committed offset: the queue's start
+            assert (resp.code, resp.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "0")
+            assert broker.offsets is not None
+            assert broker.offsets.query_offset("cg", TOPIC, 0) == -1
+
+            assert (await client.invoke(addr, create_req(TOPIC, queues=1))).code == 0
+            resp = await client.invoke(addr, send_req(TOPIC, b"new"))
+            assert resp.code == ResponseCode.SUCCESS
+            assert resp.ext_fields["queueOffset"] == "0"
 
 
 async def test_illegal_and_system_topics_are_refused(tmp_path: Path) -> None:

@@ -1,0 +1,67 @@
+"""Deleted topics: where each was deleted in the commitlog, kept until retention passes it.
+
+Deleting a topic drops its consume queues at once, but its records stay in the commitlog until
+retention removes their files. A record of a deleted topic that lies below the commitlog
+offset where the topic was deleted is *dead*: dispatch and recovery skip it, so it never comes
+back into a consume queue (not after a crash, not when a topic of the same name is created
+again, whose queues then start from offset 0). The map lives in ``deletedTopics.json`` under
+the store root, written atomically and durably before any queue file is removed; an entry goes
+once the commitlog starts past it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from store.mapped_file import fsync_directory
+
+FILE_NAME = "deletedTopics.json"
+
+
+class DeletedTopics:
+    """``topic -> commitlog offset it was deleted at``; see the module docstring."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.cuts: dict[str, int] = {}
+
+    def load(self) -> None:
+        """Read the file if there is one (a half-written temporary file is ignored)."""
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        self.cuts = {str(topic): int(cut) for topic, cut in data.items()}
+
+    def is_dead(self, topic: str, phys_offset: int) -> bool:
+        """True for a record of a deleted topic written before the deletion."""
+        cut = self.cuts.get(topic)
+        return cut is not None and phys_offset < cut
+
+    def add(self, topic: str, cut: int) -> None:
+        """Record that ``topic`` was deleted when the commitlog ended at ``cut``; durable on
+        return."""
+        self.cuts[topic] = max(cut, self.cuts.get(topic, 0))
+        self._save()
+
+    def forget_below(self, commitlog_min_offset: int) -> int:
+        """Drop the entries no record below them is left for; return how many went."""
+        gone = [t for t, cut in self.cuts.items() if cut <= commitlog_min_offset]
+        for topic in gone:
+            del self.cuts[topic]
+        if gone:
+            self._save()
+        return len(gone)
+
+    def _save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps(self.cuts, sort_keys=True).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        fsync_directory(self.path.parent)

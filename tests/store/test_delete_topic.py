@@ -1,0 +1,151 @@
+"""Deleting a topic: its queues go at once, its records stay dead through crashes and restarts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from store import GetStatus, MessageStore, PutStatus, StoreConfig
+from store.deleted_topics import FILE_NAME, DeletedTopics
+from store.invariants import check_store
+from tests.conftest import ManualClock, drain_dispatch, make_msg
+
+LONG_MAX = 2**63 - 1
+GONE, KEPT = "Gone", "Kept"
+
+
+def put(store: MessageStore, topic: str, queue_id: int, n: int, tag: str = "a") -> list[int]:
+    """Put ``n`` keyed messages one at a time (not dispatched); return their queue offsets."""
+    out = []
+    for i in range(n):
+        msg = make_msg(topic, b"%s-%d" % (topic.encode(), i), queue_id, keys=f"{topic}-k{i}")
+        msg.properties["UNIQ_KEY"] = f"{topic}-{queue_id}-{i}-{tag}"
+        result = store.put_messages([msg])
+        assert result.status is PutStatus.PUT_OK
+        out.append(result.queue_offsets[0])
+    return out
+
+
+def queue_bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
+    """Every readable body of a queue, in order."""
+    got = store.get_messages(topic, queue_id, 0, 1000)
+    if got.status is not GetStatus.FOUND:
+        return []
+    from common.record import decode_records
+
+    return [r.body for r in decode_records(b"".join(got.records))]
+
+
+def fill(store: MessageStore) -> None:
+    put(store, GONE, 0, 5)
+    put(store, GONE, 1, 3)
+    put(store, KEPT, 0, 4)
+    drain_dispatch(store)
+    put(store, GONE, 0, 2)  # appended, not yet dispatched when the topic goes
+
+
+def test_delete_topic_drops_its_queues_and_restarts_its_offsets(
+    small_config: Callable[..., StoreConfig], manual_clock: ManualClock
+) -> None:
+    cfg = small_config()
+    with MessageStore(cfg, clock_ms=manual_clock) as store:
+        fill(store)
+        assert store.delete_topic("Never") == 0  # nothing of it: nothing recorded
+        assert "Never" not in store.deleted_topics.cuts
+        assert store.delete_topic(GONE) == 2
+        assert not (cfg.consume_queue_dir / GONE).exists()
+        assert store.find_consume_queue(GONE, 0) is None
+        drain_dispatch(store)  # the two pending records are dead: no queue comes back
+        assert store.find_consume_queue(GONE, 0) is None
+        assert store.get_messages(GONE, 0, 0, 10).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+        assert store.query_messages(GONE, f"{GONE}-k0", 10, 0, LONG_MAX).records == []
+        assert len(queue_bodies(store, KEPT, 0)) == 4
+        assert put(store, GONE, 0, 1, tag="again") == [0]  # a new queue, from offset 0
+        drain_dispatch(store)
+        assert queue_bodies(store, GONE, 0) == [b"Gone-0"]
+        assert len(store.query_messages(GONE, f"{GONE}-k0", 10, 0, LONG_MAX).records) == 1
+        assert check_store(store) == []
+        assert DeletedTopics(cfg.store_path_root_dir / FILE_NAME).path.exists()
+
+
+def test_deleted_topic_stays_deleted_after_a_crash_and_a_clean_restart(
+    small_config: Callable[..., StoreConfig],
+    manual_clock: ManualClock,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    cfg = small_config()
+    store = MessageStore(cfg, clock_ms=manual_clock).open()
+    try:
+        fill(store)
+        drain_dispatch(store)
+        store.flush_logics()  # the checkpoint vouches for the topic's units
+        store.delete_topic(GONE)
+        put(store, GONE, 1, 2, tag="again")
+        drain_dispatch(store)
+        copy = tmp_path / "crashed"
+        shutil.copytree(cfg.store_path_root_dir, copy)
+    finally:
+        store.close()
+    for root in (copy, cfg.store_path_root_dir):  # after a crash, and after a clean close
+        with MessageStore(small_config(root), clock_ms=manual_clock) as reopened:
+            assert check_store(reopened) == []
+            assert reopened.find_consume_queue(GONE, 0) is None
+            assert queue_bodies(reopened, GONE, 1) == [b"Gone-0", b"Gone-1"]
+            assert len(queue_bodies(reopened, KEPT, 0)) == 4
+        # the checkpoint's unit count dropped with the topic: no whole-log re-dispatch
+        assert "files were lost" not in caplog.text
+
+
+def test_queues_left_by_a_crash_during_deletion_are_removed_at_open(
+    small_config: Callable[..., StoreConfig],
+    manual_clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The deletion is recorded before any file goes: files found after it are removed."""
+    caplog.set_level(logging.WARNING)
+    cfg = small_config()
+    store = MessageStore(cfg, clock_ms=manual_clock).open()
+    try:
+        fill(store)
+        drain_dispatch(store)
+        store.flush_logics()
+        # as if the process died right after recording the deletion
+        store.deleted_topics.add(GONE, store.commitlog.max_offset)
+    finally:
+        store.close()
+    assert (cfg.consume_queue_dir / GONE / "0").exists()
+    with MessageStore(cfg, clock_ms=manual_clock) as reopened:
+        assert not (cfg.consume_queue_dir / GONE).exists()
+        assert reopened.find_consume_queue(GONE, 1) is None
+        assert check_store(reopened) == []
+        assert reopened.dead_units_dropped == 10
+    assert "files were lost" not in caplog.text  # the removed units are accounted for
+
+
+def test_retention_forgets_a_deletion_once_its_records_are_gone(
+    small_config: Callable[..., StoreConfig], manual_clock: ManualClock
+) -> None:
+    cfg = small_config(file_reserved_time=1)
+    with MessageStore(cfg, clock_ms=manual_clock) as store:
+        put(store, GONE, 0, 3)
+        drain_dispatch(store)
+        store.delete_topic(GONE)
+        while len(store.commitlog.queue.files) < 3:  # fill past the first files
+            put(store, KEPT, 0, 20)
+            drain_dispatch(store)
+        assert store.deleted_topics.cuts
+        old = (manual_clock.now - 2 * 3600 * 1000) / 1000
+        for mf in store.commitlog.queue.files[:-1]:
+            os.utime(mf.path, (old, old))
+        assert store.clean_expired_files(manual=True) > 0
+        assert store.commitlog.min_offset > 0
+        assert store.deleted_topics.cuts == {}
+        assert DeletedTopics(cfg.store_path_root_dir / FILE_NAME).path.read_text() == "{}"
+        assert check_store(store) == []
