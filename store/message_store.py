@@ -223,8 +223,7 @@ class MessageStore:
         neither dispatch nor recovery puts them into a queue again, and queries by key skip
         them. The deletion is durable before any file goes, and the checkpoint's unit count
         drops by the topic's units, so a crash at any point leaves no queue of it and costs no
-        re-dispatch of the whole log. Sends to the topic afterwards start new queues at 0. A
-        topic the store never numbered a record of is left alone (nothing is recorded).
+        re-dispatch of the whole log. Sends to the topic afterwards start new queues at 0.
 
         Runs on the caller's thread (the broker's event loop): one ``fsync`` of the small
         deletion file, then the queue files' unlinks.
@@ -234,11 +233,8 @@ class MessageStore:
             queues = [k for k in self.cq_table if k[0] == topic]
             with self.commitlog.lock:
                 cut = self.commitlog.max_offset
-                numbered = [k for k in table if k[0] == topic]
-                for key in numbered:
+                for key in [k for k in table if k[0] == topic]:
                     del table[key]
-            if not (queues or numbered):
-                return 0  # no record of it was ever numbered: nothing to delete
             self.deleted_topics.add(topic, cut)
             units = sum(self.cq_table[k].max_offset for k in queues)
             self.checkpoint.logics_unit_count = max(0, self.checkpoint.logics_unit_count - units)

@@ -316,6 +316,8 @@ def _keyed_records_between(store: MessageStore, after: int, before: int) -> list
             break
         if item.offset <= after or not item.properties_raw:
             continue
+        if store.deleted_topics.is_dead(item.topic, item.offset):
+            continue  # never indexed on purpose: its topic was deleted before dispatch
         if item.sys_flag & MessageSysFlag.TRANSACTION_MASK == rollback:
             continue
         props = decode_properties(item.properties_raw)

@@ -7,8 +7,11 @@ crosses every kind of file boundary many times.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +51,7 @@ class Msg:
     keys: tuple[str, ...]
     sys_flag: int
     phys: int = -1
+    dead: bool = False  # its topic was deleted while it waited for dispatch
 
     @property
     def consumable(self) -> bool:
@@ -68,6 +72,20 @@ message_specs = st.tuples(
     st.sets(st.sampled_from(KEYS), max_size=2).map(lambda s: tuple(sorted(s))),
     st.sampled_from((0, 0, 0, 0, COMMIT, PREPARED)),
 )
+
+
+@contextlib.contextmanager
+def _warnings(logger: str) -> Iterator[list[str]]:
+    """Collect the warnings ``logger`` and its children log meanwhile."""
+    got: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: got.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger(logger)
+    log.addHandler(handler)
+    try:
+        yield got
+    finally:
+        log.removeHandler(handler)
 
 
 class StoreModel(RuleBasedStateMachine):
@@ -132,6 +150,8 @@ class StoreModel(RuleBasedStateMachine):
     def _mark_dispatched(self, n: int) -> None:
         done, self.pending = self.pending[:n], self.pending[n:]
         for m in done:
+            if m.dead:  # its topic was deleted after it was appended
+                continue
             self.indexed.append(m)
             if m.consumable:
                 self.queues.setdefault((m.topic, m.queue_id), []).append(m)
@@ -226,13 +246,28 @@ class StoreModel(RuleBasedStateMachine):
         expected = [m.body for m in matches[: min(max_num, 64)]]
         assert [decode_record(r).body for r in q.records] == expected
 
+    @rule(topic=st.sampled_from(TOPICS))
+    def delete_topic(self, topic: str) -> None:
+        """Its queues and offsets go; what it had stored, dispatched or not, is never seen
+        again; sends to it start again at queue offset 0."""
+        removed = self.store.delete_topic(topic)
+        assert removed == len([k for k in self.queues if k[0] == topic])
+        for m in self.pending:
+            if m.topic == topic:
+                m.dead = True
+        self.queues = {k: v for k, v in self.queues.items() if k[0] != topic}
+        self.next_queue_offset = {k: v for k, v in self.next_queue_offset.items() if k[0] != topic}
+        self.indexed = [m for m in self.indexed if m.topic != topic]
+
     @rule()
     def reopen(self) -> None:
         self.store.close()
         self._mark_dispatched(len(self.pending))  # close() dispatches what is pending
         assert not self.config.abort_path.exists()
-        self.store = MessageStore(self.config, clock_ms=self.clock).open()
+        with _warnings("store") as warned:
+            self.store = MessageStore(self.config, clock_ms=self.clock).open()
         assert self.store.last_exit_ok
+        assert warned == []  # a clean restart repairs nothing
 
     @rule()
     def lookup_pending(self) -> None:
