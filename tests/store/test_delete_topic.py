@@ -49,6 +49,13 @@ def fill(store: MessageStore) -> None:
     put(store, GONE, 0, 2)  # appended, not yet dispatched when the topic goes
 
 
+def fill_and_flush(store: MessageStore) -> None:
+    """:func:`fill`, dispatched, with consume queues, index and checkpoint flushed."""
+    fill(store)
+    drain_dispatch(store)
+    store.flush_logics()
+
+
 def test_delete_topic_drops_its_queues_and_restarts_its_offsets(
     small_config: Callable[..., StoreConfig], manual_clock: ManualClock
 ) -> None:
@@ -82,9 +89,7 @@ def test_deleted_topic_stays_deleted_after_a_crash_and_a_clean_restart(
     cfg = small_config()
     store = MessageStore(cfg, clock_ms=manual_clock).open()
     try:
-        fill(store)
-        drain_dispatch(store)
-        store.flush_logics()  # the checkpoint vouches for the topic's units
+        fill_and_flush(store)  # the checkpoint vouches for the topic's units
         store.delete_topic(GONE)
         put(store, GONE, 1, 2, tag="again")
         drain_dispatch(store)
@@ -112,9 +117,7 @@ def test_queues_left_by_a_crash_during_deletion_are_removed_at_open(
     cfg = small_config()
     store = MessageStore(cfg, clock_ms=manual_clock).open()
     try:
-        fill(store)
-        drain_dispatch(store)
-        store.flush_logics()
+        fill_and_flush(store)
         # as if the process died right after recording the deletion
         store.deleted_topics.add(GONE, store.commitlog.max_offset)
     finally:
