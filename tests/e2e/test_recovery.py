@@ -6,10 +6,15 @@
 - Failure: ``broker-a`` (SYNC_FLUSH, so an acknowledged message is on disk) is SIGKILLed while
   a producer sends; every send still succeeds, those started after the kill on ``broker-b``;
   restarted on its store, ``broker-a`` serves every message it acknowledged.
+- Pause: the only broker is SIGSTOPped under a producer without retries; sends time out while
+  it is stopped and succeed once it continues; every acknowledged message is stored once and
+  nothing is stored that was not sent.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -231,3 +236,89 @@ async def test_producer_survives_broker_kill_and_acked_messages_survive(tmp_path
             }
             assert len(on_a) >= 100
             assert on_a <= {m.msg_id for m in got if m.queue.broker_name == "broker-a"}
+
+
+# --------------------------------------------------------------------------- pause
+
+PAUSE_TOPIC = "E2E_Pause"
+
+
+def produce_without_retries(namesrv: str, log: SendLog) -> None:
+    """Blocking: numbered sends, 1 s timeout, no retry: a timeout is an unknown outcome."""
+    with Producer(
+        group="pg_e2e_pause", namesrv=namesrv, send_timeout=1.0, retry_times=0
+    ) as producer:
+        i = 0
+        while not log.stop.is_set():
+            body = f"p-{i}".encode()
+            started = time.monotonic_ns()
+            try:
+                outcome: SendResult | MQClientError = producer.send(Message(PAUSE_TOPIC, body))
+            except MQClientError as exc:
+                outcome = exc
+            log.add(started, body, outcome)
+            i += 1
+
+
+def read_bodies(namesrv: str, wanted: set[bytes]) -> list[ReceivedMessage]:
+    """Blocking: read every queue from the first offset until every body of ``wanted`` came."""
+
+    def done(got: list[ReceivedMessage]) -> bool:
+        return wanted <= {m.body for m in got}
+
+    with consumer(namesrv, "cg_e2e_pause") as c:
+        c.assign(c.fetch_queues(PAUSE_TOPIC))
+        return poll_until(c, done, limit=30.0)
+
+
+async def test_a_paused_broker_costs_timeouts_not_messages(tmp_path: Path) -> None:
+    """SIGSTOP the broker under a producer (the reliability plan's R7): sends time out while it
+    is stopped and succeed again once it continues; every acknowledged message is stored once,
+    and nothing is stored that was not sent. A timed-out send may or may not be stored."""
+    log = SendLog()
+    with trio.fail_after(90):
+        async with running_cluster(tmp_path, {"broker-a": {}}) as cluster:
+            ns = cluster.namesrv_addr
+            broker = cluster.brokers["broker-a"]
+            await create_topic(broker.addr, PAUSE_TOPIC, 4)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(in_thread, produce_without_retries, ns, log)
+                try:
+                    await wait_until(lambda: broker_acks(log) >= 100, "acks before the pause")
+                    os.kill(broker.proc.pid, signal.SIGSTOP)
+                    try:
+                        paused = time.monotonic_ns()
+                        await wait_until(
+                            lambda: any(
+                                isinstance(r, MQClientError) for r in log.started_after(paused)
+                            ),
+                            "a send timing out",
+                        )
+                    finally:
+                        os.kill(broker.proc.pid, signal.SIGCONT)
+                    resumed = time.monotonic_ns()
+                    await wait_until(
+                        lambda: (
+                            sum(isinstance(r, SendResult) for r in log.started_after(resumed))
+                            >= 100
+                        ),
+                        "acks after the pause",
+                    )
+                finally:
+                    log.stop.set()
+            entries = log.snapshot()
+            acked = {body for _, body, r in entries if isinstance(r, SendResult)}
+            unknown = {body for _, body, r in entries if not isinstance(r, SendResult)}
+            assert unknown, "no send timed out while the broker was stopped"
+            errors = [r for r in log.started_after(0) if not isinstance(r, SendResult)]
+            assert all("timed out" in str(r) for r in errors), errors[:3]  # nothing else failed
+            got = await in_thread(read_bodies, ns, acked)
+            bodies = [m.body for m in got]
+            assert len(bodies) == len(set(bodies))  # nothing stored twice
+            assert set(bodies) <= acked | unknown  # nothing stored that was not sent
+            assert broker.proc.poll() is None  # it kept running
+
+
+def broker_acks(log: SendLog) -> int:
+    """Acknowledged sends so far."""
+    return sum(1 for _, _, r in log.snapshot() if isinstance(r, SendResult))
