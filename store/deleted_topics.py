@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 from store.mapped_file import fsync_directory
@@ -21,11 +22,16 @@ FILE_NAME = "deletedTopics.json"
 
 
 class DeletedTopics:
-    """``topic -> commitlog offset it was deleted at``; see the module docstring."""
+    """``topic -> commitlog offset it was deleted at``; see the module docstring.
+
+    Changes (a deletion on the event loop, retention's pass in its worker thread) hold a lock;
+    :meth:`is_dead` reads without one.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.cuts: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def load(self) -> None:
         """Read the file if there is one (a half-written temporary file is ignored)."""
@@ -43,16 +49,18 @@ class DeletedTopics:
     def add(self, topic: str, cut: int) -> None:
         """Record that ``topic`` was deleted when the commitlog ended at ``cut``; durable on
         return."""
-        self.cuts[topic] = max(cut, self.cuts.get(topic, 0))
-        self._save()
+        with self._lock:
+            self.cuts[topic] = max(cut, self.cuts.get(topic, 0))
+            self._save()
 
     def forget_below(self, commitlog_min_offset: int) -> int:
         """Drop the entries no record below them is left for; return how many went."""
-        gone = [t for t, cut in self.cuts.items() if cut <= commitlog_min_offset]
-        for topic in gone:
-            del self.cuts[topic]
-        if gone:
-            self._save()
+        with self._lock:
+            gone = [t for t, cut in self.cuts.items() if cut <= commitlog_min_offset]
+            for topic in gone:
+                del self.cuts[topic]
+            if gone:
+                self._save()
         return len(gone)
 
     def _save(self) -> None:
