@@ -5,18 +5,16 @@ retention removes their files. A record of a deleted topic that lies below the c
 offset where the topic was deleted is *dead*: dispatch and recovery skip it, so it never comes
 back into a consume queue (not after a crash, not when a topic of the same name is created
 again, whose queues then start from offset 0). The map lives in ``deletedTopics.json`` under
-the store root, written atomically and durably before any queue file is removed; an entry goes
-once the commitlog starts past it.
+the store root, written atomically and durably (:mod:`common.json_store`) before any queue file
+is removed; an entry goes once the commitlog starts past it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from pathlib import Path
 
-from store.mapped_file import fsync_directory
+from common.json_store import load_json, write_json_atomic
 
 FILE_NAME = "deletedTopics.json"
 
@@ -34,12 +32,10 @@ class DeletedTopics:
         self._lock = threading.Lock()
 
     def load(self) -> None:
-        """Read the file if there is one (a half-written temporary file is ignored)."""
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return
-        self.cuts = {str(topic): int(cut) for topic, cut in data.items()}
+        """Read the file (or its backup) if there is one."""
+        data = load_json(self.path)
+        if data is not None:
+            self.cuts = {str(topic): int(cut) for topic, cut in data.items()}
 
     def is_dead(self, topic: str, phys_offset: int) -> bool:
         """True for a record of a deleted topic written before the deletion."""
@@ -64,12 +60,4 @@ class DeletedTopics:
         return len(gone)
 
     def _save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, json.dumps(self.cuts, sort_keys=True).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_directory(self.path.parent)
+        write_json_atomic(self.path, dict(sorted(self.cuts.items())))  # fsynced, then renamed
