@@ -171,19 +171,24 @@ class SendLog:
         return [r for started, _, r in self.snapshot() if started > ns]
 
 
+def send_until_stopped(producer: Producer, topic: str, prefix: str, log: SendLog) -> None:
+    """Blocking: send ``<prefix>-<n>`` bodies one after another until ``log.stop`` is set."""
+    i = 0
+    while not log.stop.is_set():
+        body = f"{prefix}-{i}".encode()
+        started = time.monotonic_ns()
+        try:
+            outcome: SendResult | MQClientError = producer.send(Message(topic, body))
+        except MQClientError as exc:
+            outcome = exc
+        log.add(started, body, outcome)
+        i += 1
+
+
 def produce(namesrv: str, log: SendLog) -> None:
-    """Blocking: send numbered messages one after another until ``log.stop`` is set."""
+    """Blocking: numbered sends with the default retries until ``log.stop`` is set."""
     with Producer(group="pg_e2e_failover", namesrv=namesrv, send_timeout=10.0) as producer:
-        i = 0
-        while not log.stop.is_set():
-            body = f"f-{i}".encode()
-            started = time.monotonic_ns()
-            try:
-                outcome: SendResult | MQClientError = producer.send(Message(KILL_TOPIC, body))
-            except MQClientError as exc:
-                outcome = exc
-            log.add(started, body, outcome)
-            i += 1
+        send_until_stopped(producer, KILL_TOPIC, "f", log)
 
 
 def read_back(namesrv: str, wanted: set[str]) -> list[ReceivedMessage]:
@@ -248,16 +253,7 @@ def produce_without_retries(namesrv: str, log: SendLog) -> None:
     with Producer(
         group="pg_e2e_pause", namesrv=namesrv, send_timeout=1.0, retry_times=0
     ) as producer:
-        i = 0
-        while not log.stop.is_set():
-            body = f"p-{i}".encode()
-            started = time.monotonic_ns()
-            try:
-                outcome: SendResult | MQClientError = producer.send(Message(PAUSE_TOPIC, body))
-            except MQClientError as exc:
-                outcome = exc
-            log.add(started, body, outcome)
-            i += 1
+        send_until_stopped(producer, PAUSE_TOPIC, "p", log)
 
 
 def read_bodies(namesrv: str, wanted: set[bytes]) -> list[ReceivedMessage]:
