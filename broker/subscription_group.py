@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.json_store import load_json, write_json_atomic
+from common.route import MAX_QUEUE_NUMS
 from common.topic import group_problem
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,10 @@ class SubscriptionGroupConfig:
         reason = group_problem(self.group_name)
         if reason is not None:
             raise ValueError(reason)
-        if self.retry_queue_nums < 0:
-            raise ValueError(f"retryQueueNums must be >= 0, got {self.retry_queue_nums}")
+        if not 0 <= self.retry_queue_nums <= MAX_QUEUE_NUMS:
+            raise ValueError(
+                f"retryQueueNums must be in [0, {MAX_QUEUE_NUMS}], got {self.retry_queue_nums}"
+            )
         if self.broker_id < 0 or self.which_broker_when_consume_slowly < 0:
             raise ValueError("brokerId and whichBrokerWhenConsumeSlowly must be >= 0")
 

@@ -174,6 +174,28 @@ class RecordError(ValueError):
         self.reason = reason
 
 
+_INT32_RANGE = (-(2**31), 2**31 - 1)
+_INT64_RANGE = (-(2**63), 2**63 - 1)
+_FIELD_RANGES = (
+    ("queue_id", _INT32_RANGE),
+    ("flag", _INT32_RANGE),
+    ("sys_flag", _INT32_RANGE),
+    ("reconsume_times", _INT32_RANGE),
+    ("born_timestamp", _INT64_RANGE),
+    ("prepared_transaction_offset", _INT64_RANGE),
+)
+
+
+def record_field_problem(msg: MessageRecord) -> str | None:
+    """Why ``msg`` cannot be written as a record (a number outside its field's Java int or
+    long), or None."""
+    for name, (lo, hi) in _FIELD_RANGES:
+        value = getattr(msg, name)
+        if not lo <= value <= hi:
+            return f"{name} {value} is out of range [{lo}, {hi}]"
+    return None
+
+
 def encode_record(msg: MessageRecord) -> bytes:
     """Encode ``msg`` as a commitlog record, using its offsets and store timestamp as given."""
     topic = msg.topic.encode()

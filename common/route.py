@@ -90,6 +90,18 @@ def _non_negative(value: int, key: str, what: str) -> int:
     return value
 
 
+MAX_QUEUE_NUMS = 1024
+"""The most queues a topic (or a group's retry topic) may have on one broker. RocketMQ sets
+no bound; without one, a single request for 2**40 queues makes every per-queue loop (stats,
+routes, rebalance) run for ever."""
+
+
+def _queue_count(value: int, key: str, what: str) -> int:
+    if not 0 <= value <= MAX_QUEUE_NUMS:
+        raise ValueError(f"{what}: {key!r} must be in [0, {MAX_QUEUE_NUMS}], got {value}")
+    return value
+
+
 def _perm(wire: Mapping[Any, Any], what: str, default: Any = ...) -> int:
     perm = _get(wire, "perm", int, what, default)
     if not PermName.is_valid(perm):
@@ -259,10 +271,10 @@ class TopicConfig:
             raise ValueError(f"{what}: 'topicFilterType' must be SINGLE_TAG or MULTI_TAG")
         return cls(
             topic_name=_get(wire, "topicName", str, what),
-            read_queue_nums=_non_negative(
+            read_queue_nums=_queue_count(
                 _get(wire, "readQueueNums", int, what, 16), "readQueueNums", what
             ),
-            write_queue_nums=_non_negative(
+            write_queue_nums=_queue_count(
                 _get(wire, "writeQueueNums", int, what, 16), "writeQueueNums", what
             ),
             perm=_perm(wire, what, 6),

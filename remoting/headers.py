@@ -16,6 +16,7 @@ No trio here: the handler types come from :mod:`remoting.channel` for annotation
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -53,19 +54,26 @@ def opt_str(request: RemotingCommand, name: str, default: str) -> str:
     return header_str(request, name, allow_empty=True)
 
 
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
 def header_int(request: RemotingCommand, name: str) -> int:
-    """The int header ``name`` (an int or a decimal string); BadRequestError otherwise."""
+    """The int header ``name`` (an int or a decimal string) within a Java long, as RocketMQ's
+    header fields are; BadRequestError otherwise."""
     value = request.ext_fields.get(name)
     if value is None:
         raise BadRequestError(f"missing header field {name!r}")
+    number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise BadRequestError(f"header field {name!r} must be an integer, got {value!r}")
+        number = value
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = int(value.strip())
+    if number is None:
+        raise BadRequestError(f"header field {name!r} must be an integer, got {value!r}")
+    if not _LONG_MIN <= number <= _LONG_MAX:
+        raise BadRequestError(f"header field {name!r} is out of a 64-bit range: {value!r}")
+    return number
 
 
 def opt_int(request: RemotingCommand, name: str, default: int) -> int:

@@ -28,6 +28,7 @@ from common.record import (
     encode_blank,
     header_for,
     pack_host,
+    record_field_problem,
 )
 from common.topic import topic_problem
 from store.config import StoreConfig
@@ -119,6 +120,9 @@ class CommitLog:
                 codes.append(0)
             if len(m.born_host) != 8:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="born host must be IPv4")
+            problem = record_field_problem(m)
+            if problem:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=problem)
             tail = join((body, prefix, pack_short(len(raw)), raw))
             tails.append(tail)
             sizes.append(88 + len(tail))
@@ -193,13 +197,15 @@ class CommitLog:
                 raw = b""
                 codes.append(0)
             total = 90 + len(body) + len(prefix) + len(raw)  # 88 fixed + 2 properties length
-            parts.append(
-                pack(
+            try:
+                header = pack(
                     total, MAGIC_CODE_V1, crc32(body) & 0x7FFFFFFF, queue_id, m.flag, qoff,
                     phys, sys_flag, m.born_timestamp, m.born_host, now, store_host,
                     m.reconsume_times, m.prepared_transaction_offset, len(body),
-                )
-            )  # fmt: skip
+                )  # fmt: skip
+            except struct.error:
+                return None  # a number out of its field's range: the two-pass way says which
+            parts.append(header)
             parts.append(body)
             parts.append(prefix)
             parts.append(pack_short(len(raw)))
@@ -278,29 +284,33 @@ class CommitLog:
                 phys = mf.file_from_offset + mf.wrote_position
                 sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
                 tx = sys_flag & _TX_MASK
-                if tx == 0 or tx == _TX_COMMIT:  # consumable: numbered in its queue
-                    key = (m.topic, m.queue_id)
-                    qoff = self.topic_queue_table.get(key, 0)
-                    self.topic_queue_table[key] = qoff + 1
-                else:
-                    qoff = 0
-                header = HEADER_V4.pack(
-                    total, MAGIC_CODE_V1, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag,
-                    qoff, phys, sys_flag, m.born_timestamp, m.born_host, now, self.store_host,
-                    m.reconsume_times, m.prepared_transaction_offset, len(body),
-                )  # fmt: skip
-                mf.append(b"".join((header, body, prefix, _SHORT.pack(len(raw)), raw)))
-                self.pending_dispatch.append(
-                    _new_tuple(
-                        DispatchRequest,
-                        (
-                            m.topic, m.queue_id, sys_flag, now, phys, phys + total, qoff,
-                            [total], [code], [props],
-                        ),
-                    )
-                )  # fmt: skip
-                self.last_store_timestamp = now
-                return PutResult(PutStatus.PUT_OK, [phys], [qoff], now, total, phys + total)
+                key = (m.topic, m.queue_id)
+                numbered = tx == 0 or tx == _TX_COMMIT  # consumable: numbered in its queue
+                qoff = self.topic_queue_table.get(key, 0) if numbered else 0
+                try:
+                    header = HEADER_V4.pack(
+                        total, MAGIC_CODE_V1, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id,
+                        m.flag, qoff, phys, sys_flag, m.born_timestamp, m.born_host, now,
+                        self.store_host, m.reconsume_times, m.prepared_transaction_offset,
+                        len(body),
+                    )  # fmt: skip
+                except struct.error:
+                    pass  # a number out of its field's range: the batch way names it
+                else:  # nothing changed before this point, so a refusal leaves no trace
+                    if numbered:
+                        self.topic_queue_table[key] = qoff + 1
+                    mf.append(b"".join((header, body, prefix, _SHORT.pack(len(raw)), raw)))
+                    self.pending_dispatch.append(
+                        _new_tuple(
+                            DispatchRequest,
+                            (
+                                m.topic, m.queue_id, sys_flag, now, phys, phys + total, qoff,
+                                [total], [code], [props],
+                            ),
+                        )
+                    )  # fmt: skip
+                    self.last_store_timestamp = now
+                    return PutResult(PutStatus.PUT_OK, [phys], [qoff], now, total, phys + total)
         return self._append_batch((m,))
 
     def _file_for(self, batch_size: int) -> MappedFile:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.route import (
+    MAX_QUEUE_NUMS,
     BrokerData,
     ClusterInfo,
     PermName,
@@ -221,3 +222,13 @@ def test_topic_config_rejects() -> None:
         TopicConfig.from_wire({"topicName": "T", "topicFilterType": "SQL"})
     with pytest.raises(ValueError, match="missing key 'topicName'"):
         TopicConfig.from_wire({})
+
+
+@pytest.mark.parametrize("key", ["readQueueNums", "writeQueueNums"])
+def test_topic_queue_numbers_are_bounded(key: str) -> None:
+    """RocketMQ sets no bound; one request for 2**40 queues would make every per-queue loop
+    (stats, routes, rebalance) run for ever."""
+    assert TopicConfig.from_wire({"topicName": "T", key: MAX_QUEUE_NUMS}).to_wire()[key] == 1024
+    for bad in (MAX_QUEUE_NUMS + 1, 2**40, -1):
+        with pytest.raises(ValueError, match=key):
+            TopicConfig.from_wire({"topicName": "T", key: bad})

@@ -96,6 +96,13 @@ def test_queue_offsets_per_topic_and_queue(store: MessageStore) -> None:
         (make_msg("T" * 128), PutStatus.MESSAGE_ILLEGAL),
         (make_msg("Tö"), PutStatus.MESSAGE_ILLEGAL),
         (make_msg(properties={"big": "v" * 32767}), PutStatus.PROPERTIES_SIZE_EXCEEDED),
+        # numbers outside their field's Java int or long: refused, no queue offset used up
+        (make_msg(born_timestamp=2**63), PutStatus.MESSAGE_ILLEGAL),
+        (make_msg(flag=2**31), PutStatus.MESSAGE_ILLEGAL),
+        (make_msg(reconsume_times=-(2**31) - 1), PutStatus.MESSAGE_ILLEGAL),
+        (make_msg(prepared_transaction_offset=2**64), PutStatus.MESSAGE_ILLEGAL),
+        (make_msg(sys_flag=2**40), PutStatus.MESSAGE_ILLEGAL),
+        (make_msg(queue_id=2**31), PutStatus.MESSAGE_ILLEGAL),
     ],
 )
 def test_put_validation(
