@@ -24,6 +24,9 @@ from common.topic import group_problem, is_not_allowed_send_topic, topic_problem
 
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 _BYTES: Final = {bytes}
+_INT: Final = {int}
+_INT_MIN: Final = -(2**31)
+_INT_MAX: Final = 2**31 - 1
 
 
 def validate_topic(topic: str) -> None:
@@ -68,6 +71,9 @@ def validate_message_content(msg: Message, max_message_size: int = MAX_MESSAGE_S
         raise MessageInvalidError(
             topic, f"the message body size over max value, MAX: {max_message_size}"
         )
+    flag = msg.flag
+    if type(flag) is not int or not _INT_MIN <= flag <= _INT_MAX:
+        raise MessageInvalidError(topic, f"the message flag must be a 32-bit int, got {flag!r}")
     props = msg.properties
     try:  # every name and every value joined once: a C-level type and separator check
         names = "".join(props)
@@ -106,6 +112,9 @@ def _plainly_legal(messages: Sequence[Message], max_message_size: int) -> bool:
         return False
     sizes = list(map(len, bodies))
     if min(sizes) == 0 or max(sizes) > max_message_size:
+        return False
+    flags = [m.flag for m in messages]
+    if set(map(type, flags)) != _INT or min(flags) < _INT_MIN or max(flags) > _INT_MAX:
         return False
     return plain_properties_fit([m.properties for m in messages])
 

@@ -48,6 +48,14 @@ def test_body_rules() -> None:
         validate_message(Message("T", b"xx"), max_message_size=1)
 
 
+def test_flag_is_a_java_int() -> None:
+    validate_message(Message("T", b"x", flag=2**31 - 1))
+    validate_message(Message("T", b"x", flag=-(2**31)))
+    for bad in (2**31, -(2**31) - 1, True, "1"):
+        with pytest.raises(MessageInvalidError, match="flag must be a 32-bit int"):
+            validate_message(Message("T", b"x", flag=bad))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "props",
     [{"a\x01": "v"}, {"a": "v\x02"}, {"a\x02b": "v"}, {"a": "\x01"}, {"": "v"}],
@@ -99,7 +107,7 @@ def test_invalid_groups(group: str) -> None:
 
 _TEXT = st.one_of(st.text("ab", max_size=3), st.text("ab\x01\x02é", max_size=3))
 _BATCH_MESSAGE = st.builds(
-    lambda body, props: Message("T", body, properties=props),
+    lambda body, props, flag: Message("T", body, flag=flag, properties=props),
     st.one_of(
         st.just(b"x"),
         st.binary(max_size=3),
@@ -110,6 +118,7 @@ _BATCH_MESSAGE = st.builds(
         st.dictionaries(_TEXT, st.integers(), min_size=1, max_size=1),
         st.sampled_from([{"k": "v" * 20_000}, {"k": "v" * 33_000}, {"k": "é" * 16_383}]),
     ),
+    st.sampled_from([0, 0, 0, 7, -1, 2**31 - 1, 2**31, -(2**31) - 1, True]),
 )
 
 
