@@ -2,8 +2,8 @@
 
 - Raw byte streams that are not our protocol (HTTP, a TLS ClientHello, lengths of 0, 2**31-1
   and over the limit, a cut-short header, 8 MiB of garbage, msgpack that is not a command):
-  each connection is answered with an error or closed, the store's files are untouched, and
-  the broker keeps serving.
+  each connection is answered with an error or closed (a cut-short header: the client goes
+  away mid-frame), the store's files are untouched, and the broker keeps serving.
 - A seeded stream of requests with every request code RocketMQ defines and headers drawn from
   field names and values that are wrong in every way we could think of (missing, empty,
   negative, huge, not numbers, system topics, ``../``, control characters; random bodies):
