@@ -310,6 +310,7 @@ async def test_a_paused_broker_costs_timeouts_not_messages(tmp_path: Path) -> No
             assert all("timed out" in str(r) for r in errors), errors[:3]  # nothing else failed
             got = await in_thread(read_bodies, ns, acked)
             bodies = [m.body for m in got]
+            assert acked <= set(bodies)  # every acknowledged message is stored
             assert len(bodies) == len(set(bodies))  # nothing stored twice
             assert set(bodies) <= acked | unknown  # nothing stored that was not sent
             assert broker.proc.poll() is None  # it kept running
