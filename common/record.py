@@ -265,8 +265,10 @@ def decode_record(
     view = memoryview(buf)  # type: ignore[arg-type]
     try:
         return _decode(view, pos, check_crc, with_body)
-    except struct.error as exc:
+    except (struct.error, IndexError) as exc:
         raise RecordError(pos, f"truncated ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(pos, f"topic or properties are not UTF-8 ({exc.reason})") from None
     finally:
         view.release()
 
@@ -451,7 +453,10 @@ def decode_records(
     decoder, which raises the precise :class:`RecordError`.
     """
     if isinstance(buf, bytes) and not check_crc:
-        fast = _decode_all_v4(buf)
+        try:
+            fast = _decode_all_v4(buf)
+        except (struct.error, IndexError, UnicodeDecodeError):
+            fast = None  # malformed: the checked decoder below says where and why
         if fast is not None:
             return fast
     out: list[MessageRecord] = []
@@ -464,8 +469,10 @@ def decode_records(
                 raise RecordError(pos, "trailing bytes")
             out.append(rec)
             pos += rec.store_size
-    except struct.error as exc:
+    except (struct.error, IndexError) as exc:
         raise RecordError(pos, f"truncated ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(pos, f"topic or properties are not UTF-8 ({exc.reason})") from None
     finally:
         view.release()
     return out

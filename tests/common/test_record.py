@@ -381,3 +381,29 @@ def test_properties_parser_takes_bytes_and_str() -> None:
     raw = encode_properties({"a": "1", "b": "x\x01y"})
     for form in (raw, raw.decode()):
         assert decode_properties(form) == {"a": "1", "b": "x\x01y"}
+
+
+@given(
+    records,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=6),
+    st.integers(0, 10_000),
+    st.booleans(),
+)
+def test_any_damage_is_a_record_error_or_a_record(
+    msg: MessageRecord, edits: list[tuple[int, int]], cut: int, check_crc: bool
+) -> None:
+    """Overwritten or cut-short bytes never escape as another exception (IndexError, a UTF-8
+    error): a client hands a broker's record to its checker, and only RecordError is caught."""
+    data = bytearray(encode_record(msg))
+    for where, value in edits:
+        data[where % len(data)] = value
+    damaged = bytes(data[: max(1, cut % (len(data) + 1))])
+    for decode in (
+        lambda: decode_record(damaged, check_crc=check_crc),
+        lambda: decode_records(damaged, check_crc=check_crc),
+        lambda: decode_records(damaged + damaged, check_crc=check_crc),
+    ):
+        try:
+            decode()
+        except RecordError:
+            pass
