@@ -93,18 +93,15 @@ class ConsumeQueue:
             return
         start = max(0, len(files) - 3)
         end_offset = files[start].file_from_offset
-        max_phys = -1
         for mf in files[start:]:
             valid = self._valid_prefix(mf.mm, mf.file_size)
             end_offset = mf.file_from_offset + valid
-            if valid:
-                off, size, _ = UNIT.unpack_from(mf.mm, valid - CQ_STORE_UNIT_SIZE)
-                if size != 0x7FFFFFFF:
-                    max_phys = off + size
             if valid < mf.file_size:
                 break
         self.queue.truncate_dirty(end_offset)
-        self.max_physic_offset = max_phys
+        # from the last unit kept, which may lie in a file before those looked at (when they
+        # all came back empty from a power cut)
+        self._recompute_max_physic()
         self._recover_min_logic_offset()
 
     @staticmethod
@@ -245,12 +242,12 @@ class ConsumeQueue:
         return lo * CQ_STORE_UNIT_SIZE
 
     def _recompute_max_physic(self) -> None:
-        last = self.queue.last_file()
+        """Offset + size of the queue's last unit (-1 without one, or when it is a blank)."""
         self.max_physic_offset = -1
-        if last is not None and last.wrote_position:
-            off, size, _ = UNIT.unpack_from(last.mm, last.wrote_position - CQ_STORE_UNIT_SIZE)
-            if size != 0x7FFFFFFF:
-                self.max_physic_offset = off + size
+        last = self.queue.max_offset // CQ_STORE_UNIT_SIZE - 1
+        unit = self.unit_at(last) if last >= 0 else None
+        if unit is not None and unit[1] != 0x7FFFFFFF:
+            self.max_physic_offset = unit[0] + unit[1]
 
     def delete_expired(self, commitlog_min_offset: int) -> int:
         """Delete leading files whose every unit points below ``commitlog_min_offset``."""

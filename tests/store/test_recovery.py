@@ -557,6 +557,37 @@ def test_keyless_stretch_between_index_files_needs_no_rebuild(
         reopened.close()
 
 
+def test_units_past_the_log_end_are_cut_when_the_newest_queue_files_came_back_empty(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A power cut can leave a queue's newest files empty (created, never flushed) while older
+    files hold units whose records the commitlog lost: those units are cut all the same."""
+    cfg = tiny_config(tmp_path / "live", 8192)  # 4-unit consume-queue files
+    store = MessageStore(cfg, clock_ms=clock).open()
+    work = Workload(clock)
+    try:
+        work.put(store, 6, topics=(TOPICS[1],), batch_max=1)
+        lost_from = store.commitlog.max_offset
+        for _ in range(8):  # two full consume-queue files of units for records to be lost
+            work.put_one(store, TOPICS[0], 0)
+        drain_dispatch(store)
+        store.flush_logics()
+        cfg_copy = crash_copy(store, tmp_path / "copy")
+    finally:
+        store.close()
+    path, pos = commitlog_file(cfg_copy, lost_from)
+    overwrite(path, pos, bytes(path.stat().st_size - pos))  # the records never reached disk
+    qdir = cfg_copy.consume_queue_dir / TOPICS[0] / "0"
+    for start in (160, 240, 320):  # three newer queue files, empty
+        (qdir / f"{start:020d}").write_bytes(bytes(80))
+    reopened = MessageStore(cfg_copy, clock_ms=clock).open()
+    try:
+        assert check_store(reopened) == []
+        assert reopened.get_max_offset_in_queue(TOPICS[0], 0) == 0
+    finally:
+        reopened.close()
+
+
 def test_corrupt_index_header_and_slots(live: Live, tmp_path: Path, clock: ManualClock) -> None:
     """An index file cut short or of the wrong size is dropped and rebuilt."""
     store, work = live
