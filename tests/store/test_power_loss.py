@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 import shutil
 import signal
+import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ import pytest
 from common.record import encode_properties, record_length
 from store import MessageStore
 from store.config import FlushDiskType
+from store.invariants import check_store
 from tests.store.crash_child import child_config, message_for, uniq_key
 from tests.store.flush_recorder import Durable, power_loss
 from tests.store.test_crash import SEED, Child, children, read_store, verify
@@ -88,16 +91,15 @@ def test_power_loss_rounds_lose_no_acknowledged_sync_flush_message(
         assert verify(store, acked) >= len(acked)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "seen once in 7 CI runs, not reproduced in ~100 local runs: after an ASYNC_FLUSH "
-        "power cut, recovery left units 33..99 of one queue pointing past the commitlog end "
-        "(196608); under investigation"
-    ),
-)
+KNOWN_FINDING = "points at or past the commitlog end"
+"""Seen once in 7 CI runs and not reproduced in about 100 local runs: after an ASYNC_FLUSH
+power cut, recovery left units of one queue pointing past the commitlog's end. Until it is
+understood, that outcome (and only that) is an expected failure that prints the state recovery
+started from."""
+
+
 def test_power_loss_with_async_flush_keeps_every_flushed_message(
-    tmp_path: Path, children: list[Child]
+    tmp_path: Path, children: list[Child], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """ASYNC_FLUSH acknowledges before flushing, so a power failure may take acknowledged
     messages; never one whose record the last completed flush covered, and never a damaged
@@ -112,13 +114,49 @@ def test_power_loss_with_async_flush_keeps_every_flushed_message(
         flushed = [a for a in child.acks if _record_flushed(store_dir, durable, a)]
         survivors_required += len(flushed)
         seed = rng.randrange(1 << 30)
-        power_loss(store_dir, baseline, record / "log", record / "snapshots", seed)
+        report = power_loss(store_dir, baseline, record / "log", record / "snapshots", seed)
+        before = describe_store(store_dir, durable)  # as recovery will find it
         with MessageStore(child_config(store_dir, FlushDiskType.ASYNC_FLUSH)) as store:
             assert not store.last_exit_ok
+            problems = check_store(store)
+            if problems and all(
+                KNOWN_FINDING in p or "more units point at the wrong place" in p for p in problems
+            ):
+                with capfd.disabled():  # into the CI log, for whoever picks this up
+                    print(f"\nround {round_no}, {len(child.acks)} acks, deleted "
+                          f"{report.deleted}\n{before}\n{problems}", file=sys.stderr)  # fmt: skip
+                pytest.xfail(f"the known finding: {problems[0]}")
             verify(store, flushed)  # every stored record intact and generated; these present
             contents = read_store(store)
             assert sum(len(q) for q in contents.values()) >= len(flushed)
     assert survivors_required > 0  # the 200 ms flush interval did complete flushes
+
+
+def describe_store(store_dir: Path, durable: Durable) -> str:
+    """The files recovery will find: each commitlog file's size of non-zero data and last
+    flush, each consume-queue file's units (count, first and last commitlog offsets), and the
+    checkpoint's fields."""
+    lines = []
+    for path in sorted((store_dir / "commitlog").iterdir()):
+        data = path.read_bytes()
+        lines.append(
+            f"commitlog {path.name}: data to {len(data.rstrip(bytes(1)))}, "
+            f"flushed {durable.flushed.get(path, 0)}"
+        )
+    for path in sorted((store_dir / "consumequeue").glob("*/*/*")):
+        data = path.read_bytes()
+        units = [struct.unpack_from(">qiq", data, i) for i in range(0, len(data), 20)]
+        valid = [u for u in units if u[0] >= 0 and u[1] > 0]
+        first_bad = next((i for i, u in enumerate(units) if not (u[0] >= 0 and u[1] > 0)), None)
+        edges = f"{valid[0][0]}..{valid[-1][0]}" if valid else "-"
+        lines.append(
+            f"cq {path.relative_to(store_dir / 'consumequeue')}: {len(valid)} units {edges}, "
+            f"first invalid at {first_bad}, flushed {durable.flushed.get(path, 0)}"
+        )
+    checkpoint = store_dir / "checkpoint"
+    if checkpoint.exists():
+        lines.append(f"checkpoint {struct.unpack_from('>7q', checkpoint.read_bytes())}")
+    return "\n".join(lines)
 
 
 def _commitlog_flushes(record: Path) -> int:
