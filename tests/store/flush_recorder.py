@@ -8,9 +8,11 @@ kill as a power failure would have left them:
 - ``C seq path``: a mapped file was created (allocated and renamed into place);
 - ``D seq dir``: a directory was synced (``seq`` taken before the call, so a file counts as
   named durably only when a sync that *started* after its creation completed);
-- ``F path pos``: a mapped file was flushed up to ``pos`` (read before the call: conservative);
-- ``S path snapshot``: a file written in place (an index file, the checkpoint) was synced, and
+- ``F pos path``: a mapped file was flushed up to ``pos`` (read before the call: conservative);
+- ``S snapshot path``: a file written in place (an index file, the checkpoint) was synced, and
   ``snapshot`` holds its bytes as synced.
+
+The path comes last on every line, so a path with spaces still parses.
 
 The wrappers only observe: each calls the store's own function and records after it returned.
 """
@@ -65,20 +67,20 @@ def install(log_path: Path, snapshot_dir: Path) -> None:
     def recorded_flush(self: Any) -> int:
         pos = self.wrote_position
         out = flush(self)
-        note(f"F {self.path} {min(pos, out)}")  # a closed file flushes nothing
+        note(f"F {min(pos, out)} {self.path}")  # a closed file flushes nothing
         return out
 
     def recorded_sync(self: Any) -> None:
         data = bytes(self.mm)
         sync(self)
-        note(f"S {self.path} {snapshot(self.path, data)}")
+        note(f"S {snapshot(self.path, data)} {self.path}")
 
     cp_cls = checkpoint_mod.StoreCheckpoint
     cp_flush = cp_cls.flush
 
     def recorded_checkpoint_flush(self: Any) -> None:
         cp_flush(self)
-        note(f"S {self.path} {snapshot(self.path, bytes(self.mm))}")
+        note(f"S {snapshot(self.path, bytes(self.mm))} {self.path}")
 
     mapped_file_mod._create_allocated = recorded_create  # type: ignore[assignment]
     mapped_file_mod.fsync_directory = recorded_fsync_directory  # type: ignore[assignment]
@@ -112,9 +114,9 @@ class Durable:
             elif kind == "D":
                 out.dir_syncs.setdefault(Path(b), []).append(int(a))
             elif kind == "F":
-                out.flushed[Path(a)] = max(out.flushed.get(Path(a), 0), int(b))
+                out.flushed[Path(b)] = max(out.flushed.get(Path(b), 0), int(a))
             elif kind == "S":
-                out.snapshots[Path(a)] = b
+                out.snapshots[Path(b)] = a
         return out
 
     def name_durable(self, path: Path) -> bool:
@@ -129,7 +131,6 @@ class PowerLossReport:
 
     deleted: list[str] = field(default_factory=list)
     reverted_bytes: int = 0
-    kept_unflushed_bytes: int = 0
 
 
 def power_loss(
@@ -176,6 +177,5 @@ def _append_only_after_loss(
         pages = (len(current) - keep) // PAGE
         keep = min(len(current), (keep // PAGE + rng.randint(0, pages)) * PAGE)
         keep = max(keep, flushed)
-    report.kept_unflushed_bytes += keep - flushed
     report.reverted_bytes += sum(current[i] != old[i] for i in range(keep, len(current)))
     return current[:keep] + old[keep:]
