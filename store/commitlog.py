@@ -436,7 +436,7 @@ class CommitLog:
     # -- recovery --------------------------------------------------------------------------
     def set_end(self, offset: int) -> None:
         """Make ``offset`` the end of the log: later bytes and files are discarded."""
-        self.queue.truncate_dirty(offset, zero=not self.is_clean_end(offset))
+        self.queue.truncate_dirty(offset)
         # Files before the end are complete: their wrote position is the file size.
         for mf in self.queue.files[:-1]:
             mf.wrote_position = mf.file_size

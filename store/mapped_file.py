@@ -19,6 +19,7 @@ import errno as errno_mod
 import mmap
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from store.errors import MappedFileCreateError
@@ -150,14 +151,37 @@ class MappedFile:
             fsync_directory(self.path.parent.parent)
             self._entry_synced = True
 
-    def zero_from(self, pos: int, chunk: int = 1 << 20) -> None:
-        """Zero every non-zero byte from ``pos`` to the end (used after truncating a dirty tail)."""
+    def zero_from(self, pos: int, chunk: int = 1 << 20) -> bool:
+        """Zero every non-zero byte from ``pos`` to the end (used after truncating a dirty tail);
+        True when any byte changed. Only ranges that may hold data are read (see
+        :meth:`_data_ranges`), so a mostly empty gigabyte file costs next to nothing."""
         zeros = bytes(chunk)
+        changed = False
+        for start, stop in self._data_ranges(pos):
+            while start < stop:
+                end = min(start + chunk, stop)
+                if self.mm[start:end] != zeros[: end - start]:
+                    self.mm[start:end] = zeros[: end - start]
+                    changed = True
+                start = end
+        return changed
+
+    def _data_ranges(self, pos: int) -> Iterator[tuple[int, int]]:
+        """The ranges from ``pos`` on that may hold data: holes and never-written (fallocated)
+        extents are skipped with ``SEEK_DATA``/``SEEK_HOLE``, which count pages still in the
+        page cache as data; where the file system cannot tell, the whole rest."""
         while pos < self.file_size:
-            end = min(pos + chunk, self.file_size)
-            if self.mm[pos:end] != zeros[: end - pos]:
-                self.mm[pos:end] = zeros[: end - pos]
-            pos = end
+            try:
+                start = os.lseek(self.fd, pos, os.SEEK_DATA)
+                stop = os.lseek(self.fd, start, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno != errno_mod.ENXIO:  # ENXIO: no data from ``pos`` on
+                    yield pos, self.file_size
+                return
+            if start >= self.file_size:
+                return
+            yield start, min(stop, self.file_size)
+            pos = stop
 
     def last_modified(self) -> float:
         """The file's modification time (seconds since the epoch)."""

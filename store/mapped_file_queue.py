@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from store import mapped_file
 from store.errors import CorruptFileError
 from store.mapped_file import MappedFile, is_mapped_file_name, offset_to_name, remove_temp_files
 
@@ -112,10 +113,13 @@ class MappedFileQueue:
         return last
 
     # -- shrinking -------------------------------------------------------------------------
-    def truncate_dirty(self, offset: int, *, zero: bool = True) -> None:
+    def truncate_dirty(self, offset: int) -> None:
         """Drop everything at or after ``offset``: later files are deleted, the tail zeroed.
 
-        ``zero=False`` skips zeroing the kept file's tail when the caller knows it is clean.
+        The cut is made durable before this returns (the zeroed file synced, the directory
+        synced after deletions). Otherwise a power cut after new data was written past
+        ``offset`` could bring back, behind the new data, what was cut: a consume queue would
+        then hold units from before the cut, pointing at records that are gone.
         """
         keep: list[MappedFile] = []
         doomed: list[MappedFile] = []
@@ -124,8 +128,8 @@ class MappedFileQueue:
                 keep.append(mf)
             elif mf.file_from_offset <= offset:
                 pos = offset - mf.file_from_offset
-                if zero:
-                    mf.zero_from(pos)
+                if mf.zero_from(pos):
+                    mf.sync()
                 mf.wrote_position = pos
                 mf.flushed_position = min(mf.flushed_position, pos)
                 keep.append(mf)
@@ -134,6 +138,8 @@ class MappedFileQueue:
         for mf in reversed(doomed):  # newest first: a crash in between leaves no hole
             mf.destroy()
         self.files = keep
+        if doomed:
+            mapped_file.fsync_directory(self.directory)
 
     def delete_first_files(
         self, should_delete: Callable[[MappedFile], bool], max_count: int

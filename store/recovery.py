@@ -1,7 +1,8 @@
 """Recovery: bring the commitlog, consume queues and index back into agreement after open.
 
 Steps (both after a clean shutdown and after a crash):
-1. Consume queues: keep each file's valid prefix, cut what follows, and cut the last unit if it
+1. Consume queues: keep each queue's units up to the first invalid one (looking at every unit
+   past the checkpoint's dispatched offset), cut what follows, and cut the last unit if it
    disagrees with its record (torn); a queue with a gap in its files, or with no files at all,
    marks the store *damaged*, and so do queues holding fewer units in all than the checkpoint
    says were flushed (a queue's newest file, or its whole directory, was lost).
@@ -30,7 +31,12 @@ from typing import TYPE_CHECKING
 from common.message import MessageConst, MessageSysFlag
 from common.record import decode_properties
 from store.commitlog import ScannedRecord, scan_records
-from store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueGapError
+from store.consume_queue import (
+    BLANK_UNIT_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    ConsumeQueue,
+    ConsumeQueueGapError,
+)
 from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_service import LostIndexRecord
 from store.recovery_scan import verify_until
@@ -41,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DISPATCH_BATCH = 4096
-BLANK_UNIT_SIZE = 0x7FFFFFFF
 
 
 def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
@@ -74,8 +79,9 @@ def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
 def _recover_consume_queues(store: MessageStore) -> bool:
     damaged = False
     found = store.dead_units_dropped  # stale queues of deleted topics, removed at open
+    flushed_below = store.checkpoint.dispatched_phy_offset
     for cq in store.consume_queues():
-        cq.recover()
+        cq.recover(flushed_below)
         found += cq.max_offset  # before a torn last unit is cut: flushed units are whole
         _verify_last_unit(store, cq)
         if not cq.contiguous or not cq.queue.files:
@@ -114,7 +120,7 @@ def _verify_last_unit(store: MessageStore, cq: ConsumeQueue) -> None:
         return
     log.warning("%s/%d: last unit %d does not match its record; cut", cq.topic, cq.queue_id, last)
     cq.queue.truncate_dirty(last * CQ_STORE_UNIT_SIZE)
-    cq.recover()
+    cq.recover(store.checkpoint.dispatched_phy_offset)
 
 
 def _dispatch_start(store: MessageStore) -> int:
@@ -122,23 +128,41 @@ def _dispatch_start(store: MessageStore) -> int:
 
     That is the lowest of the checkpoint's dispatched and flushed offsets, the newest
     consume-queue unit and the newest index entry (so a damaged checkpoint, or deleted queue or
-    index files, cannot make recovery skip records). All are record boundaries; if the bytes
-    there are neither a valid record nor the clean end of the log, the walk starts at the
-    beginning of that commitlog file instead.
+    index files, cannot make recovery skip records). The first three are ends of records; if
+    the bytes there are neither a valid record nor the clean end of the log (zeros in its last
+    file), the walk starts at the beginning of that commitlog file instead.
     """
     cl = store.commitlog
     cp = store.checkpoint
     newest_unit = max((cq.max_physic_offset for cq in store.consume_queues()), default=-1)
-    target = min(cp.dispatched_phy_offset, cp.master_flushed_offset, newest_unit)
-    if store.config.message_index_enable:
-        target = min(target, store.index.indexed_up_to)
-    target = max(cl.min_offset, target)
+    target = max(
+        cl.min_offset, min(cp.dispatched_phy_offset, cp.master_flushed_offset, newest_unit)
+    )
+    indexed = store.index.indexed_up_to if store.config.message_index_enable else target
+    if indexed < target:
+        return _index_start(store, max(cl.min_offset, indexed))
     if cl.queue.find(target) is None:
         return cl.queue.file_start(min(target, cl.queue.files[-1].file_from_offset))
-    first = next(scan_records(cl, target, check_crc=store.config.check_crc_on_recover))
-    if isinstance(first, ScannedRecord) or cl.is_clean_end(target):
+    if _is_record(store, target) or (
+        cl.is_clean_end(target) and cl.queue.find(target) is cl.queue.files[-1]
+    ):
         return target
     return cl.queue.file_start(target)
+
+
+def _index_start(store: MessageStore, indexed: int) -> int:
+    """Where to walk from for the index: its newest record, if that is one. A recovery that cut
+    the log at ``E`` leaves it at ``E - 1``, which is no record, and may even lie in the zeros
+    that pad the previous file's end: then the walk starts at the file holding the next byte."""
+    cl = store.commitlog
+    if cl.queue.find(indexed) is not None and _is_record(store, indexed):
+        return indexed
+    return cl.queue.file_start(min(indexed + 1, cl.queue.files[-1].file_from_offset))
+
+
+def _is_record(store: MessageStore, offset: int) -> bool:
+    first = next(scan_records(store.commitlog, offset, check_crc=store.config.check_crc_on_recover))
+    return isinstance(first, ScannedRecord)
 
 
 def _covered_until(store: MessageStore) -> int:

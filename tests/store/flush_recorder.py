@@ -9,8 +9,9 @@ kill as a power failure would have left them:
 - ``D seq dir``: a directory was synced (``seq`` taken before the call, so a file counts as
   named durably only when a sync that *started* after its creation completed);
 - ``F pos path``: a mapped file was flushed up to ``pos`` (read before the call: conservative);
-- ``S snapshot path``: a file written in place (an index file, the checkpoint) was synced, and
-  ``snapshot`` holds its bytes as synced.
+- ``S snapshot path``: a file was synced whole (an index file or the checkpoint, written in
+  place; or a commitlog or consume-queue file that recovery cut), and ``snapshot`` holds its
+  bytes as synced.
 
 The path comes last on every line, so a path with spaces still parses.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,13 @@ from typing import Any
 PAGE = 4096
 
 
-def install(log_path: Path, snapshot_dir: Path) -> None:
-    """Wrap the store's durability calls in this process; see the module docstring."""
+def install(
+    log_path: Path, snapshot_dir: Path, patch: Callable[[Any, str, Any], None] = setattr
+) -> None:
+    """Wrap the store's durability calls in this process; see the module docstring.
+
+    ``patch`` sets each wrapper in place (a test passes ``monkeypatch.setattr``, to have them
+    taken out again after it)."""
     from store import checkpoint as checkpoint_mod
     from store import mapped_file as mapped_file_mod
 
@@ -82,15 +89,15 @@ def install(log_path: Path, snapshot_dir: Path) -> None:
         cp_flush(self)
         note(f"S {snapshot(self.path, bytes(self.mm))} {self.path}")
 
-    mapped_file_mod._create_allocated = recorded_create  # type: ignore[assignment]
-    mapped_file_mod.fsync_directory = recorded_fsync_directory  # type: ignore[assignment]
-    mf_cls.flush = recorded_flush  # type: ignore[method-assign]
-    mf_cls.sync = recorded_sync  # type: ignore[method-assign]
-    cp_cls.flush = recorded_checkpoint_flush  # type: ignore[method-assign]
-    # the message store imported the helper by name: point it at the recorder too
     from store import message_store
 
-    message_store.fsync_directory = recorded_fsync_directory  # type: ignore[attr-defined]
+    patch(mapped_file_mod, "_create_allocated", recorded_create)
+    patch(mapped_file_mod, "fsync_directory", recorded_fsync_directory)
+    patch(mf_cls, "flush", recorded_flush)
+    patch(mf_cls, "sync", recorded_sync)
+    patch(cp_cls, "flush", recorded_checkpoint_flush)
+    # the message store imported the helper by name: point it at the recorder too
+    patch(message_store, "fsync_directory", recorded_fsync_directory)
 
 
 @dataclass
@@ -130,18 +137,28 @@ class PowerLossReport:
     """What :func:`power_loss` did."""
 
     deleted: list[str] = field(default_factory=list)
-    reverted_bytes: int = 0
+    reverted_pages: int = 0
 
 
 def power_loss(
-    store_dir: Path, baseline_dir: Path | None, log_path: Path, snapshot_dir: Path, seed: int
+    store_dir: Path,
+    baseline_dir: Path | None,
+    log_path: Path,
+    snapshot_dir: Path,
+    seed: int,
+    *,
+    writeback: bool = True,
 ) -> PowerLossReport:
     """Rewrite ``store_dir`` as a power failure right after the kill would have left it.
 
     ``baseline_dir`` holds the store as it was on disk when the killed process started (None
-    for a new store). Files whose name was never made durable are deleted. Commitlog and
-    consume-queue files keep what was flushed plus a random page-aligned prefix of what was not
-    (write-back may have saved some); the rest reverts to the baseline (zeros for new files).
+    for a new store). Files whose name was never made durable are deleted. A commitlog or
+    consume-queue file keeps what was flushed; past that, it holds what was on disk before:
+    its last whole-file sync in this run (recovery syncs a file it cut), else the baseline
+    (zeros for a new file). Over that, write-back may have saved some of the unflushed pages:
+    none, a prefix, or any of them, in no order (``writeback=False``: none). A file flushed
+    in this run was made durable whole, as it was then; past the flushed end that is the
+    same as before (appends only ever go at the end), so this needs no more than that.
     Index files and the checkpoint become their last synced snapshot, else the baseline.
     """
     durable = Durable.read(log_path)
@@ -155,27 +172,41 @@ def power_loss(
             path.unlink()
             report.deleted.append(str(rel))
             continue
+        snap = durable.snapshots.get(path)
+        if snap is not None:
+            base = (snapshot_dir / snap).read_bytes()
         if rel.parts[0] == "index" or rel.name == "checkpoint":
-            snap = durable.snapshots.get(path)
-            current = path.read_bytes()
-            data = (snapshot_dir / snap).read_bytes() if snap else base or bytes(len(current))
+            data = base or bytes(path.stat().st_size)
         elif rel.parts[0] in ("commitlog", "consumequeue"):
-            data = _append_only_after_loss(path, base, durable.flushed.get(path, 0), rng, report)
+            flushed = durable.flushed.get(path, 0)
+            pages = _pages_written_back(path.stat().st_size, flushed, rng) if writeback else []
+            data = _append_only_after_loss(path, base, flushed, pages, report)
         else:
             continue
         path.write_bytes(data)
     return report
 
 
+def _pages_written_back(size: int, flushed: int, rng: random.Random) -> list[int]:
+    """Unflushed pages that write-back saved: none, a prefix of them, or any of them."""
+    pages = list(range(flushed // PAGE, -(-size // PAGE)))
+    kind = rng.randrange(3)
+    if kind == 0 or not pages:
+        return []
+    if kind == 1:
+        return pages[: rng.randint(0, len(pages))]
+    return [p for p in pages if rng.random() < 0.5]
+
+
 def _append_only_after_loss(
-    path: Path, base: bytes | None, flushed: int, rng: random.Random, report: PowerLossReport
+    path: Path, base: bytes | None, flushed: int, pages: list[int], report: PowerLossReport
 ) -> bytes:
     current = path.read_bytes()
-    old = base if base is not None and len(base) == len(current) else bytes(len(current))
-    keep = flushed
-    if keep < len(current) and rng.random() < 0.5:  # write-back saved some pages
-        pages = (len(current) - keep) // PAGE
-        keep = min(len(current), (keep // PAGE + rng.randint(0, pages)) * PAGE)
-        keep = max(keep, flushed)
-    report.reverted_bytes += sum(current[i] != old[i] for i in range(keep, len(current)))
-    return current[:keep] + old[keep:]
+    data = bytearray(base if base is not None and len(base) == len(current) else len(current))
+    data[:flushed] = current[:flushed]
+    for page in pages:
+        data[page * PAGE : (page + 1) * PAGE] = current[page * PAGE : (page + 1) * PAGE]
+    report.reverted_pages += sum(
+        current[i : i + PAGE] != data[i : i + PAGE] for i in range(0, len(current), PAGE)
+    )
+    return bytes(data)

@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.consume_queue import BLANK_UNIT, ConsumeQueue, ConsumeQueueGapError
+from store.consume_queue import (
+    BLANK_UNIT,
+    ConsumeQueue,
+    ConsumeQueueGapError,
+    count_valid_units,
+)
 from store.dispatch_request import DispatchRequest
 from store.mapped_file import offset_to_name
 
@@ -58,11 +63,11 @@ def cq(root: Path) -> Iterator[ConsumeQueue]:
     q.close()
 
 
-def reopen(root: Path) -> ConsumeQueue:
+def reopen(root: Path, flushed_below: int = 0) -> ConsumeQueue:
     """Load and recover TopicTest/0 from disk."""
     q = ConsumeQueue(root, "TopicTest", 0, FILE_SIZE)
     q.load()
-    q.recover()
+    q.recover(flushed_below)
     return q
 
 
@@ -201,6 +206,75 @@ def test_recover_cuts_invalid_tail_and_later_files(cq: ConsumeQueue, root: Path)
         assert file_names(root) == [offset_to_name(0)]
     finally:
         again.close()
+
+
+def test_recover_stops_at_a_hole_even_with_valid_units_after_it(root: Path) -> None:
+    """A power cut can write back a later page and not an earlier one: units after a hole are
+    not kept, wherever a search through the file would land."""
+    wide = ConsumeQueue(root, "TopicTest", 1, 20 * 64)
+    wide.put([req(i, tags_code=i) for i in range(64)])
+    wide.close()
+    path = root / "TopicTest" / "1" / offset_to_name(0)
+    for hole in (1, 17, 31, 32, 33, 62):
+        raw = bytearray(b"".join(unit(i * RECORD, RECORD, i) for i in range(64)))
+        raw[hole * 20 : (hole + 1) * 20] = bytes(20)
+        path.write_bytes(raw)
+        again = ConsumeQueue(root, "TopicTest", 1, 20 * 64)
+        again.load()
+        again.recover()
+        try:
+            assert again.max_offset == hole
+            assert again.max_physic_offset == hole * RECORD
+            assert path.read_bytes()[hole * 20 :] == bytes(20 * (64 - hole))
+        finally:
+            again.close()
+
+
+@pytest.mark.parametrize("flushed_below", [0, 3 * RECORD, 5 * RECORD + 1, 10 * RECORD + 1])
+def test_recover_stops_at_a_file_that_came_back_empty(
+    cq: ConsumeQueue, root: Path, flushed_below: int
+) -> None:
+    """Write-back can save a later file and not an earlier one: the later files are cut,
+    however far back the empty one lies (the checkpoint vouches for units below
+    ``flushed_below``; an empty file's first unit vouches for nothing)."""
+    cq.put(reqs(0, 40))  # 8 files of 5 units
+    cq.close()
+    (qdir(root) / offset_to_name(200)).write_bytes(bytes(FILE_SIZE))  # units 10..14 lost
+    again = reopen(root, flushed_below)
+    try:
+        assert again.max_offset == 10
+        assert file_names(root) == [offset_to_name(i * FILE_SIZE) for i in range(3)]
+    finally:
+        again.close()
+
+
+def _naive_valid_units(buf: bytes, count: int) -> int:
+    for i in range(count):
+        off, size, _ = struct.unpack_from(">qiq", buf, i * 20)
+        if not (off >= 0 and size > 0):
+            return i
+    return count
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-(1 << 63), (1 << 63) - 1),
+            st.integers(-(1 << 31), (1 << 31) - 1),
+            st.integers(-(1 << 63), (1 << 63) - 1),
+        )
+        | st.tuples(st.integers(0, 1 << 40), st.integers(1, 1 << 20), st.integers(0, 9)),
+        max_size=40,
+    ),
+    st.integers(0, 45),
+)
+def test_count_valid_units_is_the_first_invalid_unit(
+    units: list[tuple[int, int, int]], count: int
+) -> None:
+    buf = b"".join(unit(*u) for u in units)
+    count = min(count, len(units))
+    assert count_valid_units(buf, count) == _naive_valid_units(buf, count)
 
 
 def test_recover_of_full_last_file(cq: ConsumeQueue, root: Path) -> None:

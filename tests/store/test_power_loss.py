@@ -16,7 +16,6 @@ import random
 import shutil
 import signal
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,18 @@ from common.record import encode_properties, record_length
 from store import MessageStore
 from store.config import FlushDiskType
 from store.invariants import check_store
+from tests.conftest import ManualClock, small_store_config
 from tests.store.crash_child import child_config, message_for, uniq_key
-from tests.store.flush_recorder import Durable, power_loss
+from tests.store.flush_recorder import Durable, install, power_loss
 from tests.store.test_crash import SEED, Child, children, read_store, verify
+from tests.store.test_recovery import (
+    TOPICS,
+    Workload,
+    commitlog_file,
+    crash_copy,
+    overwrite,
+    verify_contents,
+)
 
 __all__ = ["children"]  # the fixture, imported for the tests below
 
@@ -75,7 +83,7 @@ def test_power_loss_rounds_lose_no_acknowledged_sync_flush_message(
         report = power_loss(
             store_dir, baseline, record / "log", record / "snapshots", rng.randrange(1 << 30)
         )
-        reverted += report.reverted_bytes
+        reverted += report.reverted_pages
         target = store_dir
         if round_no % 2 == 0:  # check a copy: the next child recovers the raw state itself
             target = tmp_path / "copy"
@@ -90,15 +98,48 @@ def test_power_loss_rounds_lose_no_acknowledged_sync_flush_message(
         assert verify(store, acked) >= len(acked)
 
 
-KNOWN_FINDING = "points at or past the commitlog end"
-"""Seen once in 7 CI runs and not reproduced in about 100 local runs: after an ASYNC_FLUSH
-power cut, recovery left units of one queue pointing past the commitlog's end. Until it is
-understood, that outcome (and only that) is an expected failure that prints the state recovery
-started from."""
+def test_what_recovery_cuts_stays_cut_after_a_power_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery cuts consume-queue units whose records the commitlog lost. Unless that cut is
+    durable before new units are written over it, a power cut can bring the old units back
+    behind new ones, pointing at records that are gone."""
+    clock = ManualClock()
+    store = MessageStore(small_store_config(tmp_path / "live"), clock_ms=clock).open()
+    work = Workload(clock)
+    try:
+        work.put(store, 400, topics=(TOPICS[0],), batch_max=1)
+        store.flush_logics()
+        cfg = crash_copy(store, tmp_path / "copy")
+    finally:
+        store.close()
+    lost_from = work.stored[250].phys  # the commitlog lost these records, the queues did not
+    path, pos = commitlog_file(cfg, lost_from)
+    overwrite(path, pos, bytes(path.stat().st_size - pos))
+    for later in sorted(cfg.commitlog_dir.iterdir()):
+        if later.name > path.name:
+            later.unlink()
+    baseline = _snapshot(cfg.store_path_root_dir, tmp_path / "baseline")
+    record = tmp_path / "record"
+    install(record / "log", record / "snapshots", monkeypatch.setattr)
+    with MessageStore(cfg, clock_ms=clock) as recovered:
+        after_recovery = _append_only_files(cfg.store_path_root_dir)
+    power_loss(cfg.store_path_root_dir, baseline, record / "log", record / "snapshots", 0,
+               writeback=False)  # fmt: skip
+    assert _append_only_files(cfg.store_path_root_dir) == after_recovery
+    with MessageStore(cfg, clock_ms=clock) as recovered:
+        assert check_store(recovered) == []
+        verify_contents(recovered, work.survivors(lost_from))
+
+
+def _append_only_files(root: Path) -> dict[str, bytes]:
+    """Every commitlog and consume-queue file's bytes, by path."""
+    files = [*(root / "commitlog").iterdir(), *(root / "consumequeue").glob("*/*/*")]
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(files)}
 
 
 def test_power_loss_with_async_flush_keeps_every_flushed_message(
-    tmp_path: Path, children: list[Child], capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, children: list[Child]
 ) -> None:
     """ASYNC_FLUSH acknowledges before flushing, so a power failure may take acknowledged
     messages; never one whose record the last completed flush covered, and never a damaged
@@ -118,13 +159,10 @@ def test_power_loss_with_async_flush_keeps_every_flushed_message(
         with MessageStore(child_config(store_dir, FlushDiskType.ASYNC_FLUSH)) as store:
             assert not store.last_exit_ok
             problems = check_store(store)
-            if problems and all(
-                KNOWN_FINDING in p or "more units point at the wrong place" in p for p in problems
-            ):
-                with capfd.disabled():  # into the CI log, for whoever picks this up
-                    print(f"\nround {round_no}, {len(child.acks)} acks, deleted "
-                          f"{report.deleted}\n{before}\n{problems}", file=sys.stderr)  # fmt: skip
-                pytest.xfail(f"the known finding: {problems[0]}")
+            assert problems == [], (
+                f"round {round_no}, {len(child.acks)} acks, deleted {report.deleted}, "
+                f"recovery started from:\n{before}"
+            )
             verify(store, flushed)  # every stored record intact and generated; these present
             contents = read_store(store)
             assert sum(len(q) for q in contents.values()) >= len(flushed)

@@ -263,6 +263,32 @@ def test_torn_last_record(live: Live, tmp_path: Path, clock: ManualClock, fill: 
     reopen_and_verify(cfg, clock, work, last.phys).close()
 
 
+def test_bytes_behind_a_hole_past_the_torn_tail_are_zeroed(
+    live: Live, tmp_path: Path, clock: ManualClock
+) -> None:
+    """Write-back can save a page past the end without the pages before it. What it saved
+    must not stay there for a later recovery to mistake for records."""
+    store, work = live
+    last = work.stored[-1]
+    size = record_size(store, last.phys)
+    cfg = crash_copy(store, tmp_path / "copy")
+    path, pos = commitlog_file(cfg, last.phys)
+    overwrite(path, pos, bytes(size))  # the last record never landed...
+    far = (pos + size + 3 * PAGE) // PAGE * PAGE
+    with open(path, "rb") as f:
+        f.seek(pos - 200)
+        saved = f.read(200)
+    overwrite(path, far, saved)  # ...but a page well past it did
+    reopened = MessageStore(cfg, clock_ms=clock).open()
+    try:
+        assert reopened.commitlog.max_offset == last.phys
+        with open(path, "rb") as f:
+            f.seek(pos)
+            assert f.read() == bytes(cfg.mapped_file_size_commit_log - pos)
+    finally:
+        reopened.close()
+
+
 def test_torn_last_batch_header_only(live: Live, tmp_path: Path, clock: ManualClock) -> None:
     store, work = live
     last = work.stored[-1]
@@ -494,6 +520,22 @@ def test_corrupt_checkpoint(live: Live, tmp_path: Path, clock: ManualClock, dama
         work.put_one(store, TOPICS[i % 3], i % QUEUES)
     cfg = crash_copy(store, tmp_path / "copy")
     CHECKPOINT_DAMAGE[damage](cfg.checkpoint_path)
+    reopen_and_verify(cfg, clock, work, None).close()
+
+
+def test_index_end_left_by_a_cut_at_a_file_boundary(
+    live: Live, tmp_path: Path, clock: ManualClock
+) -> None:
+    """A recovery that cut the log at a file's start leaves the index's newest offset one byte
+    before it, in the zero padding at the end of the previous file. That byte is no record
+    and no end of the log: the next recovery must not cut the log there."""
+    store, work = live
+    store.flush_commitlog()
+    store.flush_logics()
+    cfg = crash_copy(store, tmp_path / "copy")
+    last_file = sorted(cfg.commitlog_dir.iterdir())[-1]
+    newest_index = sorted(cfg.index_dir.iterdir())[-1]
+    overwrite(newest_index, 24, struct.pack(">q", int(last_file.name) - 1))  # endPhyOffset
     reopen_and_verify(cfg, clock, work, None).close()
 
 
