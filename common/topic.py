@@ -13,6 +13,9 @@ import re
 from typing import Final
 
 VALID_NAME: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+NAME_CHARS: Final = b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+"""The bytes of :data:`VALID_NAME`, for C-speed checks (``raw.translate(None, NAME_CHARS)``
+leaves nothing of a valid name)."""
 TOPIC_MAX_LENGTH: Final = 127
 GROUP_MAX_LENGTH: Final = 120
 

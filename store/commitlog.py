@@ -30,7 +30,7 @@ from common.record import (
     pack_host,
     record_field_problem,
 )
-from common.topic import topic_problem
+from common.topic import NAME_CHARS, topic_problem
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
 from store.errors import MappedFileCreateError
@@ -534,9 +534,10 @@ def scan_records(
 
     A record is valid when its magic, lengths, CRC (if checked) and PHYSICALOFFSET (which must
     equal where it lies, so a stale record left past an earlier truncation is never revived)
-    all agree, and its properties, if any, end with their separator (the CRC covers only the
-    body, so this catches a write torn inside the properties). The end offset is where a torn
-    or corrupt tail, if any, begins.
+    all agree, its properties, if any, end with their separator, and its topic is a legal
+    name (the CRC covers only the body, so these catch a write torn inside the properties or
+    the topic: the bytes past the tear are zeros). The end offset is where a torn or corrupt
+    tail, if any, begins.
     """
     offset = start
     while True:
@@ -594,10 +595,10 @@ def _scan_one(mf: MappedFile, pos: int, offset: int, check_crc: bool) -> Scanned
         return None
     if props_len and mm[end - 1] != 0x02:  # BODYCRC does not cover properties: a torn tail
         return None
-    try:
-        topic = mm[p + 1 : topic_end].decode()
-    except UnicodeDecodeError:
-        return None
+    raw_topic = mm[p + 1 : topic_end]
+    if not raw_topic or raw_topic.translate(None, NAME_CHARS):
+        return None  # nor the topic: zeros there are a write torn inside it
+    topic = raw_topic.decode("ascii")
     return ScannedRecord(
         offset, size, topic, queue_id, queue_offset, sys_flag, store_ts, mm[topic_end + 2 : end]
     )

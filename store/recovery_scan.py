@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from common.message import MessageSysFlag
 from common.record import BLANK_MAGIC_CODE, HEADER_V4, MAGIC_CODE_V1
+from common.topic import NAME_CHARS
 
 if TYPE_CHECKING:
     from store.commitlog import CommitLog
@@ -28,6 +29,8 @@ CHUNK = 1 << 18  # records validated per numpy pass (bounds the temporary arrays
 _INT = struct.Struct(">i")
 _HOST_V6 = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _BODY_LEN_POS = HEADER_V4.size - 4  # 84: BODY length field with IPv4 hosts
+_NAME_BYTE = np.zeros(256, dtype=np.bool_)
+_NAME_BYTE[list(NAME_CHARS)] = True
 
 
 def verify_until(log: CommitLog, start: int, stop: int, *, check_crc: bool) -> int:
@@ -106,6 +109,9 @@ def _field_checks(
     props_len = (buf[props_pos].astype(np.int64) << 8) | buf[props_pos + 1]
     ok &= props_pos + 2 + props_len == ends
     ok &= (props_len == 0) | (buf[np.maximum(ends - 1, 0)] == 0x02)
+    # a write torn inside the topic leaves zeros from the tear to the page's end, so its last
+    # byte (the CRC does not cover it) is no legal name character
+    ok &= (props_pos > topic_pos + 1) & _NAME_BYTE[buf[np.maximum(props_pos - 1, 0)]]
     del buf
     return ok, body_len, crc
 

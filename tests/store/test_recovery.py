@@ -312,6 +312,34 @@ def test_torn_inside_the_properties(
     reopen_and_verify(cfg, clock, work, last.phys).close()
 
 
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_write_torn_inside_the_topic_of_a_record_without_properties(
+    live: Live, tmp_path: Path, clock: ManualClock, where: str
+) -> None:
+    """The CRC covers only the body, and a record without properties has no separator to
+    check: a write torn inside its topic leaves zeros there, and it must not pass as a record
+    of topic ``Order\\0\\0\\0\\0\\0``. ``middle`` (the checkpoint reset, the queues and index
+    covering the record) goes through the bulk verification, ``last`` through the walk."""
+    store, work = live
+    torn = Stored(make_msg(TOPICS[0], b"no properties", 0), 0, 0)
+    result = store.put_messages([torn.msg])
+    assert result.status is PutStatus.PUT_OK
+    assert not torn.msg.properties
+    torn.queue_offset, torn.phys = result.queue_offsets[0], result.phys_offsets[0]
+    work.stored.append(torn)
+    if where == "middle":
+        work.put(store, 30)
+    drain_dispatch(store)
+    store.flush_logics()
+    size = record_size(store, torn.phys)
+    cfg = crash_copy(store, tmp_path / "copy")
+    if where == "middle":
+        overwrite(cfg.checkpoint_path, 40, struct.pack(">q", 0))  # dispatched offset
+    path, pos = commitlog_file(cfg, torn.phys)
+    overwrite(path, pos + size - 2 - 5, bytes(5))  # the topic's last 5 bytes never landed
+    reopen_and_verify(cfg, clock, work, torn.phys).close()
+
+
 def test_crc_mismatch_in_last_record(live: Live, tmp_path: Path, clock: ManualClock) -> None:
     store, work = live
     last = work.stored[-1]
