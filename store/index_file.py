@@ -62,7 +62,9 @@ class IndexFile:
         self.file = MappedFile(Path(path), size, create=create)
         self.file.wrote_position = size
         self._slots: npt.NDArray[np.int32] | None = None
-        self._flushed_state: tuple[int, int, int] | None = None
+        # bumped after each change is complete (slots included); see :meth:`flush`
+        self._generation = 0
+        self._flushed_generation = -1
         if create:
             self.begin_timestamp = end_timestamp
             self.end_timestamp = end_timestamp
@@ -142,6 +144,7 @@ class IndexFile:
             self.hash_slot_count += int(np.count_nonzero(old == INVALID_INDEX))
             self._after_put(first_idx + n, phy, ts)
             slots[slot_no] = idx
+            self._generation += 1
             return n
         order = np.argsort(slot_no, kind="stable")
         starts_group = np.ones(n, dtype=bool)
@@ -159,6 +162,7 @@ class IndexFile:
         ends_group = np.ones(n, dtype=bool)
         ends_group[:-1] = s_sorted[1:] != s_sorted[:-1]
         slots[s_sorted[ends_group]] = idx[order][ends_group]
+        self._generation += 1
         return n
 
     def _write_entries(
@@ -227,6 +231,7 @@ class IndexFile:
         self._write_header()
         for spos, idx in newest.items():
             _SLOT.pack_into(mm, spos, idx)
+        self._generation += 1
         return n
 
     def mark_covered(self, phy: int, timestamp: int) -> None:
@@ -235,6 +240,13 @@ class IndexFile:
             self.end_phy_offset = phy
             self.end_timestamp = max(self.end_timestamp, timestamp)
             self._write_header()
+            self._generation += 1
+
+    def forget_from(self, phys_offset: int) -> None:
+        """The commitlog was cut at ``phys_offset``: stop claiming records from there on."""
+        self.end_phy_offset = phys_offset - 1
+        self._write_header()
+        self._generation += 1
 
     def _time_diffs(self, ts: npt.NDArray[np.int64], first_idx: int) -> npt.NDArray[np.int64]:
         """Seconds since the file's begin timestamp, clamped to [0, INT_MAX] (0 without one).
@@ -306,13 +318,19 @@ class IndexFile:
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self) -> None:
-        """Write the header and make the file durable (nothing to do if unchanged since)."""
-        state = (self.index_count, self.end_phy_offset, self.end_timestamp)
-        if state == self._flushed_state:
+        """Make the file durable as of the last completed change (nothing to do if none since).
+
+        Called from a worker thread while the event loop may be inside a put: the sync may
+        then catch the header of a batch without its slots. The generation is read before the
+        sync and bumped only once a change is complete, so such a half-caught batch is synced
+        again by the next flush. The header is never written here: only the writing thread
+        writes it, so a flush cannot put back an older one.
+        """
+        generation = self._generation
+        if generation == self._flushed_generation:
             return
-        self._write_header()
         self.file.sync()
-        self._flushed_state = state
+        self._flushed_generation = generation
 
     def close(self) -> None:
         """Release the numpy view and unmap."""

@@ -154,7 +154,12 @@ class IndexService:
         self._prefix_hashes: dict[str, int] = {}  # topic -> unsigned hash of "topic#"
 
     def load(self, *, last_exit_ok: bool) -> None:
-        """Map existing index files; after a crash, re-link the last file's cut-short batch."""
+        """Map existing index files; after a crash, re-link each file's cut-short last batch.
+
+        Every file, not only the newest: a power cut keeps a file as its last sync left it,
+        and a sync that ran while a batch was being written may hold the batch's entries and
+        header without its slots (the next flush would have synced the rest).
+        """
         if not self.directory.is_dir():
             return
         size = index_file_size(self.hash_slot_num, self.index_num)
@@ -167,8 +172,9 @@ class IndexService:
                 path.unlink()  # created with other settings or cut short: rebuilt by dispatch
                 continue
             self.files.append(IndexFile(path, self.hash_slot_num, self.index_num, create=False))
-        if self.files and not last_exit_ok:
-            self.files[-1].repair_tail()
+        if not last_exit_ok:
+            for f in self.files:
+                f.repair_tail()
 
     @property
     def indexed_up_to(self) -> int:
@@ -187,7 +193,7 @@ class IndexService:
         commitlog), but :attr:`indexed_up_to` must not claim them.
         """
         if self.files and self.indexed_up_to >= phys_offset:
-            self.files[-1].end_phy_offset = phys_offset - 1
+            self.files[-1].forget_from(phys_offset)
 
     # -- building ----------------------------------------------------------------------------
     def build_index(self, runs: Sequence[DispatchRequest]) -> None:

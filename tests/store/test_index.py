@@ -445,6 +445,51 @@ def test_service_load_repairs_after_crash(service_factory) -> None:
         assert again.query_offsets("T", key, 10, 0, LONG_MAX)[0] == [phys]
 
 
+def test_service_load_repairs_every_file_after_crash(service_factory) -> None:
+    """A power cut keeps each file as its last sync left it: an older, full file can hold a
+    batch's entries and header without its slots, when a sync ran in the middle of the put."""
+    svc = service_factory(max_hash_slot_num=3, max_index_num=5)  # 4 entries per file
+    svc.build_index([dreq(0, T0, keys="a")])
+    first = svc.files[0]
+    before = first.slots.copy()
+    svc.build_index([dreq(100, T0, keys="b c d")])  # fills the first file
+    first.slots[:] = before
+    svc.build_index([dreq(200, T0, keys="e f")])  # in the second file
+    assert len(svc.files) == 2
+    svc.close()
+    again = service_factory(max_hash_slot_num=3, max_index_num=5)
+    again.load(last_exit_ok=False)
+    for key, phys in [("a", 0), ("b", 100), ("d", 100), ("f", 200)]:
+        assert again.query_offsets("T", key, 10, 0, LONG_MAX)[0] == [phys]
+
+
+def test_a_flush_caught_inside_a_put_is_followed_by_another(
+    new_index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush thread can sync while a put has written entries and header but not yet its
+    slots; the next flush must sync again, though the header has not changed since."""
+    f = new_index(7, 100)
+    synced: list[bytes] = []
+    real_sync = f.file.sync
+    monkeypatch.setattr(f.file, "sync", lambda: (synced.append(bytes(f.file.mm)), real_sync()))
+    after_put = f._after_put
+
+    def header_then_flush(*args: object) -> None:
+        after_put(*args)  # type: ignore[arg-type]
+        f.flush()  # the worker thread's flush, between the header and the slots
+
+    monkeypatch.setattr(f, "_after_put", header_then_flush)
+    put_keys(f, ["a", "b", "c"], [0, 100, 200], [T0] * 3)
+    monkeypatch.setattr(f, "_after_put", after_put)
+    assert len(synced) == 1
+    assert synced[-1] != bytes(f.file.mm)  # it missed the slots
+    f.flush()
+    assert len(synced) == 2
+    assert synced[-1] == bytes(f.file.mm)
+    f.flush()
+    assert len(synced) == 2  # nothing new since
+
+
 def test_keyless_records_count_as_indexed(service_factory) -> None:
     """Recovery must not rescan keyless records: the index records how far it has seen."""
     svc = service_factory()
