@@ -21,6 +21,9 @@ Steps (both after a clean shutdown and after a crash):
 5. Index files lost before or between others (a file deleted by hand, or dropped for a bad
    size) leave stretches of the log no file vouches for; their keyed records are indexed into
    new files named to sort where the lost ones did.
+6. After a crash, flush the consume queues and the index and write the checkpoint, so that
+   what recovery did is durable before new records go past the end. (Cuts of the commitlog
+   and the consume queues are synced where they are made.)
 """
 
 from __future__ import annotations
@@ -52,11 +55,20 @@ DISPATCH_BATCH = 4096
 def recover(store: MessageStore, *, last_exit_ok: bool) -> None:
     """Run the recovery steps in the module docstring."""
     damaged = _recover_consume_queues(store)
-    commitlog = store.commitlog
-    if not commitlog.queue.files:
+    if store.commitlog.queue.files:
+        _recover_log(store, damaged=damaged, last_exit_ok=last_exit_ok)
+    else:
         _finish(store, 0)
-        return
-    first = commitlog.min_offset
+    if not last_exit_ok:
+        # What recovery changed becomes durable before anything new is written: otherwise a
+        # power cut could bring back an index claiming records past the cut, or a checkpoint
+        # counting units recovery cut (which would make the next recovery rebuild everything).
+        store.flush_logics()
+
+
+def _recover_log(store: MessageStore, *, damaged: bool, last_exit_ok: bool) -> None:
+    """Steps 2 to 5: walk the log from where durable state vouches for, then finish."""
+    first = store.commitlog.min_offset
     start = first if damaged else _dispatch_start(store)
     log.info(
         "recovering store %s (%s exit) from commitlog offset %d",

@@ -100,6 +100,17 @@ def install(
     patch(message_store, "fsync_directory", recorded_fsync_directory)
 
 
+def abandon(store: Any) -> None:
+    """Leave an open store as a killed process would: unmap everything, flush nothing."""
+    store.running = False
+    for cq in store.consume_queues():
+        cq.close()
+    store.index.close()
+    store.commitlog.queue.close()
+    store.checkpoint.mm.close()
+    store._release_lock()
+
+
 @dataclass
 class Durable:
     """What the log says was made durable."""

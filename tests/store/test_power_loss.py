@@ -26,7 +26,7 @@ from store.config import FlushDiskType
 from store.invariants import check_store
 from tests.conftest import ManualClock, small_store_config
 from tests.store.crash_child import child_config, message_for, uniq_key
-from tests.store.flush_recorder import Durable, install, power_loss
+from tests.store.flush_recorder import Durable, abandon, install, power_loss
 from tests.store.test_crash import SEED, Child, children, read_store, verify
 from tests.store.test_recovery import (
     TOPICS,
@@ -101,9 +101,10 @@ def test_power_loss_rounds_lose_no_acknowledged_sync_flush_message(
 def test_what_recovery_cuts_stays_cut_after_a_power_cut(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Recovery cuts consume-queue units whose records the commitlog lost. Unless that cut is
-    durable before new units are written over it, a power cut can bring the old units back
-    behind new ones, pointing at records that are gone."""
+    """Recovery cuts consume-queue units whose records the commitlog lost, and moves the
+    index's newest offset back. Unless what it did is durable before new records are written,
+    a power cut can bring the old state back behind new records: units pointing at records
+    that are gone, an index claiming new records it does not hold."""
     clock = ManualClock()
     store = MessageStore(small_store_config(tmp_path / "live"), clock_ms=clock).open()
     work = Workload(clock)
@@ -122,19 +123,30 @@ def test_what_recovery_cuts_stays_cut_after_a_power_cut(
     baseline = _snapshot(cfg.store_path_root_dir, tmp_path / "baseline")
     record = tmp_path / "record"
     install(record / "log", record / "snapshots", monkeypatch.setattr)
-    with MessageStore(cfg, clock_ms=clock) as recovered:
-        after_recovery = _append_only_files(cfg.store_path_root_dir)
+    recovered = MessageStore(cfg, clock_ms=clock).open()
+    after_recovery = _store_files(cfg.store_path_root_dir)
+    work.stored = work.survivors(lost_from)
+    work.put(recovered, 60, topics=(TOPICS[0],), batch_max=1)  # over the cut, dispatched
+    recovered.flush_commitlog()  # the new records are durable; their units and keys are not
+    abandon(recovered)
     power_loss(cfg.store_path_root_dir, baseline, record / "log", record / "snapshots", 0,
                writeback=False)  # fmt: skip
-    assert _append_only_files(cfg.store_path_root_dir) == after_recovery
-    with MessageStore(cfg, clock_ms=clock) as recovered:
-        assert check_store(recovered) == []
-        verify_contents(recovered, work.survivors(lost_from))
+    for name, data in _store_files(cfg.store_path_root_dir).items():
+        if not name.startswith("commitlog"):  # the rest is as recovery left it
+            assert data == after_recovery[name], name
+    with MessageStore(cfg, clock_ms=clock) as again:
+        assert check_store(again) == []
+        verify_contents(again, work.stored)
 
 
-def _append_only_files(root: Path) -> dict[str, bytes]:
-    """Every commitlog and consume-queue file's bytes, by path."""
-    files = [*(root / "commitlog").iterdir(), *(root / "consumequeue").glob("*/*/*")]
+def _store_files(root: Path) -> dict[str, bytes]:
+    """The bytes of every commitlog, consume-queue and index file and of the checkpoint."""
+    files = [
+        *(root / "commitlog").iterdir(),
+        *(root / "consumequeue").glob("*/*/*"),
+        *(root / "index").iterdir(),
+        root / "checkpoint",
+    ]
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(files)}
 
 

@@ -1,0 +1,224 @@
+"""Model-based power cuts: random puts, dispatches and flushes of a real store, cut off at
+random points as a power failure would cut them, then recovered and checked against a model.
+
+The flush recorder (:mod:`tests.store.flush_recorder`) logs what each flush and sync made
+durable; a power cut abandons the open store without flushing anything and rewrites its files
+with :func:`~tests.store.flush_recorder.power_loss` (write-back saving none, a prefix, or any of
+the unflushed pages). After recovery:
+
+- every message whose record a commitlog flush covered, and every message that survived an
+  earlier cut, is there; the survivors are exactly the messages before the log's new end, each
+  intact, in its queue at its offset, and findable by its keys;
+- ``check_store`` finds nothing wrong, and new puts continue every queue's offsets.
+
+Clean restarts come in between, after which everything is required.
+
+Files are tiny (8 KiB commitlog, 4-unit consume-queue files, 16-entry index files), so a run
+crosses every kind of file boundary, and cuts land inside every kind of file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from common.record import decode_record, encode_properties, record_length
+from store import MessageStore, PutStatus
+from store.invariants import check_store
+from tests.conftest import ManualClock, make_msg, small_store_config
+from tests.store.flush_recorder import Durable, abandon, install, power_loss
+
+TOPICS = ("TopicA", "TopicB")
+QUEUES = (0, 1)
+TAGS = (None, "TagA")
+KEYS = ("k1", "k2", "k3")
+CQ_UNITS = 4
+LONG_MAX = 2**63 - 1
+
+pytestmark = pytest.mark.timeout(600)  # a failing run spends minutes shrinking
+
+
+@dataclass
+class Msg:
+    """What the model remembers of one stored message."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    keys: tuple[str, ...]
+    phys: int
+    size: int
+    queue_offset: int
+
+
+Spec = tuple[str, int, int, str | None, tuple[str, ...]]  # topic, queue, padding, tags, keys
+message_specs = st.tuples(
+    st.sampled_from(TOPICS),
+    st.sampled_from(QUEUES),
+    st.integers(0, 700),  # padding length: a few records fill an 8 KiB file
+    st.sampled_from(TAGS),
+    st.sets(st.sampled_from(KEYS), max_size=2).map(lambda s: tuple(sorted(s))),
+)
+
+
+class PowerCutModel(RuleBasedStateMachine):
+    """A real store under the flush recorder on one side, the list of its messages on the
+    other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="minimq-power-"))
+        self.root = self.dir / "store"
+        self.log = self.dir / "durable.log"
+        self.snapshots = self.dir / "snapshots"
+        self.baseline: Path | None = None  # the files as on disk when this run began
+        self.patches = contextlib.ExitStack()
+        install(self.log, self.snapshots, self._patch)
+        self.config = small_store_config(
+            self.root,
+            mapped_file_size_commit_log=8192,
+            mapped_file_size_consume_queue=20 * CQ_UNITS,
+            max_hash_slot_num=7,
+            max_index_num=16,
+        )
+        self.clock = ManualClock()
+        self.store = MessageStore(self.config, clock_ms=self.clock).open()
+        self.counter = 0
+        self.msgs: list[Msg] = []  # in commitlog order
+        self.required = 0  # msgs[:required] must survive any cut (they are on disk)
+
+    def _patch(self, target: Any, name: str, value: Any) -> None:
+        self.patches.enter_context(mock.patch.object(target, name, value))
+
+    # -- rules -----------------------------------------------------------------------------
+    @rule(spec=message_specs)
+    def put_one(self, spec: Spec) -> None:
+        self._put([spec])
+
+    @rule(spec=message_specs, n=st.integers(2, 6))
+    def put_batch(self, spec: Spec, n: int) -> None:
+        topic, qid, pad, tags, keys = spec
+        self._put([(topic, qid, pad // n, tags, keys)] * n)
+
+    @rule(max_batch=st.integers(1, 10))
+    def dispatch(self, max_batch: int) -> None:
+        self.store.dispatch_pending(max_batch)
+
+    @rule()
+    def flush_commitlog(self) -> None:
+        self.store.flush_commitlog()
+
+    @rule()
+    def flush_logics(self) -> None:
+        self.store.flush_logics()
+
+    @rule(seed=st.integers(0, 2**30), writeback=st.booleans())
+    def power_cut(self, seed: int, writeback: bool) -> None:
+        self._require_flushed(Durable.read(self.log))
+        abandon(self.store)
+        power_loss(self.root, self.baseline, self.log, self.snapshots, seed, writeback=writeback)
+        self._reopen(clean=False)
+
+    @rule()
+    def restart(self) -> None:
+        """A clean shutdown makes everything durable."""
+        self.store.close()
+        self.required = len(self.msgs)
+        self._reopen(clean=True)
+
+    def _reopen(self, *, clean: bool) -> None:
+        self.baseline = self.dir / "baseline"
+        shutil.rmtree(self.baseline, ignore_errors=True)
+        shutil.copytree(self.root, self.baseline)
+        os.truncate(self.log, 0)  # a new run: what recovery syncs counts from here
+        self.store = MessageStore(self.config, clock_ms=self.clock).open()
+        assert self.store.last_exit_ok is clean
+        self._check_recovered()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _put(self, specs: list[Spec]) -> None:
+        records = []
+        for topic, qid, pad, tags, keys in specs:
+            self.counter += 1
+            body = f"{self.counter}:".encode() + b"p" * pad
+            records.append(make_msg(topic, body, qid, tags=tags, keys=list(keys) or None))
+        self.clock.advance(1)
+        result = self.store.put_messages(records)
+        assert result.status is PutStatus.PUT_OK
+        for rec, phys, qoff, spec in zip(
+            records, result.phys_offsets, result.queue_offsets, specs, strict=True
+        ):
+            assert qoff == self._next_offset(rec.topic, rec.queue_id)
+            props = len(encode_properties(rec.properties))
+            size = record_length(len(rec.body), len(rec.topic.encode()), props)
+            self.msgs.append(Msg(rec.topic, rec.queue_id, rec.body, spec[4], phys, size, qoff))
+
+    def _next_offset(self, topic: str, queue_id: int) -> int:
+        return sum(1 for m in self.msgs if (m.topic, m.queue_id) == (topic, queue_id))
+
+    def _require_flushed(self, durable: Durable) -> None:
+        """Messages whose records a commitlog flush of this run covered must survive."""
+        file_size = self.config.mapped_file_size_commit_log
+        for i in range(self.required, len(self.msgs)):
+            m = self.msgs[i]
+            start = m.phys - m.phys % file_size
+            path = self.config.commitlog_dir / f"{start:020d}"
+            if m.phys - start + m.size <= durable.flushed.get(path, 0):
+                self.required = i + 1
+
+    def _check_recovered(self) -> None:
+        store = self.store
+        end = store.commitlog.max_offset
+        survivors = [m for m in self.msgs if m.phys < end]
+        assert len(survivors) >= self.required, (
+            f"flushed message {self.msgs[len(survivors)]} lost: the log ends at {end}"
+        )
+        if survivors:  # the log ends after the last survivor, or after the blank filling
+            last_end = survivors[-1].phys + survivors[-1].size  # the rest of its file
+            file_size = self.config.mapped_file_size_commit_log
+            assert end in (last_end, last_end - last_end % file_size + file_size)
+        self.msgs, self.required = survivors, len(survivors)
+        assert check_store(store) == []
+        for topic in TOPICS:
+            for qid in QUEUES:
+                self._check_queue(topic, qid)
+            for key in KEYS:
+                hits = store.query_messages(topic, key, 64, 0, LONG_MAX)
+                want = [m.body for m in reversed(self.msgs) if m.topic == topic and key in m.keys]
+                assert [decode_record(r).body for r in hits.records] == want[:64]
+
+    def _check_queue(self, topic: str, qid: int) -> None:
+        want = [m for m in self.msgs if (m.topic, m.queue_id) == (topic, qid)]
+        assert self.store.get_max_offset_in_queue(topic, qid) == len(want)
+        got = []
+        offset = 0
+        while offset < len(want):
+            g = self.store.get_messages(topic, qid, offset, 32)
+            assert g.records, (topic, qid, offset, g.status)
+            got.extend(decode_record(r, check_crc=True) for r in g.records)
+            offset = g.next_begin_offset
+        assert [(r.body, r.queue_offset, r.physical_offset) for r in got] == [
+            (m.body, m.queue_offset, m.phys) for m in want
+        ]
+
+    def teardown(self) -> None:
+        try:
+            self.store.close()
+        finally:
+            self.patches.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+PowerCutModel.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+TestPowerCutModel = PowerCutModel.TestCase
