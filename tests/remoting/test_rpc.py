@@ -414,3 +414,27 @@ async def test_idle_channel_closes_within_a_quarter_past_its_timeout(
         await channel.run()
     assert 120.0 <= trio.current_time() - start <= 150.0
     assert channel.closed
+
+
+async def test_a_peer_dribbling_a_frame_is_closed_as_idle(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A slowloris peer (a byte of a frame now and then, never a whole frame) keeps nothing
+    alive: only whole frames count as activity, so the idle timeout closes it all the same."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    channel = Channel(Connection(ours, "peer:1"), {}, idle_timeout_s=120.0)
+    frame = struct.pack(">I", 1000) + bytes(1000)
+
+    async def dribble() -> None:
+        for byte in frame:
+            await theirs.send_all(bytes([byte]))
+            await trio.sleep(5.0)
+
+    start = trio.current_time()
+    with trio.fail_after(1000):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dribble)
+            await channel.run()
+            nursery.cancel_scope.cancel()
+    assert 120.0 <= trio.current_time() - start <= 150.0
+    assert channel.closed
