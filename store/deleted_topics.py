@@ -49,6 +49,18 @@ class DeletedTopics:
             self.cuts[topic] = max(cut, self.cuts.get(topic, 0))
             self._save()
 
+    def clamp_to(self, commitlog_end: int) -> int:
+        """Recovery cut the commitlog at ``commitlog_end``: no cut may lie past it. Records of
+        the topic from there on are written after its deletion (the ones between were lost),
+        and are alive. Returns how many cuts moved; durable on return."""
+        with self._lock:
+            moved = [t for t, cut in self.cuts.items() if cut > commitlog_end]
+            for topic in moved:
+                self.cuts[topic] = commitlog_end
+            if moved:
+                self._save()
+        return len(moved)
+
     def forget_below(self, commitlog_min_offset: int) -> int:
         """Drop the entries no record below them is left for; return how many went."""
         with self._lock:

@@ -16,7 +16,8 @@ Steps (both after a clean shutdown and after a crash):
    past queue offset 0 of a queue without files (a lost directory), restarts the walk from the
    first file.
 4. The end of the walk is the end of the log: cut the torn or corrupt tail, cut consume-queue
-   units that point at or past it, and stop the index skipping records from there on. Then
+   units that point at or past it, stop the index skipping records from there on, and move
+   deleted topics' cuts back to it (records written there later are the new topic's). Then
    rebuild the next queue offsets and readable minimums from the consume queues.
 5. Index files lost before or between others (a file deleted by hand, or dropped for a bad
    size) leave stretches of the log no file vouches for; their keyed records are indexed into
@@ -369,6 +370,8 @@ def _tags_code_of(rec: ScannedRecord) -> int:
 
 def _finish(store: MessageStore, end: int) -> None:
     store.commitlog.set_end(end)
+    if moved := store.deleted_topics.clamp_to(end):
+        log.warning("%d deleted topics' cuts moved back to the commitlog's end %d", moved, end)
     if store.config.message_index_enable:
         store.index.forget_from(end)
     for cq in store.consume_queues():

@@ -107,6 +107,38 @@ def test_deleted_topic_stays_deleted_after_a_crash_and_a_clean_restart(
         assert "files were lost" not in caplog.text
 
 
+def test_a_topic_sent_to_again_after_its_deletion_lost_the_log_tail(
+    small_config: Callable[..., StoreConfig], manual_clock: ManualClock, tmp_path: Path
+) -> None:
+    """The deletion is durable, the records before it were not (ASYNC_FLUSH): a power cut
+    takes the log back below where the topic was deleted. Messages sent to the topic after
+    that land below the old cut, and are the new topic's: alive, at queue offsets from 0."""
+    cfg = small_config()
+    store = MessageStore(cfg, clock_ms=manual_clock).open()
+    try:
+        fill_and_flush(store)
+        store.flush_commitlog()
+        durable_end = store.commitlog.max_offset
+        put(store, GONE, 0, 6)  # never flushed
+        store.delete_topic(GONE)
+        copy = tmp_path / "crashed"
+        shutil.copytree(cfg.store_path_root_dir, copy)
+    finally:
+        store.close()
+    path = small_config(copy).commitlog_dir / f"{0:020d}"  # everything in the first file
+    with open(path, "r+b") as f:
+        f.seek(durable_end)
+        f.write(bytes(path.stat().st_size - durable_end))  # the power cut took the tail
+    with MessageStore(small_config(copy), clock_ms=manual_clock) as reopened:
+        assert reopened.commitlog.max_offset == durable_end
+        assert put(reopened, GONE, 0, 3, tag="new") == [0, 1, 2]
+        drain_dispatch(reopened)
+        assert queue_bodies(reopened, GONE, 0) == [b"Gone-0", b"Gone-1", b"Gone-2"]
+        assert check_store(reopened) == []
+    with MessageStore(small_config(copy), clock_ms=manual_clock) as again:  # and after a restart
+        assert queue_bodies(again, GONE, 0) == [b"Gone-0", b"Gone-1", b"Gone-2"]
+
+
 def test_queues_left_by_a_crash_during_deletion_are_removed_at_open(
     small_config: Callable[..., StoreConfig],
     manual_clock: ManualClock,

@@ -11,7 +11,8 @@ the unflushed pages). After recovery:
   intact, in its queue at its offset, and findable by its keys;
 - ``check_store`` finds nothing wrong, and new puts continue every queue's offsets.
 
-Clean restarts come in between, after which everything is required.
+Clean restarts come in between, after which everything is required; and topic deletions,
+durable when they return: a deleted topic's messages never come back, whatever the cut.
 
 Files are tiny (8 KiB commitlog, 4-unit consume-queue files, 16-entry index files), so a run
 crosses every kind of file boundary, and cuts land inside every kind of file.
@@ -60,6 +61,7 @@ class Msg:
     phys: int
     size: int
     queue_offset: int
+    dead: bool = False  # its topic was deleted after it was put
 
 
 Spec = tuple[str, int, int, str | None, tuple[str, ...]]  # topic, queue, padding, tags, keys
@@ -115,6 +117,14 @@ class PowerCutModel(RuleBasedStateMachine):
     def dispatch(self, max_batch: int) -> None:
         self.store.dispatch_pending(max_batch)
 
+    @rule(topic=st.sampled_from(TOPICS))
+    def delete_topic(self, topic: str) -> None:
+        """Durable on return: its messages never come back, its queues start again at 0."""
+        self.store.delete_topic(topic)
+        for m in self.msgs:
+            if m.topic == topic:
+                m.dead = True
+
     @rule()
     def flush_commitlog(self) -> None:
         self.store.flush_commitlog()
@@ -165,7 +175,10 @@ class PowerCutModel(RuleBasedStateMachine):
             self.msgs.append(Msg(rec.topic, rec.queue_id, rec.body, spec[4], phys, size, qoff))
 
     def _next_offset(self, topic: str, queue_id: int) -> int:
-        return sum(1 for m in self.msgs if (m.topic, m.queue_id) == (topic, queue_id))
+        return len(self._queue(topic, queue_id))
+
+    def _queue(self, topic: str, queue_id: int) -> list[Msg]:
+        return [m for m in self.msgs if (m.topic, m.queue_id, m.dead) == (topic, queue_id, False)]
 
     def _require_flushed(self, durable: Durable) -> None:
         """Messages whose records a commitlog flush of this run covered must survive."""
@@ -195,11 +208,15 @@ class PowerCutModel(RuleBasedStateMachine):
                 self._check_queue(topic, qid)
             for key in KEYS:
                 hits = store.query_messages(topic, key, 64, 0, LONG_MAX)
-                want = [m.body for m in reversed(self.msgs) if m.topic == topic and key in m.keys]
+                want = [
+                    m.body
+                    for m in reversed(self.msgs)
+                    if m.topic == topic and key in m.keys and not m.dead
+                ]
                 assert [decode_record(r).body for r in hits.records] == want[:64]
 
     def _check_queue(self, topic: str, qid: int) -> None:
-        want = [m for m in self.msgs if (m.topic, m.queue_id) == (topic, qid)]
+        want = self._queue(topic, qid)
         assert self.store.get_max_offset_in_queue(topic, qid) == len(want)
         got = []
         offset = 0
