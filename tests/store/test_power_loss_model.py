@@ -34,6 +34,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
+from common.message import MessageSysFlag
 from common.record import decode_record, encode_properties, record_length
 from store import MessageStore, PutStatus
 from store.invariants import check_store
@@ -46,6 +47,8 @@ TAGS = (None, "TagA")
 KEYS = ("k1", "k2", "k3")
 CQ_UNITS = 4
 LONG_MAX = 2**63 - 1
+PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
 
 pytestmark = pytest.mark.timeout(600)  # a failing run spends minutes shrinking
 
@@ -61,16 +64,19 @@ class Msg:
     phys: int
     size: int
     queue_offset: int
+    consumable: bool = True  # False for a prepared transactional message: no queue, keys only
     dead: bool = False  # its topic was deleted after it was put
 
 
-Spec = tuple[str, int, int, str | None, tuple[str, ...]]  # topic, queue, padding, tags, keys
+Spec = tuple[str, int, int, str | None, tuple[str, ...], int]
+"""topic, queue, padding, tags, keys, sys flag"""
 message_specs = st.tuples(
     st.sampled_from(TOPICS),
     st.sampled_from(QUEUES),
     st.integers(0, 700),  # padding length: a few records fill an 8 KiB file
     st.sampled_from(TAGS),
     st.sets(st.sampled_from(KEYS), max_size=2).map(lambda s: tuple(sorted(s))),
+    st.sampled_from((0, 0, 0, COMMIT, PREPARED)),
 )
 
 
@@ -110,8 +116,8 @@ class PowerCutModel(RuleBasedStateMachine):
 
     @rule(spec=message_specs, n=st.integers(2, 6))
     def put_batch(self, spec: Spec, n: int) -> None:
-        topic, qid, pad, tags, keys = spec
-        self._put([(topic, qid, pad // n, tags, keys)] * n)
+        topic, qid, pad, tags, keys, sys_flag = spec
+        self._put([(topic, qid, pad // n, tags, keys, sys_flag)] * n)
 
     @rule(max_batch=st.integers(1, 10))
     def dispatch(self, max_batch: int) -> None:
@@ -159,26 +165,33 @@ class PowerCutModel(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------------------------
     def _put(self, specs: list[Spec]) -> None:
         records = []
-        for topic, qid, pad, tags, keys in specs:
+        for topic, qid, pad, tags, keys, sys_flag in specs:
             self.counter += 1
             body = f"{self.counter}:".encode() + b"p" * pad
-            records.append(make_msg(topic, body, qid, tags=tags, keys=list(keys) or None))
+            keys_prop = list(keys) or None
+            records.append(make_msg(topic, body, qid, tags=tags, keys=keys_prop, sys_flag=sys_flag))
         self.clock.advance(1)
         result = self.store.put_messages(records)
         assert result.status is PutStatus.PUT_OK
         for rec, phys, qoff, spec in zip(
             records, result.phys_offsets, result.queue_offsets, specs, strict=True
         ):
-            assert qoff == self._next_offset(rec.topic, rec.queue_id)
+            consumable = spec[5] != PREPARED
+            assert qoff == (self._next_offset(rec.topic, rec.queue_id) if consumable else 0)
             props = len(encode_properties(rec.properties))
             size = record_length(len(rec.body), len(rec.topic.encode()), props)
-            self.msgs.append(Msg(rec.topic, rec.queue_id, rec.body, spec[4], phys, size, qoff))
+            msg = Msg(rec.topic, rec.queue_id, rec.body, spec[4], phys, size, qoff, consumable)
+            self.msgs.append(msg)
 
     def _next_offset(self, topic: str, queue_id: int) -> int:
         return len(self._queue(topic, queue_id))
 
     def _queue(self, topic: str, queue_id: int) -> list[Msg]:
-        return [m for m in self.msgs if (m.topic, m.queue_id, m.dead) == (topic, queue_id, False)]
+        return [
+            m
+            for m in self.msgs
+            if (m.topic, m.queue_id) == (topic, queue_id) and m.consumable and not m.dead
+        ]
 
     def _require_flushed(self, durable: Durable) -> None:
         """Messages whose records a commitlog flush of this run covered must survive."""
