@@ -64,6 +64,21 @@ def small_store_config(root: Path, **overrides: object) -> StoreConfig:
     return StoreConfig(**settings)  # type: ignore[arg-type]
 
 
+TINY_CQ_UNITS = 4
+
+
+def tiny_store_config(root: Path) -> StoreConfig:
+    """Files so small that a short run crosses every kind of file boundary: an 8 KiB
+    commitlog, consume-queue files of :data:`TINY_CQ_UNITS` units, 16-entry index files."""
+    return small_store_config(
+        root,
+        mapped_file_size_commit_log=8192,
+        mapped_file_size_consume_queue=20 * TINY_CQ_UNITS,
+        max_hash_slot_num=7,
+        max_index_num=16,
+    )
+
+
 @pytest.fixture
 def small_config(tmp_path: Path) -> Callable[..., StoreConfig]:
     """Factory: ``small_config(root=None, **overrides)``; see :func:`small_store_config`."""

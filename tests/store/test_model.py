@@ -24,13 +24,13 @@ from common.hashing import java_string_hash
 from common.message import MessageSysFlag
 from common.record import decode_record
 from store import GetStatus, MessageStore, PutStatus
-from tests.conftest import ManualClock, make_msg, small_store_config
+from tests.conftest import TINY_CQ_UNITS, ManualClock, make_msg, tiny_store_config
 
 TOPICS = ("TopicA", "TopicB")
 QUEUES = (0, 1)
 TAGS = (None, "TagA", "TagB")
 KEYS = ("k1", "k2", "k3", "k4")
-CQ_UNITS = 4
+CQ_UNITS = TINY_CQ_UNITS
 MAX_TRANSFER = 32
 LONG_MAX = 2**63 - 1
 PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
@@ -94,13 +94,7 @@ class StoreModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="minimq-model-"))
-        self.config = small_store_config(
-            self.dir / "store",
-            mapped_file_size_commit_log=8192,
-            mapped_file_size_consume_queue=20 * CQ_UNITS,
-            max_hash_slot_num=7,
-            max_index_num=16,
-        )
+        self.config = tiny_store_config(self.dir / "store")
         self.clock = ManualClock()
         self.store = MessageStore(self.config, clock_ms=self.clock).open()
         self.counter = 0

@@ -38,14 +38,13 @@ from common.message import MessageSysFlag
 from common.record import decode_record, encode_properties, record_length
 from store import MessageStore, PutStatus
 from store.invariants import check_store
-from tests.conftest import ManualClock, make_msg, small_store_config
+from tests.conftest import ManualClock, make_msg, tiny_store_config
 from tests.store.flush_recorder import Durable, abandon, install, power_loss
 
 TOPICS = ("TopicA", "TopicB")
 QUEUES = (0, 1)
 TAGS = (None, "TagA")
 KEYS = ("k1", "k2", "k3")
-CQ_UNITS = 4
 LONG_MAX = 2**63 - 1
 PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
 COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
@@ -93,13 +92,7 @@ class PowerCutModel(RuleBasedStateMachine):
         self.baseline: Path | None = None  # the files as on disk when this run began
         self.patches = contextlib.ExitStack()
         install(self.log, self.snapshots, self._patch)
-        self.config = small_store_config(
-            self.root,
-            mapped_file_size_commit_log=8192,
-            mapped_file_size_consume_queue=20 * CQ_UNITS,
-            max_hash_slot_num=7,
-            max_index_num=16,
-        )
+        self.config = tiny_store_config(self.root)
         self.clock = ManualClock()
         self.store = MessageStore(self.config, clock_ms=self.clock).open()
         self.counter = 0
