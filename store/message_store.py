@@ -68,6 +68,9 @@ class MessageStore:
         self.deleted_topics = DeletedTopics(config.store_path_root_dir / DELETED_TOPICS_FILE)
         self.dead_units_dropped = 0
         """Units of stale queues of deleted topics that open() removed (recovery counts them)."""
+        self.dropped_unreadable_queue = False
+        """True when open() removed a queue of a deleted topic without a readable unit: it may
+        have been the queue of the topic created again, so recovery re-dispatches everything."""
         self.reput_offset = 0
         self.last_dispatched_timestamp = 0
         self.arrival_listener: ArrivalListener | None = None
@@ -208,10 +211,13 @@ class MessageStore:
         dropped = 0
         for (topic, queue_id), cq in list(self.cq_table.items()):
             cut = self.deleted_topics.cuts.get(topic)
-            first = cq.unit_at(cq.min_offset) if cut is not None and cq.queue.files else None
-            if cut is not None and (first is None or first[0] < cut):
+            if cut is None:
+                continue
+            cq.recover()  # its valid units, as recovery would count them
+            first = cq.unit_at(cq.min_offset) if cq.max_offset > cq.min_offset else None
+            if first is None or first[0] < cut:
                 log.warning("removing queue %s/%d of a deleted topic", topic, queue_id)
-                cq.recover()  # its valid units, as recovery would count them
+                self.dropped_unreadable_queue |= first is None
                 dropped += cq.max_offset
                 self._remove_queue(topic, queue_id)
         return dropped

@@ -90,7 +90,7 @@ def _recover_log(store: MessageStore, *, damaged: bool, last_exit_ok: bool) -> N
 
 
 def _recover_consume_queues(store: MessageStore) -> bool:
-    damaged = False
+    damaged = store.dropped_unreadable_queue
     found = store.dead_units_dropped  # stale queues of deleted topics, removed at open
     flushed_below = store.checkpoint.dispatched_phy_offset
     for cq in store.consume_queues():

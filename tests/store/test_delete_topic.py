@@ -139,6 +139,32 @@ def test_a_topic_sent_to_again_after_its_deletion_lost_the_log_tail(
         assert queue_bodies(again, GONE, 0) == [b"Gone-0", b"Gone-1", b"Gone-2"]
 
 
+def test_a_queue_of_the_topic_created_again_that_came_back_empty(
+    small_config: Callable[..., StoreConfig], manual_clock: ManualClock, tmp_path: Path
+) -> None:
+    """A queue of a deleted topic without a readable unit may be the new topic's (its file
+    came back empty from a power cut): open() removes it, so recovery must dispatch the
+    topic's live records again, though other queues and the index cover them."""
+    cfg = small_config()
+    store = MessageStore(cfg, clock_ms=manual_clock).open()
+    try:
+        fill_and_flush(store)
+        store.delete_topic(GONE)
+        store.flush_logics()
+        put(store, GONE, 1, 2, tag="again")
+        put(store, KEPT, 0, 3, tag="later")
+        drain_dispatch(store)
+        copy = tmp_path / "crashed"
+        shutil.copytree(cfg.store_path_root_dir, copy)
+    finally:
+        store.close()
+    (only,) = (small_config(copy).consume_queue_dir / GONE / "1").iterdir()
+    only.write_bytes(bytes(only.stat().st_size))  # never flushed: zeros after the power cut
+    with MessageStore(small_config(copy), clock_ms=manual_clock) as reopened:
+        assert queue_bodies(reopened, GONE, 1) == [b"Gone-0", b"Gone-1"]
+        assert check_store(reopened) == []
+
+
 def test_queues_left_by_a_crash_during_deletion_are_removed_at_open(
     small_config: Callable[..., StoreConfig],
     manual_clock: ManualClock,
