@@ -207,7 +207,8 @@ class MessageStore:
     def _drop_dead_queues(self) -> int:
         """Remove what is left of the queues of deleted topics (a crash during a deletion can
         leave some); return the units they held. A queue of a topic created again after its
-        deletion starts past the cut and stays."""
+        deletion starts past the cut and stays; one without a readable unit cannot be told
+        apart, so it goes and :attr:`dropped_unreadable_queue` makes recovery re-dispatch."""
         dropped = 0
         for (topic, queue_id), cq in list(self.cq_table.items()):
             cut = self.deleted_topics.cuts.get(topic)

@@ -49,6 +49,13 @@ def fill(store: MessageStore) -> None:
     put(store, GONE, 0, 2)  # appended, not yet dispatched when the topic goes
 
 
+def crashed_copy(store: MessageStore, tmp_path: Path) -> Path:
+    """Copy the open store's files as a kill would leave them (abort file, page cache)."""
+    copy = tmp_path / "crashed"
+    shutil.copytree(store.config.store_path_root_dir, copy)
+    return copy
+
+
 def fill_and_flush(store: MessageStore) -> None:
     """:func:`fill`, dispatched, with consume queues, index and checkpoint flushed."""
     fill(store)
@@ -93,8 +100,7 @@ def test_deleted_topic_stays_deleted_after_a_crash_and_a_clean_restart(
         store.delete_topic(GONE)
         put(store, GONE, 1, 2, tag="again")
         drain_dispatch(store)
-        copy = tmp_path / "crashed"
-        shutil.copytree(cfg.store_path_root_dir, copy)
+        copy = crashed_copy(store, tmp_path)
     finally:
         store.close()
     for root in (copy, cfg.store_path_root_dir):  # after a crash, and after a clean close
@@ -121,8 +127,7 @@ def test_a_topic_sent_to_again_after_its_deletion_lost_the_log_tail(
         durable_end = store.commitlog.max_offset
         put(store, GONE, 0, 6)  # never flushed
         store.delete_topic(GONE)
-        copy = tmp_path / "crashed"
-        shutil.copytree(cfg.store_path_root_dir, copy)
+        copy = crashed_copy(store, tmp_path)
     finally:
         store.close()
     path = small_config(copy).commitlog_dir / f"{0:020d}"  # everything in the first file
@@ -154,8 +159,7 @@ def test_a_queue_of_the_topic_created_again_that_came_back_empty(
         put(store, GONE, 1, 2, tag="again")
         put(store, KEPT, 0, 3, tag="later")
         drain_dispatch(store)
-        copy = tmp_path / "crashed"
-        shutil.copytree(cfg.store_path_root_dir, copy)
+        copy = crashed_copy(store, tmp_path)
     finally:
         store.close()
     (only,) = (small_config(copy).consume_queue_dir / GONE / "1").iterdir()
