@@ -6,7 +6,11 @@ the commitlog offset below which consume queues and the index are flushed, which
 of the commitlog recovery has to re-dispatch, and logicsUnitCount @48: how many units all consume
 queues held together when they were last flushed. That sum never shrinks (retention keeps each
 queue's last file), so consume queues found holding fewer have lost files, and recovery rebuilds
-them from the whole commitlog. A checkpoint written before the field existed reads 0 there.
+them from the whole commitlog. Then the index's durable mark (:class:`IndexMark`): the newest
+index file's name @56 (its 17 digits as a number; -1 when there was no index file), its entry
+count @64 and its ``endPhyOffset`` @72, as they were when the index was last flushed; after a
+crash, index files are cut back to it (write-back may have saved an index page ahead of the
+entries it points at). A checkpoint written before a field existed reads 0 there.
 """
 
 from __future__ import annotations
@@ -15,9 +19,20 @@ import mmap
 import os
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 PAGE = 4096
-_FIELDS = struct.Struct(">qqqqqqq")
+_FIELDS = struct.Struct(">qqqqqqqqqq")
+NO_INDEX_FILE = -1
+
+
+class IndexMark(NamedTuple):
+    """How far the index was durable: the newest file (by name, or :data:`NO_INDEX_FILE`),
+    its ``indexCount`` and its ``endPhyOffset`` when it was last flushed."""
+
+    file_name: int
+    index_count: int
+    end_phy_offset: int
 
 
 class StoreCheckpoint:
@@ -40,6 +55,9 @@ class StoreCheckpoint:
         self.confirm_phy_offset: int
         self.dispatched_phy_offset: int
         self.logics_unit_count: int
+        self.index_file_name: int
+        self.index_count: int
+        self.index_end_phy_offset: int
         (
             self.physic_msg_timestamp,
             self.logics_msg_timestamp,
@@ -48,7 +66,21 @@ class StoreCheckpoint:
             self.confirm_phy_offset,
             self.dispatched_phy_offset,
             self.logics_unit_count,
+            self.index_file_name,
+            self.index_count,
+            self.index_end_phy_offset,
         ) = _FIELDS.unpack_from(self.mm, 0)
+
+    @property
+    def index_mark(self) -> IndexMark | None:
+        """The index's durable mark, or None when the checkpoint has none (an older one)."""
+        if self.index_file_name == 0:
+            return None
+        return IndexMark(self.index_file_name, self.index_count, self.index_end_phy_offset)
+
+    @index_mark.setter
+    def index_mark(self, mark: IndexMark | None) -> None:
+        self.index_file_name, self.index_count, self.index_end_phy_offset = mark or (0, 0, 0)
 
     def min_timestamp(self) -> int:
         """RocketMQ's ``getMinTimestamp``: the older of the two flush times, less 3 s."""
@@ -66,6 +98,9 @@ class StoreCheckpoint:
             self.confirm_phy_offset,
             self.dispatched_phy_offset,
             self.logics_unit_count,
+            self.index_file_name,
+            self.index_count,
+            self.index_end_phy_offset,
         )
         self.mm.flush()
 

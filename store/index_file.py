@@ -9,8 +9,12 @@ Layout (big-endian)::
 
 Rules:
 - Puts come in batches and are written entries first, then the header, then the slots, so a
-  process killed mid-batch leaves at worst some of the last batch's keys unreachable;
-  :meth:`IndexFile.repair_tail` re-links them on recovery.
+  process killed mid-batch leaves at worst some of the last batch's keys unreachable.
+- A power cut can also leave pages that write-back saved after the last sync: a header or a
+  slot newer than the entries it counts or points at. After a crash the store cuts the file
+  back to the entry count its checkpoint recorded (:meth:`IndexFile.cut_to`); with a
+  checkpoint from before that mark existed, :meth:`IndexFile.repair_tail` re-links the last
+  batch instead.
 - Lookups compare only the 4-byte hash; callers re-check the real key against the record.
 """
 
@@ -31,6 +35,7 @@ INDEX_SIZE = 20
 INVALID_INDEX = 0
 INT_MAX = 2**31 - 1
 MAX_BATCH_REPAIR = 1 << 16  # largest batch put_batch writes in one go (see repair_tail)
+SCAN_CHUNK = 1 << 20  # entries read at a time when cut_to looks for slots' newest entries
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
@@ -284,6 +289,47 @@ class IndexFile:
         # the newest entry per slot wins: write in increasing index order
         self.slots[slot_no[lost]] = idx[lost]
         return int(np.count_nonzero(lost))
+
+    def cut_to(self, count: int, end_phy_offset: int) -> int:
+        """After a crash: keep the first ``count`` entries (number 0 unused), as a checkpoint
+        vouched for them, and forget later ones; return how many slots were re-pointed.
+
+        Write-back may have saved a slot page pointing at an entry the power cut lost: each
+        slot pointing past the kept entries gets the newest kept entry of its own (found by
+        one pass over the kept entries' hashes), or none. Later entries are left in place,
+        unreachable, until new puts write over them. The end timestamp stays as found: it may
+        be later than the kept entries', which only widens the time range queries look at.
+        """
+        count = max(1, min(count, self.index_num))
+        slots = self.slots
+        stale = np.flatnonzero((slots >= count) | (slots < INVALID_INDEX))
+        if self.index_count == count and self.end_phy_offset == end_phy_offset and not stale.size:
+            return 0
+        if stale.size:
+            slots[stale] = self._newest_entries(count, stale)
+        self.index_count = count
+        self.end_phy_offset = end_phy_offset
+        self.hash_slot_count = int(np.count_nonzero(slots))
+        self._write_header()
+        self._generation += 1
+        return int(stale.size)
+
+    def _newest_entries(self, count: int, slot_nos: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+        """For each of ``slot_nos`` (sorted), its newest entry below ``count`` (0 for none)."""
+        wanted = np.zeros(self.hash_slot_num, dtype=bool)
+        wanted[slot_nos] = True
+        newest = np.zeros(len(slot_nos), dtype=np.int64)
+        for first in range(1, count, SCAN_CHUNK):
+            n = min(SCAN_CHUNK, count - first)
+            entries = np.frombuffer(
+                self.file.mm, dtype=ENTRY_DTYPE, count=n, offset=self._entry_pos(first)
+            )
+            slot_no = entries["hash"].astype(np.int64) % self.hash_slot_num
+            hit = np.flatnonzero(wanted[slot_no])
+            if hit.size:
+                where = np.searchsorted(slot_nos, slot_no[hit])
+                np.maximum.at(newest, where, hit + first)
+        return newest
 
     # -- reads -----------------------------------------------------------------------------
     def select_phy_offsets(self, key_hash: int, max_num: int, begin: int, end: int) -> list[int]:

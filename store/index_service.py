@@ -19,6 +19,8 @@ from common.hashing import (
     prefix_hash,
 )
 from common.message import MessageConst, MessageSysFlag
+from store import mapped_file
+from store.checkpoint import NO_INDEX_FILE, IndexMark
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_file import IndexFile, index_file_size
@@ -153,12 +155,15 @@ class IndexService:
         self.last_full_end_timestamp = 0
         self._prefix_hashes: dict[str, int] = {}  # topic -> unsigned hash of "topic#"
 
-    def load(self, *, last_exit_ok: bool) -> None:
-        """Map existing index files; after a crash, re-link each file's cut-short last batch.
+    def load(self, *, last_exit_ok: bool, mark: IndexMark | None = None) -> None:
+        """Map existing index files; after a crash, cut them back to the checkpoint's ``mark``.
 
-        Every file, not only the newest: a power cut keeps a file as its last sync left it,
-        and a sync that ran while a batch was being written may hold the batch's entries and
-        header without its slots (the next flush would have synced the rest).
+        A power cut keeps an index file as its last sync left it, plus whatever pages
+        write-back saved since: a header or slot page can be newer than the entries it counts
+        or points at. So files newer than the mark's go, and the marked file keeps only the
+        entries it had then (:meth:`IndexFile.cut_to`); recovery indexes the rest again. With
+        no mark (a checkpoint from before it existed), each file's last batch is re-linked
+        instead (a sync that ran inside a batch may hold its entries without its slots).
         """
         if not self.directory.is_dir():
             return
@@ -172,9 +177,34 @@ class IndexService:
                 path.unlink()  # created with other settings or cut short: rebuilt by dispatch
                 continue
             self.files.append(IndexFile(path, self.hash_slot_num, self.index_num, create=False))
-        if not last_exit_ok:
+        if last_exit_ok:
+            return
+        if mark is None:
             for f in self.files:
                 f.repair_tail()
+        else:
+            self._cut_to(mark)
+
+    def durable_mark(self) -> IndexMark:
+        """The newest file's name, entry count and end offset: what a flush that starts now
+        makes durable (read with dispatch held off, so no batch is half written)."""
+        if not self.files:
+            return IndexMark(NO_INDEX_FILE, 0, -1)
+        last = self.files[-1]
+        return IndexMark(int(last.path.name), last.index_count, last.end_phy_offset)
+
+    def _cut_to(self, mark: IndexMark) -> None:
+        """Drop files newer than ``mark`` and cut the marked file back to its entries then."""
+        newer = [f for f in self.files if int(f.path.name) > mark.file_name]
+        for f in newer:
+            f.destroy()
+            self.files.remove(f)
+        if newer:
+            mapped_file.fsync_directory(self.directory)
+            log.warning("index: %d files newer than the checkpoint removed", len(newer))
+        last = self.files[-1] if self.files else None
+        if last is not None and int(last.path.name) == mark.file_name:
+            last.cut_to(mark.index_count, mark.end_phy_offset)
 
     @property
     def indexed_up_to(self) -> int:

@@ -106,7 +106,7 @@ class MessageStore:
             self.dead_units_dropped = self._drop_dead_queues()
             self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
             if self.config.message_index_enable:
-                self.index.load(last_exit_ok=self.last_exit_ok)
+                self.index.load(last_exit_ok=self.last_exit_ok, mark=self.checkpoint.index_mark)
             recovery.recover(self, last_exit_ok=self.last_exit_ok)
             self._write_abort_file()
         except BaseException:
@@ -573,22 +573,27 @@ class MessageStore:
     def flush_logics(self) -> None:
         """Flush consume queues and the index, then record the checkpoint.
 
-        The dispatched offset and the queues' unit count are read before flushing, so the
-        checkpoint never claims more than is on disk.
+        What the checkpoint will claim (the dispatched offset, the queues' unit count, the
+        index's mark) is read first, with dispatch held off, so it never claims more than
+        the flushes that follow make durable.
         """
-        dispatched = self.reput_offset
-        stamp = self.last_dispatched_timestamp
-        queues = self.consume_queues()
-        units = sum(cq.max_offset for cq in queues)  # counted before the flush that covers them
+        with self._dispatch_lock:
+            dispatched = self.reput_offset
+            stamp = self.last_dispatched_timestamp
+            queues = self.consume_queues()
+            units = sum(cq.max_offset for cq in queues)
+            index_on = self.config.message_index_enable
+            mark = self.index.durable_mark() if index_on else None
         for cq in queues:
             cq.flush()
-        if self.config.message_index_enable:
+        if index_on:
             self.index.flush()
             self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
         if stamp:
             self.checkpoint.logics_msg_timestamp = stamp
         self.checkpoint.dispatched_phy_offset = dispatched
         self.checkpoint.logics_unit_count = units
+        self.checkpoint.index_mark = mark
         self.checkpoint.flush()
 
     @property

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import shutil
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,16 +37,24 @@ from store.bench.workload import (
     evict_from_page_cache,
     rss_anon_bytes,
 )
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import IndexMark, StoreCheckpoint
 from store.config import FlushDiskType, StoreConfig
-from store.index_file import index_file_size
+from store.index_file import HASH_SLOT_SIZE, HEADER_SIZE, INDEX_SIZE, index_file_size
 from store.message_store import MessageStore
 from store.services import StoreServices
 from store.status import GetStatus, PutResult, PutStatus
 
 PutMode = Literal["trio", "sync"]
-RecoverVariant = Literal["clean", "crash", "crash-rescan", "crash-rebuild"]
-RECOVER_VARIANTS: tuple[RecoverVariant, ...] = ("clean", "crash", "crash-rescan", "crash-rebuild")
+RecoverVariant = Literal["clean", "crash", "crash-index", "crash-rescan", "crash-rebuild"]
+RECOVER_VARIANTS: tuple[RecoverVariant, ...] = (
+    "clean",
+    "crash",
+    "crash-index",
+    "crash-rescan",
+    "crash-rebuild",
+)
+INDEX_ENTRIES_LOST = 200_000
+"""``crash-index``: index entries written after the last flush (about a second of traffic)."""
 MB = 1_000_000
 
 
@@ -501,7 +510,8 @@ class RecoverResult:
 
         ``crash-rebuild`` (consume queues and index lost as well) is reported, not judged.
         """
-        crash = [t.seconds for t in self.timings if t.variant in ("crash", "crash-rescan")]
+        judged = ("crash", "crash-index", "crash-rescan")
+        crash = [t.seconds for t in self.timings if t.variant in judged]
         return max(crash or [t.seconds for t in self.timings], default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -529,9 +539,12 @@ def run_recover(
     """Fill a store to ``size`` commitlog bytes, then time ``open()`` after each simulated crash.
 
     Variants: ``clean`` (normal shutdown), ``crash`` (abort file left, checkpoint as last
-    flushed), ``crash-rescan`` (also the checkpoint's dispatched offset reset to 0: the whole
-    commitlog is walked), ``crash-rebuild`` (also consume queues and index lost: everything is
-    re-dispatched). ``cold`` drops the store's files from the page cache before each open.
+    flushed), ``crash-index`` (also the index's last :data:`INDEX_ENTRIES_LOST` entries lost
+    while write-back saved its header and slots: recovery cuts the index back to the
+    checkpoint's mark and indexes those records again), ``crash-rescan`` (also the checkpoint's
+    dispatched offset reset to 0: the whole commitlog is walked), ``crash-rebuild`` (also
+    consume queues and index lost: everything is re-dispatched). ``cold`` drops the store's
+    files from the page cache before each open.
     """
     progress = progress or NullProgress()
     factory = MessageFactory(body_size=body_size, queues=4)
@@ -579,6 +592,8 @@ def _prepare_crash(cfg: StoreConfig, variant: RecoverVariant, end: int) -> int:
     try:
         if variant in ("crash-rescan", "crash-rebuild"):
             cp.dispatched_phy_offset = 0
+        if variant == "crash-index":
+            cp.index_mark = _lose_newest_index_entries(cfg, cp, INDEX_ENTRIES_LOST)
         dispatched = cp.dispatched_phy_offset
     finally:
         cp.close()
@@ -587,6 +602,23 @@ def _prepare_crash(cfg: StoreConfig, variant: RecoverVariant, end: int) -> int:
         shutil.rmtree(cfg.index_dir, ignore_errors=True)
     start = dispatched - dispatched % cfg.mapped_file_size_commit_log
     return max(0, end - start)
+
+
+def _lose_newest_index_entries(cfg: StoreConfig, cp: StoreCheckpoint, lost: int) -> IndexMark:
+    """Zero the newest ``lost`` entries of the index file the checkpoint marks (its header and
+    slots stay, as write-back saved them); return the mark from before those entries."""
+    mark = cp.index_mark
+    if mark is None or mark.index_count <= 1:
+        raise BenchError("the checkpoint marks no index entries")
+    path = cfg.index_dir / f"{mark.file_name:017d}"
+    keep = max(1, mark.index_count - lost)
+    entries_at = HEADER_SIZE + cfg.max_hash_slot_num * HASH_SLOT_SIZE
+    with open(path, "r+b") as f:
+        f.seek(entries_at + (keep - 1) * INDEX_SIZE + 4)
+        (end_phy,) = struct.unpack(">q", f.read(8)) if keep > 1 else (-1,)
+        f.seek(entries_at + keep * INDEX_SIZE)
+        f.write(bytes((mark.index_count - keep) * INDEX_SIZE))
+    return IndexMark(mark.file_name, keep, end_phy)
 
 
 def _verify_recovered(store: MessageStore, factory: MessageFactory, count: int, end: int) -> None:

@@ -173,8 +173,8 @@ def power_loss(
     same as before (appends only ever go at the end), so this needs no more than that.
     Index files and the checkpoint become their last synced snapshot, else the baseline;
     with ``index_writeback``, write-back may also have saved any pages of an index file since
-    (recovery does not survive that yet: it trusts an index header saved ahead of its entries,
-    and keys near the end can go missing from lookups).
+    (as it may: index files are written in place through the mapping), so a header or a slot
+    can be newer than the entries it counts or points at.
     """
     durable = Durable.read(log_path)
     rng = random.Random(seed)

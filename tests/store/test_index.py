@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from common.hashing import index_key_hash
 from common.message import MessageSysFlag
+from store.checkpoint import NO_INDEX_FILE, IndexMark
 from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_file import IndexFile, index_file_size
 from store.index_service import IndexService, file_name_ms, name_between, timestamp_file_name
@@ -183,6 +184,50 @@ def test_repair_tail_on_a_healthy_file_does_nothing(new_index) -> None:
     assert f.repair_tail() == 0
     put_keys(f, ["a", "b", "c", "d"], [1, 2, 3, 4], [T0] * 4)
     assert f.repair_tail() == 0
+
+
+def test_cut_to_keeps_the_vouched_entries_and_repoints_slots(new_index) -> None:
+    """Write-back saved the header and slots of later puts, not their entries: cut back to the
+    count a checkpoint vouched for, the file is byte for byte what it was then, and goes on
+    the same way."""
+    keys = [f"key{i % 12}" for i in range(60)]  # 12 keys in 7 slots: long chains
+    stamps = [T0 + i * 1000 for i in range(60)]
+    reference = new_index(7, 100)
+    put_keys(reference, keys[:25], list(range(25)), stamps[:25])
+    put_keys(reference, keys[25:30], list(range(25, 30)), stamps[25:30])
+    vouched = bytes(reference.file.mm)
+    count, end_phy = reference.index_count, reference.end_phy_offset
+    put_keys(reference, keys[30:], list(range(30, 60)), stamps[30:])
+
+    crashed = new_index(7, 100)
+    put_keys(crashed, keys[:30], list(range(30)), stamps[:30])
+    put_keys(crashed, keys[30:], list(range(30, 60)), stamps[30:])
+    entries = 40 + 7 * 4
+    lost_from = entries + count * 20
+    crashed.file.mm[lost_from:] = bytes(len(crashed.file.mm) - lost_from)  # entries lost
+    assert crashed.select_phy_offsets(index_key_hash("key3"), 10, 0, LONG_MAX) == []  # slot
+
+    assert crashed.cut_to(count, end_phy) > 0
+    # all as it was then, but the end timestamp (later: a query's time range only widens)
+    assert (
+        crashed.file.mm[:8] + crashed.file.mm[16:lost_from] == vouched[:8] + vouched[16:lost_from]
+    )
+    assert (crashed.index_count, crashed.end_phy_offset) == (count, end_phy)
+    assert crashed.cut_to(count, end_phy) == 0  # nothing more to do
+    put_keys(crashed, keys[30:], list(range(30, 60)), stamps[30:])  # indexed again
+    assert crashed.file.mm[:] == reference.file.mm[:]
+    for key in set(keys):
+        want = [i for i in reversed(range(60)) if keys[i] == key]
+        assert crashed.select_phy_offsets(index_key_hash(key), 10, 0, LONG_MAX) == want
+
+
+def test_cut_to_an_empty_file_clears_every_slot(new_index) -> None:
+    f = new_index(5, 50)
+    put_keys(f, ["a", "b", "c"], [0, 1, 2], [T0] * 3)
+    assert f.cut_to(1, -1) == 3
+    assert not f.slots.any()
+    assert (f.index_count, f.hash_slot_count, f.end_phy_offset) == (1, 0, -1)
+    assert raw_header(f.path)[3:] == (-1, 0, 1)
 
 
 # -- put_batch == RocketMQ's putKey, one key at a time ---------------------------------------
@@ -461,6 +506,45 @@ def test_service_load_repairs_every_file_after_crash(service_factory) -> None:
     again.load(last_exit_ok=False)
     for key, phys in [("a", 0), ("b", 100), ("d", 100), ("f", 200)]:
         assert again.query_offsets("T", key, 10, 0, LONG_MAX)[0] == [phys]
+
+
+def test_service_load_cuts_back_to_the_checkpoints_mark(service_factory) -> None:
+    """After a crash, files newer than the mark go and the marked file keeps the entries it had
+    then: what dispatch indexes again is exactly what was lost."""
+    svc = service_factory(max_hash_slot_num=3, max_index_num=5)  # 4 entries per file
+    reqs = [dreq(i * 100, T0 + i, keys=f"k{i % 3}") for i in range(14)]
+    assert svc.durable_mark() == IndexMark(NO_INDEX_FILE, 0, -1)
+    svc.build_index(reqs[:6])
+    mark = svc.durable_mark()
+    assert mark == IndexMark(int(svc.files[1].path.name), 3, 500)
+    svc.build_index(reqs[6:])
+    assert len(svc.files) == 4
+    names = [f.path.name for f in svc.files]
+    svc.close()
+
+    again = service_factory(max_hash_slot_num=3, max_index_num=5)
+    again.load(last_exit_ok=False, mark=mark)
+    assert [f.path.name for f in again.files] == names[:2]
+    assert sorted(p.name for p in again.directory.iterdir()) == names[:2]
+    assert again.indexed_up_to == 500
+    assert again.query_offsets("T", "k0", 10, 0, LONG_MAX)[0] == [300, 0]
+    again.build_index(reqs)  # dispatch from the mark on
+    for k in range(3):
+        want = [i * 100 for i in reversed(range(14)) if i % 3 == k]
+        assert again.query_offsets("T", f"k{k}", 10, 0, LONG_MAX)[0] == want
+
+
+def test_service_load_with_a_mark_from_before_any_file_removes_them_all(
+    service_factory,
+) -> None:
+    svc = service_factory()
+    svc.build_index([dreq(0, T0, keys="a")])
+    svc.close()
+    again = service_factory()
+    again.load(last_exit_ok=False, mark=IndexMark(NO_INDEX_FILE, 0, -1))
+    assert again.files == []
+    assert again.indexed_up_to == -1
+    assert list(again.directory.iterdir()) == []
 
 
 def test_a_flush_caught_inside_a_put_is_followed_by_another(

@@ -18,7 +18,7 @@ from store import (
     StoreConfig,
     StoreLockedError,
 )
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import IndexMark, StoreCheckpoint
 from store.mapped_file import offset_to_name
 from tests.conftest import (
     SMALL_COMMITLOG_SIZE,
@@ -514,6 +514,11 @@ def test_the_checkpoint_counts_the_flushed_consume_queue_units(
         store.dispatch_pending()
         store.flush_logics()
         assert store.checkpoint.logics_unit_count == 7
+        newest = store.index.files[-1]
+        mark = IndexMark(int(newest.path.name), newest.index_count, newest.end_phy_offset)
+        assert store.checkpoint.index_mark == mark
     finally:
         store.close()
-    assert StoreCheckpoint(cfg.checkpoint_path).logics_unit_count == 7  # read back from disk
+    read_back = StoreCheckpoint(cfg.checkpoint_path)  # from disk
+    assert (read_back.logics_unit_count, read_back.index_mark) == (7, mark)
+    read_back.mm.close()

@@ -4,7 +4,8 @@ random points as a power failure would cut them, then recovered and checked agai
 The flush recorder (:mod:`tests.store.flush_recorder`) logs what each flush and sync made
 durable; a power cut abandons the open store without flushing anything and rewrites its files
 with :func:`~tests.store.flush_recorder.power_loss` (write-back saving none, a prefix, or any of
-the unflushed pages). After recovery:
+the unflushed pages, and, or not, any pages of index files written since their last sync).
+After recovery:
 
 - every message whose record a commitlog flush covered, and every message that survived an
   earlier cut, is there; the survivors are exactly the messages before the log's new end, each
@@ -24,7 +25,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -37,6 +38,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 from common.message import MessageSysFlag
 from common.record import decode_record, encode_properties, record_length
 from store import MessageStore, PutStatus
+from store.config import StoreConfig
 from store.invariants import check_store
 from tests.conftest import ManualClock, make_msg, tiny_store_config
 from tests.store.flush_recorder import Durable, abandon, install, power_loss
@@ -92,12 +94,17 @@ class PowerCutModel(RuleBasedStateMachine):
         self.baseline: Path | None = None  # the files as on disk when this run began
         self.patches = contextlib.ExitStack()
         install(self.log, self.snapshots, self._patch)
-        self.config = tiny_store_config(self.root)
+        self.config = self.make_config(self.root)
         self.clock = ManualClock()
         self.store = MessageStore(self.config, clock_ms=self.clock).open()
         self.counter = 0
         self.msgs: list[Msg] = []  # in commitlog order
         self.required = 0  # msgs[:required] must survive any cut (they are on disk)
+
+    @staticmethod
+    def make_config(root: Path) -> StoreConfig:
+        """The store's settings: tiny files (one page for an index file)."""
+        return tiny_store_config(root)
 
     def _patch(self, target: Any, name: str, value: Any) -> None:
         self.patches.enter_context(mock.patch.object(target, name, value))
@@ -132,11 +139,19 @@ class PowerCutModel(RuleBasedStateMachine):
     def flush_logics(self) -> None:
         self.store.flush_logics()
 
-    @rule(seed=st.integers(0, 2**30), writeback=st.booleans())
-    def power_cut(self, seed: int, writeback: bool) -> None:
+    @rule(seed=st.integers(0, 2**30), writeback=st.booleans(), index_writeback=st.booleans())
+    def power_cut(self, seed: int, writeback: bool, index_writeback: bool) -> None:
         self._require_flushed(Durable.read(self.log))
         abandon(self.store)
-        power_loss(self.root, self.baseline, self.log, self.snapshots, seed, writeback=writeback)
+        power_loss(
+            self.root,
+            self.baseline,
+            self.log,
+            self.snapshots,
+            seed,
+            writeback=writeback,
+            index_writeback=index_writeback,
+        )
         self._reopen(clean=False)
 
     @rule()
@@ -243,5 +258,20 @@ class PowerCutModel(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class WideIndexPowerCutModel(PowerCutModel):
+    """The same, with index files of three pages: the header and most slots in the first,
+    the last slots and the first entries in the second, more entries in the third, so that
+    write-back can save a header or a slot without the entries it counts or points at."""
+
+    @staticmethod
+    def make_config(root: Path) -> StoreConfig:
+        """Tiny files, but index files that span pages."""
+        return replace(tiny_store_config(root), max_hash_slot_num=1031, max_index_num=220)
+
+
 PowerCutModel.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
 TestPowerCutModel = PowerCutModel.TestCase
+WideIndexPowerCutModel.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=50, deadline=None
+)
+TestWideIndexPowerCutModel = WideIndexPowerCutModel.TestCase
