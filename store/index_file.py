@@ -40,6 +40,7 @@ SCAN_CHUNK = 1 << 20  # entries read at a time when cut_to looks for slots' newe
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
+_PHY = struct.Struct(">q")
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")])
 
 
@@ -247,11 +248,18 @@ class IndexFile:
             self._write_header()
             self._generation += 1
 
-    def forget_from(self, phys_offset: int) -> None:
-        """The commitlog was cut at ``phys_offset``: stop claiming records from there on."""
-        self.end_phy_offset = phys_offset - 1
-        self._write_header()
-        self._generation += 1
+    def entries_below(self, phys_offset: int) -> int:
+        """The entry count (number 0 included) keeping only entries that point below
+        ``phys_offset``: entries are in commitlog order, so a binary search finds it."""
+        lo, hi = 1, self.index_count
+        mm, pos = self.file.mm, self._entry_pos(0) + 4
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _PHY.unpack_from(mm, pos + mid * INDEX_SIZE)[0] < phys_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def _time_diffs(self, ts: npt.NDArray[np.int64], first_idx: int) -> npt.NDArray[np.int64]:
         """Seconds since the file's begin timestamp, clamped to [0, INT_MAX] (0 without one).

@@ -216,14 +216,28 @@ class IndexService:
             return -1
         return last.end_phy_offset
 
-    def forget_from(self, phys_offset: int) -> None:
-        """The commitlog was cut at ``phys_offset``: records written from there on get indexed.
+    def cut_past(self, end: int) -> None:
+        """The commitlog was cut at ``end``: drop every entry pointing at or past it.
 
-        Entries already pointing past the cut stay (queries confirm every hit against the
-        commitlog), but :attr:`indexed_up_to` must not claim them.
+        Files whose entries all point past the cut go; the file holding the last entry below
+        it is cut back to there (:meth:`IndexFile.cut_to`) and claims records up to ``end - 1``,
+        so records written from ``end`` on are indexed. (An entry left pointing past the cut
+        would never return a wrong record, as queries confirm hits against the log; but it
+        would point at whatever record lands there next, and make the stretch between it and
+        the next file look like a lost file's.)
         """
-        if self.files and self.indexed_up_to >= phys_offset:
-            self.files[-1].forget_from(phys_offset)
+        removed = False
+        while self.files and self.files[-1].end_phy_offset >= end:
+            f = self.files[-1]
+            keep = f.entries_below(end)
+            if keep > 1 or f.begin_phy_offset < end or len(self.files) == 1:
+                f.cut_to(keep, end - 1)
+                break
+            f.destroy()
+            self.files.pop()
+            removed = True
+        if removed:
+            mapped_file.fsync_directory(self.directory)
 
     # -- building ----------------------------------------------------------------------------
     def build_index(self, runs: Sequence[DispatchRequest]) -> None:

@@ -16,7 +16,7 @@ Steps (both after a clean shutdown and after a crash):
    past queue offset 0 of a queue without files (a lost directory), restarts the walk from the
    first file.
 4. The end of the walk is the end of the log: cut the torn or corrupt tail, cut consume-queue
-   units that point at or past it, stop the index skipping records from there on, and move
+   units and index entries that point at or past it (records from there on get indexed), move
    deleted topics' cuts back to it (records written there later are the new topic's). Then
    rebuild the next queue offsets and readable minimums from the consume queues.
 5. Index files lost before or between others (a file deleted by hand, or dropped for a bad
@@ -373,7 +373,7 @@ def _finish(store: MessageStore, end: int) -> None:
     if moved := store.deleted_topics.clamp_to(end):
         log.warning("%d deleted topics' cuts moved back to the commitlog's end %d", moved, end)
     if store.config.message_index_enable:
-        store.index.forget_from(end)
+        store.index.cut_past(end)
     for cq in store.consume_queues():
         if cq.max_physic_offset > end:
             cq.truncate_dirty(end)

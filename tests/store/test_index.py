@@ -547,6 +547,23 @@ def test_service_load_with_a_mark_from_before_any_file_removes_them_all(
     assert list(again.directory.iterdir()) == []
 
 
+def test_cut_past_drops_every_entry_at_or_past_the_cut(service_factory) -> None:
+    svc = service_factory(max_hash_slot_num=3, max_index_num=5)  # 4 entries per file
+    svc.build_index([dreq(i * 100, T0 + i, keys="k") for i in range(8)])  # two full files
+    svc.build_index([dreq(800, T0 + 8)])  # keyless: a third file, empty but for its end
+    assert [f.index_count for f in svc.files] == [5, 5, 1]
+    svc.cut_past(801)  # nothing points past it
+    assert len(svc.files) == 3
+    assert svc.indexed_up_to == 800
+    svc.cut_past(350)  # inside the first file
+    assert [f.index_count for f in svc.files] == [5]  # its four entries kept
+    assert len(list(svc.directory.iterdir())) == 1
+    assert svc.indexed_up_to == 300
+    assert svc.query_offsets("T", "k", 10, 0, LONG_MAX)[0] == [300, 200, 100, 0]
+    svc.build_index([dreq(350, T0 + 9, keys="k")])  # what lands there next is indexed
+    assert svc.query_offsets("T", "k", 10, 0, LONG_MAX)[0] == [350, 300, 200, 100, 0]
+
+
 def test_a_flush_caught_inside_a_put_is_followed_by_another(
     new_index, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ new puts continue each queue's offsets without a gap or a repeat.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -805,3 +806,52 @@ def test_recovery_walks_only_past_the_checkpoint(tmp_path: Path, clock: ManualCl
         assert crashed.recovered_range == (marked, end)
     finally:
         crashed.close()
+
+
+def test_index_entries_past_a_cut_of_the_log_go(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ASYNC_FLUSH the index can be flushed ahead of the commitlog, so a power cut can
+    take the log's tail and leave index files pointing past the new end. Recovery drops those
+    entries (whole files, and the tail of the file the cut falls in): left, they would point
+    at whatever lands there next, and the stretch after them would read as a lost file's."""
+    cfg = small_store_config(tmp_path / "live", max_hash_slot_num=7, max_index_num=40)
+    store = MessageStore(cfg, clock_ms=clock).open()
+    work = Workload(clock)
+    try:
+        work.put(store, 120, topics=(TOPICS[0],))
+        store.flush_logics()
+        copy = crash_copy(store, tmp_path / "copy")
+    finally:
+        store.close()
+    cut = work.stored[70].phys
+    path, pos = commitlog_file(copy, cut)
+    overwrite(path, pos, bytes(path.stat().st_size - pos))
+    for later in sorted(copy.commitlog_dir.iterdir()):
+        if later.name > path.name:
+            later.unlink()
+    files_before = sorted(p.name for p in copy.index_dir.iterdir())
+    recovered = MessageStore(copy, clock_ms=clock).open()
+    try:
+        assert recovered.commitlog.max_offset == cut
+        work.stored = work.survivors(cut)
+        verify_contents(recovered, work.stored)
+        index = recovered.index
+        assert len(index.files) < len(files_before)  # files wholly past the cut went
+        assert sorted(p.name for p in copy.index_dir.iterdir()) == [
+            f.path.name for f in index.files
+        ]
+        for f in index.files:
+            assert f.entries_below(cut) == f.index_count, f.path.name  # none past the cut
+        work.put(recovered, 80, topics=(TOPICS[0],))  # new records where the lost ones were
+    finally:
+        recovered.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), MessageStore(copy, clock_ms=clock) as again:
+        assert check_store(again) == []
+        verify_contents(again, work.stored)
+        for s in work.stored:
+            for key in s.msg.keys:
+                hits = again.query_messages(TOPICS[0], key, 64, 0, 2**63 - 1)
+                assert s.phys in {decode_records(r)[0].physical_offset for r in hits.records}
+    assert "lost index file" not in caplog.text
