@@ -183,7 +183,7 @@ class IndexService:
             for f in self.files:
                 f.repair_tail()
         else:
-            self._cut_to(mark)
+            self._cut_back_to(mark)
 
     def durable_mark(self) -> IndexMark:
         """The newest file's name, entry count and end offset: what a flush that starts now
@@ -193,7 +193,7 @@ class IndexService:
         last = self.files[-1]
         return IndexMark(int(last.path.name), last.index_count, last.end_phy_offset)
 
-    def _cut_to(self, mark: IndexMark) -> None:
+    def _cut_back_to(self, mark: IndexMark) -> None:
         """Drop files newer than ``mark`` and cut the marked file back to its entries then."""
         newer = [f for f in self.files if int(f.path.name) > mark.file_name]
         for f in newer:

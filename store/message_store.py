@@ -573,17 +573,17 @@ class MessageStore:
     def flush_logics(self) -> None:
         """Flush consume queues and the index, then record the checkpoint.
 
-        What the checkpoint will claim (the dispatched offset, the queues' unit count, the
-        index's mark) is read first, with dispatch held off, so it never claims more than
-        the flushes that follow make durable.
+        What the checkpoint will claim (the dispatched offset, the index's mark, the queues'
+        unit count) is read first, so it never claims more than the flushes that follow make
+        durable; the first two with dispatch held off, so that no batch is half written.
         """
+        index_on = self.config.message_index_enable
         with self._dispatch_lock:
             dispatched = self.reput_offset
             stamp = self.last_dispatched_timestamp
-            queues = self.consume_queues()
-            units = sum(cq.max_offset for cq in queues)
-            index_on = self.config.message_index_enable
             mark = self.index.durable_mark() if index_on else None
+        queues = self.consume_queues()
+        units = sum(cq.max_offset for cq in queues)  # counted before the flush that covers them
         for cq in queues:
             cq.flush()
         if index_on:
