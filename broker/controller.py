@@ -115,6 +115,8 @@ class BrokerController:
         self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
         """Queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
         self._client: RemotingClient | None = None
+        self.server: RemotingServer | None = None
+        """The request server while the broker runs (its open connections: ``channels``)."""
         self.busy_poll: BusyPoll | None = None
         """The remoting server's busy poller (set by :meth:`run`; see ``busyPollMicros``)."""
         self.services: StoreServices | None = None
@@ -209,6 +211,7 @@ class BrokerController:
             self.register_now,
             put_tps=lambda: services.put_rate,
             offsets=self.offsets,
+            on_topic_deleted=self.metrics.forget_topic if self.metrics is not None else None,
         )
         handlers = {
             **make_send_handlers(
@@ -241,7 +244,7 @@ class BrokerController:
         }
         if self.metrics is not None:
             handlers = self.metrics.instrument(handlers)
-        server = RemotingServer(
+        server = self.server = RemotingServer(
             handlers,
             host=self.host,
             port=self.config.listen_port,

@@ -196,6 +196,15 @@ class BrokerMetrics(Collector):
         self.messages_out[key] = self.messages_out.get(key, 0) + count_records(body)
         self.bytes_out[key] = self.bytes_out.get(key, 0) + len(body)
 
+    def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's series, so topic churn does not grow the tables (RocketMQ
+        #8463); a topic created again under the name starts its counters at zero."""
+        self.messages_in.pop(topic, None)
+        self.bytes_in.pop(topic, None)
+        for table in (self.messages_out, self.bytes_out):
+            for key in [k for k in table if k[0] == topic]:
+                del table[key]
+
     # ------------------------------------------------------------------ collecting
 
     def _base(self) -> tuple[list[str], list[str]]:

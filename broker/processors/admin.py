@@ -17,8 +17,8 @@ Rules:
   name server) before answering, so the route is current once the caller has the response.
 - Deleting a topic removes its config, its consume queues (``MessageStore.delete_topic``: its
   records stay in the commitlog until retention, but never reach a queue again) and every
-  group's committed offsets on it, as RocketMQ's ``deleteTopic`` does; sends to the topic
-  afterwards start again at queue offset 0.
+  group's committed offsets on it, as RocketMQ's ``deleteTopic`` does, and its metric series
+  (``on_topic_deleted``); sends to the topic afterwards start again at queue offset 0.
 """
 
 from __future__ import annotations
@@ -70,9 +70,11 @@ class AdminProcessor:
         put_tps: Callable[[], float] | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         offsets: ConsumerOffsetManager | None = None,
+        on_topic_deleted: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.offsets = offsets
+        self.on_topic_deleted = on_topic_deleted
         self.topics = topics
         self.config = config
         self.reregister = reregister
@@ -124,6 +126,8 @@ class AdminProcessor:
         self.store.delete_topic(topic)
         if self.offsets is not None:
             self.offsets.remove_topic(topic)
+        if self.on_topic_deleted is not None:
+            self.on_topic_deleted(topic)
         if existed:
             await self.reregister()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
