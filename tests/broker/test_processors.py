@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import trio
 
 from broker.config import BrokerConfig
@@ -26,7 +27,7 @@ from store import MessageStore
 from store.config import FlushDiskType
 from store.services import StoreServices
 from tests.conftest import ManualClock, small_store_config
-from tests.store.faults import break_commitlog_flush
+from tests.store.faults import break_commitlog_flush, stall_commitlog_flushes
 
 LIMIT = 10.0
 TOPIC = "TopicTest"
@@ -435,6 +436,37 @@ async def test_a_failed_flush_is_answered_flush_disk_timeout_then_refused(tmp_pa
         resp = await b.send(b"refused")
         assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert "could not be flushed" in (resp.remark or "")
+
+
+async def test_a_stalled_disk_is_answered_flush_disk_timeout_and_then_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that stops answering (reliability plan R10): SYNC_FLUSH sends waiting past
+    syncFlushTimeout get FLUSH_DISK_TIMEOUT, never SEND_OK, and reads go on meanwhile. Unlike
+    a failed flush, a slow one refuses nothing: once the disk answers again sends succeed, and
+    the timed-out messages (outcome unknown to their senders) turn out stored."""
+    async with running_broker(
+        tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=300
+    ) as b:
+        assert (await b.send(b"before")).code == ResponseCode.SUCCESS
+        released = stall_commitlog_flushes(b.store, monkeypatch.setattr)
+        answers: list[int] = []
+
+        async def send(i: int) -> None:
+            answers.append((await b.send(b"stalled-%d" % i)).code)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(send, i)
+        assert answers == [ResponseCode.FLUSH_DISK_TIMEOUT] * 4
+        assert (await b.pull(0)).code == ResponseCode.SUCCESS  # reads are not held up
+        released.set()  # the disk answers again
+        assert (await b.send(b"after")).code == ResponseCode.SUCCESS
+        await b.wait_dispatched(TOPIC, 0, 6)
+        bodies = [r.body for r in decode_records((await b.pull(0)).body)]
+        assert bodies[0] == b"before"
+        assert sorted(bodies[1:5]) == [b"stalled-%d" % i for i in range(4)]
+        assert bodies[5] == b"after"
 
 
 async def test_send_creating_a_topic_is_answered_after_the_registration(tmp_path: Path) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from store import MessageStore
 
@@ -15,3 +18,22 @@ def break_commitlog_flush(store: MessageStore) -> None:
     os.dup2(read_end, store.commitlog.queue.files[-1].fd)
     os.close(read_end)
     os.close(write_end)
+
+
+def stall_commitlog_flushes(
+    store: MessageStore, patch: Callable[[Any, str, Any], None], *, limit_s: float = 30.0
+) -> threading.Event:
+    """Make ``fdatasync`` of the store's commitlog files hang, as a disk that stopped
+    answering would, until the returned event is set (or ``limit_s`` passed); other files
+    flush as usual. ``patch`` is ``monkeypatch.setattr``, so the stall goes with the test."""
+    released = threading.Event()
+    real = os.fdatasync
+    commitlog_fds = {f.fd for f in store.commitlog.queue.files}
+
+    def fdatasync(fd: int) -> None:
+        if fd in commitlog_fds:
+            released.wait(limit_s)
+        real(fd)
+
+    patch(os, "fdatasync", fdatasync)
+    return released
