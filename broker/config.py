@@ -32,7 +32,10 @@ from store.config import StoreConfig
 _NO_STORE_KEY = frozenset({"store_host"})
 """StoreConfig fields not settable by key (``store_host`` is ``brokerIP1:listenPort``)."""
 
-_STORE_KEY_EXCEPTIONS = {"check_crc_on_recover": "checkCRCOnRecover"}
+_STORE_KEY_EXCEPTIONS = {
+    "check_crc_on_recover": "checkCRCOnRecover",
+    "enabled_append_prop_crc": "enabledAppendPropCRC",
+}
 
 
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

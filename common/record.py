@@ -112,6 +112,30 @@ def plain_properties_fit(maps: Sequence[dict[Any, Any]]) -> bool:
     return len(names) + len(values) + 2 * sum(map(len, maps)) <= MAX_PROPERTIES_LENGTH
 
 
+PROPERTY_CRC32: Final = "__CRC32#"
+"""RocketMQ's property holding a CRC of the whole record (``enabledAppendPropCRC``)."""
+CRC32_PROPERTY_PREFIX: Final = b"__CRC32#\x01"
+CRC32_RESERVED_LEN: Final = len(CRC32_PROPERTY_PREFIX) + 10 + 1  # 20, always the last property
+CRC32_PLACEHOLDER: Final = CRC32_PROPERTY_PREFIX + b"0" * 10 + b"\x02"
+
+
+def crc32_property(record_head: bytes | memoryview) -> bytes:
+    """The :data:`PROPERTY_CRC32` property for a record whose bytes before it (everything
+    but the last :data:`CRC32_RESERVED_LEN`) are ``record_head``: ``CRC32(head) & 0x7FFFFFFF``
+    as ten decimal digits, least significant first, as RocketMQ's ``createCrc32`` writes it."""
+    crc = zlib.crc32(record_head) & 0x7FFFFFFF
+    return CRC32_PROPERTY_PREFIX + f"{crc:010d}"[::-1].encode() + b"\x02"
+
+
+def record_crc_ok(record: bytes | memoryview) -> bool:
+    """False when ``record`` (whole) ends in a :data:`PROPERTY_CRC32` property that does not
+    match its other bytes; True when it matches or there is none."""
+    tail = bytes(record[-CRC32_RESERVED_LEN:])
+    if len(record) <= CRC32_RESERVED_LEN or not tail.startswith(CRC32_PROPERTY_PREFIX):
+        return True
+    return crc32_property(record[:-CRC32_RESERVED_LEN]) == tail
+
+
 def decode_properties(raw: bytes | str) -> dict[str, str]:
     """Decode :func:`encode_properties`'s output, skipping malformed segments as RocketMQ does."""
     text = raw.decode() if isinstance(raw, _BINARY) else raw

@@ -6,6 +6,12 @@ Rules:
 - A batch that does not fit in the current file leaves an 8-byte blank marker and goes whole into
   the next file, which is created (and allocated on disk) before anything is written.
 - Queue offsets are assigned here, per (topic, queue), at append time.
+- A record whose properties take more than :data:`PROPS_CRC_MIN` bytes (every record with
+  ``enabled_append_prop_crc``) ends with RocketMQ's ``__CRC32#`` property: a CRC of all its
+  other bytes, which recovery checks. BODYCRC covers only the body, and the other checks see
+  only the properties' ends: without it, a sector that a power cut lost from inside long
+  properties would go unnoticed. A ``__CRC32#`` property a sender set is dropped. (Properties
+  within 20 bytes of the 32767-byte limit have no room for it and go without.)
 """
 
 from __future__ import annotations
@@ -20,14 +26,19 @@ from typing import NamedTuple
 from common.message import MessageConst, MessageSysFlag
 from common.record import (
     BLANK_MAGIC_CODE,
+    CRC32_PLACEHOLDER,
+    CRC32_RESERVED_LEN,
     END_FILE_MIN_BLANK_LENGTH,
     HEADER_V4,
     MAGIC_CODE_V1,
     MAX_PROPERTIES_LENGTH,
+    PROPERTY_CRC32,
     MessageRecord,
+    crc32_property,
     encode_blank,
     header_for,
     pack_host,
+    record_crc_ok,
     record_field_problem,
 )
 from common.topic import NAME_CHARS, topic_problem
@@ -48,6 +59,9 @@ _HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRE
 _TX_MASK = MessageSysFlag.TRANSACTION_MASK
 _TX_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
 _TAGS = MessageConst.TAGS
+PROPS_CRC_MIN = 512
+"""Properties longer than this (one disk sector) get the ``__CRC32#`` property; see above."""
+_CRC_FITS = MAX_PROPERTIES_LENGTH - CRC32_RESERVED_LEN  # longer ones have no room for it
 
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (hot path)
@@ -61,6 +75,8 @@ class _Encoded(NamedTuple):
     sizes: list[int]
     tags_codes: list[int]
     total: int
+    with_crc: list[int]
+    """Indexes of the records that end with a ``__CRC32#`` placeholder to fill in."""
 
 
 class CommitLog:
@@ -76,6 +92,10 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.lock = threading.Lock()
         self._topic_prefix: dict[str, bytes] = {}  # validated topic -> length byte + UTF-8
+        self._append_crc = config.enabled_append_prop_crc
+        # properties longer than this take the batch way, which adds the CRC property (or,
+        # over MAX_PROPERTIES_LENGTH, refuses them); with enabled_append_prop_crc every record
+        self._plain_props_max = -1 if self._append_crc else PROPS_CRC_MIN
         self.warmed_offset = 0
         """Commitlog offset up to which the pages are prefaulted (see :meth:`warm_ahead`)."""
 
@@ -91,7 +111,8 @@ class CommitLog:
         tails: list[bytes] = []
         sizes: list[int] = []
         codes: list[int] = []
-        for m in msgs:
+        with_crc: list[int] = []
+        for i, m in enumerate(msgs):
             prefix = topic_prefix.get(m.topic)
             if prefix is None:
                 problem = topic_problem(m.topic, self.config.max_topic_length)
@@ -105,8 +126,13 @@ class CommitLog:
                     remark=f"body of {len(body)} bytes exceeds {max_body}",
                 )
             props = m.properties
-            if props:
-                raw = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+            if PROPERTY_CRC32 in props:  # the store's own: never taken from a sender
+                props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}
+            raw = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+            if (self._append_crc or len(raw) > PROPS_CRC_MIN) and len(raw) <= _CRC_FITS:
+                raw += CRC32_PLACEHOLDER
+                with_crc.append(i)
+            if raw:
                 if len(raw) > MAX_PROPERTIES_LENGTH:
                     return PutResult(
                         PutStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -116,7 +142,6 @@ class CommitLog:
                 tag = props.get(tags_key)
                 codes.append((tag_cache.get(tag) or tags_code(tag)) if tag else 0)
             else:
-                raw = b""
                 codes.append(0)
             if len(m.born_host) != 8:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="born host must be IPv4")
@@ -126,7 +151,7 @@ class CommitLog:
             tail = join((body, prefix, pack_short(len(raw)), raw))
             tails.append(tail)
             sizes.append(88 + len(tail))
-        return _new_tuple(_Encoded, (tails, sizes, codes, sum(sizes)))
+        return _new_tuple(_Encoded, (tails, sizes, codes, sum(sizes), with_crc))
 
     def _remember_topic(self, topic: str) -> bytes:
         encoded = topic.encode()
@@ -159,7 +184,7 @@ class CommitLog:
         topic, queue_id = first.topic, first.queue_id
         sys_flag = first.sys_flag & ~_HOST_V6_FLAGS
         prefix = self._topic_prefix.get(topic)
-        if prefix is None:
+        if prefix is None or self._append_crc:
             return None
         tx = sys_flag & _TX_MASK
         consumable = tx == 0 or tx == _TX_COMMIT
@@ -189,7 +214,7 @@ class CommitLog:
                 return None
             if props:
                 raw = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
-                if len(raw) > MAX_PROPERTIES_LENGTH:
+                if len(raw) > PROPS_CRC_MIN or PROPERTY_CRC32 in props:
                     return None
                 tag = props.get(_TAGS)
                 codes.append((tag_cache.get(tag) or tags_code(tag)) if tag else 0)
@@ -270,8 +295,9 @@ class CommitLog:
         if (
             prefix is None
             or len(body) > self.config.max_message_size
-            or len(raw) > MAX_PROPERTIES_LENGTH
+            or len(raw) > self._plain_props_max
             or len(m.born_host) != 8
+            or PROPERTY_CRC32 in props
         ):
             return self._append_batch((m,))
         total = 90 + len(body) + len(prefix) + len(raw)  # 88 fixed + 2 properties length
@@ -334,19 +360,22 @@ class CommitLog:
         run_topic, run_queue, run_flag = "", -1, -1
         qoff = step = 0
         crc32 = zlib.crc32
+        with_crc = set(enc.with_crc)
         for i, (m, tail, total) in enumerate(zip(msgs, enc.tails, enc.sizes, strict=True)):
             sys_flag = m.sys_flag & ~_HOST_V6_FLAGS
             if m.queue_id != run_queue or sys_flag != run_flag or m.topic != run_topic:
                 qoff, step = runs.begin(i, m, sys_flag, phys, qoff)
                 run_topic, run_queue, run_flag = m.topic, m.queue_id, sys_flag
             body = m.body
-            parts.append(
-                pack(
-                    total, MAGIC_CODE_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff,
-                    phys, sys_flag, m.born_timestamp, m.born_host, now, store_host,
-                    m.reconsume_times, m.prepared_transaction_offset, len(body),
-                )
+            header = pack(
+                total, MAGIC_CODE_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff,
+                phys, sys_flag, m.born_timestamp, m.born_host, now, store_host,
+                m.reconsume_times, m.prepared_transaction_offset, len(body),
             )  # fmt: skip
+            if i in with_crc:
+                head = header + tail[:-CRC32_RESERVED_LEN]
+                tail = tail[:-CRC32_RESERVED_LEN] + crc32_property(head)
+            parts.append(header)
             parts.append(tail)
             qoff += step
             phys += total
@@ -598,6 +627,10 @@ def _scan_one(mf: MappedFile, pos: int, offset: int, check_crc: bool) -> Scanned
     raw_topic = mm[p + 1 : topic_end]
     if not raw_topic or raw_topic.translate(None, NAME_CHARS):
         return None  # nor the topic: zeros there are a write torn inside it
+    if check_crc and props_len >= CRC32_RESERVED_LEN and mm[end - CRC32_RESERVED_LEN] == 0x5F:
+        with memoryview(mm) as view:  # '_': maybe the CRC property that covers the rest
+            if not record_crc_ok(view[pos:end]):
+                return None
     topic = raw_topic.decode("ascii")
     return ScannedRecord(
         offset, size, topic, queue_id, queue_offset, sys_flag, store_ts, mm[topic_end + 2 : end]

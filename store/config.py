@@ -43,6 +43,9 @@ class StoreConfig:
     max_message_size: int = 4 * 1024 * 1024
     max_topic_length: int = 127
     check_crc_on_recover: bool = True
+    enabled_append_prop_crc: bool = False
+    """End every record with RocketMQ's ``__CRC32#`` property (a CRC of the whole record,
+    checked by recovery); records with long properties get it anyway (store.commitlog)."""
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     store_host: tuple[str, int] = ("127.0.0.1", 10911)

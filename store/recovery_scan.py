@@ -3,7 +3,8 @@
 Recovery must verify every record it walks (magic, lengths, CRC, physical offset) but only
 re-dispatch records that consume queues or the index lack. Below the lowest point they all
 cover, this module verifies records in bulk: a tight loop follows the TOTALSIZE chain, numpy
-checks the fixed fields of a chunk of records at once, and zlib checks the body CRCs.
+checks the fixed fields of a chunk of records at once, and zlib checks the body CRCs (and the
+whole-record CRC of the few records that carry one, see :mod:`store.commitlog`).
 It stops at the first record that fails, exactly where the per-record walk would stop.
 """
 
@@ -18,7 +19,14 @@ import numpy as np
 import numpy.typing as npt
 
 from common.message import MessageSysFlag
-from common.record import BLANK_MAGIC_CODE, HEADER_V4, MAGIC_CODE_V1
+from common.record import (
+    BLANK_MAGIC_CODE,
+    CRC32_PROPERTY_PREFIX,
+    CRC32_RESERVED_LEN,
+    HEADER_V4,
+    MAGIC_CODE_V1,
+    record_crc_ok,
+)
 from common.topic import NAME_CHARS
 
 if TYPE_CHECKING:
@@ -29,6 +37,7 @@ CHUNK = 1 << 18  # records validated per numpy pass (bounds the temporary arrays
 _INT = struct.Struct(">i")
 _HOST_V6 = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _BODY_LEN_POS = HEADER_V4.size - 4  # 84: BODY length field with IPv4 hosts
+_CRC_PREFIX_FIRST = CRC32_PROPERTY_PREFIX[0]
 _NAME_BYTE = np.zeros(256, dtype=np.bool_)
 _NAME_BYTE[list(NAME_CHARS)] = True
 
@@ -79,19 +88,41 @@ def _count_valid(mf: MappedFile, offs: npt.NDArray[np.int64], check_crc: bool) -
     """How many leading records of ``offs`` are valid."""
     for first in range(0, len(offs), CHUNK):
         chunk = offs[first : first + CHUNK]
-        ok, body_len, crc = _field_checks(mf, chunk)
+        ok, body_len, crc, sizes = _field_checks(mf, chunk)
         bad = np.flatnonzero(~ok)
         n = int(bad[0]) if len(bad) else len(chunk)
         if check_crc:
             n = _crc_prefix(mf, chunk[:n], body_len[:n], crc[:n])
+            n = _record_crc_prefix(mf, chunk[:n], sizes[:n])
         if n < len(chunk):
             return first + n
     return len(offs)
 
 
+def _record_crc_prefix(
+    mf: MappedFile, offs: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+) -> int:
+    """How many leading records pass the ``__CRC32#`` property check (the few records that
+    end with one: long properties), checked one by one."""
+    buf = np.frombuffer(mf.mm, dtype=np.uint8)
+    ends = offs + sizes
+    tail = np.maximum(ends - CRC32_RESERVED_LEN, 0)
+    maybe = np.flatnonzero((sizes > CRC32_RESERVED_LEN) & (buf[tail] == _CRC_PREFIX_FIRST))
+    del buf
+    if not len(maybe):
+        return len(offs)
+    with memoryview(mf.mm) as view:
+        for i in maybe.tolist():
+            if not record_crc_ok(view[int(offs[i]) : int(ends[i])]):
+                return int(i)
+    return len(offs)
+
+
 def _field_checks(
     mf: MappedFile, offs: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+) -> tuple[
+    npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+]:
     buf = np.frombuffer(mf.mm, dtype=np.uint8)
     size = _gather(buf, offs, 0, 4, ">i4")
     magic = _gather(buf, offs, 4, 4, ">i4")
@@ -113,7 +144,7 @@ def _field_checks(
     # byte (the CRC does not cover it) is no legal name character
     ok &= (props_pos > topic_pos + 1) & _NAME_BYTE[buf[np.maximum(props_pos - 1, 0)]]
     del buf
-    return ok, body_len, crc
+    return ok, body_len, crc, size
 
 
 def _gather(

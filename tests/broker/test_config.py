@@ -161,10 +161,12 @@ def test_store_keys_cover_store_config() -> None:
         "max_message_size",
         "max_topic_length",
         "check_crc_on_recover",
+        "enabled_append_prop_crc",
         "max_transfer_count_on_message_in_memory",
         "max_transfer_bytes_on_message_in_memory",
     }
     assert "checkCRCOnRecover" in STORE_KEYS
+    assert STORE_KEYS["enabledAppendPropCRC"] == "enabled_append_prop_crc"
 
 
 def test_to_properties_round_trip(tmp_path: Path) -> None:

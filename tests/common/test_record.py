@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from common.message import MessageSysFlag
 from common.record import (
     BLANK_MAGIC_CODE,
+    CRC32_RESERVED_LEN,
     MAGIC_CODE_V1,
     MessageRecord,
     RecordError,
     body_crc,
+    crc32_property,
     decode_fields,
     decode_properties,
     decode_raw_fields,
@@ -26,6 +28,7 @@ from common.record import (
     encode_properties,
     encode_record,
     pack_host,
+    record_crc_ok,
     record_length,
     unpack_host,
 )
@@ -406,3 +409,14 @@ def test_any_damage_is_a_record_error_or_a_record(
     ):
         with contextlib.suppress(RecordError):
             decode()
+
+
+def test_crc32_property_writes_rocketmqs_digits_least_significant_first() -> None:
+    head = b"abc" * 10
+    assert zlib.crc32(head) & 0x7FFFFFFF == 1219624065
+    prop = crc32_property(head)
+    assert prop == b"__CRC32#\x01" + b"5604269121" + b"\x02"  # RocketMQ's createCrc32 order
+    assert len(prop) == CRC32_RESERVED_LEN
+    assert record_crc_ok(head + prop)
+    assert not record_crc_ok(b"x" + head[1:] + prop)
+    assert record_crc_ok(head)  # no such property: nothing to check

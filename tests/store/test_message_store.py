@@ -10,7 +10,14 @@ import pytest
 
 from common.hashing import java_string_hash
 from common.message import MessageSysFlag
-from common.record import BLANK_MAGIC_CODE, MessageRecord, decode_record, decode_records
+from common.record import (
+    BLANK_MAGIC_CODE,
+    PROPERTY_CRC32,
+    MessageRecord,
+    decode_record,
+    decode_records,
+    record_crc_ok,
+)
 from store import (
     GetStatus,
     MessageStore,
@@ -19,6 +26,7 @@ from store import (
     StoreLockedError,
 )
 from store.checkpoint import IndexMark, StoreCheckpoint
+from store.invariants import check_store
 from store.mapped_file import offset_to_name
 from tests.conftest import (
     SMALL_COMMITLOG_SIZE,
@@ -130,6 +138,49 @@ def test_put_limits_are_inclusive(small_config: Callable[..., StoreConfig]) -> N
         assert s.put_message(make_msg("%RETRY%|g-1_x" + "T" * 114)).status is PutStatus.PUT_OK
         big_props = {"k": "v" * (32767 - 3)}  # k \x01 v... \x02 = 32767 bytes
         assert s.put_message(make_msg(properties=big_props)).status is PutStatus.PUT_OK
+
+
+def test_long_properties_end_with_a_crc_of_the_record(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """Past 512 bytes of properties a record ends with RocketMQ's ``__CRC32#`` property (a
+    CRC of the rest of it), on every put path; a sender's own ``__CRC32#`` is dropped."""
+    long_props = {"k": "v" * 600}
+    with MessageStore(small_config()) as s:
+        sent = [
+            make_msg(properties={"short": "x"}),
+            make_msg(properties=long_props),  # a single put
+            *[make_msg(properties=long_props)] * 2,  # a batch of one queue
+            make_msg(properties={PROPERTY_CRC32: "0123456789", "a": "b"}),  # a sender's own
+            make_msg(properties={**long_props, PROPERTY_CRC32: "0123456789"}),
+        ]
+        results = [s.put_message(sent[0]), s.put_message(sent[1]), s.put_messages(sent[2:4])]
+        results += [s.put_message(sent[4]), s.put_message(sent[5])]
+        offsets = [o for r in results for o in r.phys_offsets]
+        records = [s.lookup_message_by_offset(o) for o in offsets]
+    crc_at_end = [r is not None and r[-20:].startswith(b"__CRC32#\x01") for r in records]
+    assert crc_at_end == [False, True, True, True, False, True]
+    for raw, msg in zip(records, sent, strict=True):
+        assert raw is not None
+        assert record_crc_ok(raw)
+        props = decode_record(raw).properties
+        assert props.pop(PROPERTY_CRC32, None) != "0123456789"
+        assert props == {k: v for k, v in msg.properties.items() if k != PROPERTY_CRC32}
+
+
+def test_enabled_append_prop_crc_ends_every_record_with_it(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    cfg = small_config(enabled_append_prop_crc=True)
+    with MessageStore(cfg) as s:
+        r = s.put_message(make_msg(body=b"plain"))
+        r2 = s.put_messages([make_msg(body=b"a"), make_msg(body=b"b", tags="T")])
+        raws = [s.lookup_message_by_offset(o) for o in [*r.phys_offsets, *r2.phys_offsets]]
+    assert all(raw is not None and record_crc_ok(raw) for raw in raws)
+    assert all(raw is not None and PROPERTY_CRC32 in decode_record(raw).properties for raw in raws)
+    with MessageStore(cfg) as again:  # recovery verifies them
+        assert check_store(again) == []
+        assert again.get_messages(TOPIC, 0, 0, 32).status is GetStatus.FOUND
 
 
 def test_empty_batch_is_illegal(store: MessageStore) -> None:

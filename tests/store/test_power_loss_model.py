@@ -36,8 +36,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from common.message import MessageSysFlag
-from common.record import decode_record, encode_properties, record_length
+from common.record import CRC32_RESERVED_LEN, decode_record, encode_properties, record_length
 from store import MessageStore, PutStatus
+from store.commitlog import PROPS_CRC_MIN
 from store.config import StoreConfig
 from store.invariants import check_store
 from tests.conftest import ManualClock, make_msg, tiny_store_config
@@ -175,9 +176,17 @@ class PowerCutModel(RuleBasedStateMachine):
         records = []
         for topic, qid, pad, tags, keys, sys_flag in specs:
             self.counter += 1
-            body = f"{self.counter}:".encode() + b"p" * pad
+            body = f"{self.counter}:".encode()
+            # the padding goes into the body, or past 560 bytes into a property (long
+            # properties: the record ends with a CRC of itself)
+            extra = {"PAD": "p" * pad} if pad > 560 else {}
+            body += b"" if extra else b"p" * pad
             keys_prop = list(keys) or None
-            records.append(make_msg(topic, body, qid, tags=tags, keys=keys_prop, sys_flag=sys_flag))
+            records.append(
+                make_msg(
+                    topic, body, qid, tags=tags, keys=keys_prop, sys_flag=sys_flag, properties=extra
+                )
+            )
         self.clock.advance(1)
         result = self.store.put_messages(records)
         assert result.status is PutStatus.PUT_OK
@@ -187,6 +196,7 @@ class PowerCutModel(RuleBasedStateMachine):
             consumable = spec[5] != PREPARED
             assert qoff == (self._next_offset(rec.topic, rec.queue_id) if consumable else 0)
             props = len(encode_properties(rec.properties))
+            props += CRC32_RESERVED_LEN if props > PROPS_CRC_MIN else 0
             size = record_length(len(rec.body), len(rec.topic.encode()), props)
             msg = Msg(rec.topic, rec.queue_id, rec.body, spec[4], phys, size, qoff, consumable)
             self.msgs.append(msg)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from common.record import MessageRecord, decode_records
+from common.record import CRC32_RESERVED_LEN, MessageRecord, decode_records, record_crc_ok
 from store import GetStatus, MessageStore, PutStatus, StoreConfig
 from store.checkpoint import PAGE
 from store.invariants import check_store
@@ -338,6 +338,38 @@ def test_write_torn_inside_the_topic_of_a_record_without_properties(
         overwrite(cfg.checkpoint_path, 40, struct.pack(">q", 0))  # dispatched offset
     path, pos = commitlog_file(cfg, torn.phys)
     overwrite(path, pos + size - 2 - 5, bytes(5))  # the topic's last 5 bytes never landed
+    reopen_and_verify(cfg, clock, work, torn.phys).close()
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_a_sector_lost_inside_long_properties(
+    live: Live, tmp_path: Path, clock: ManualClock, where: str
+) -> None:
+    """BODYCRC covers only the body, and the checks of a record's shape see only its
+    properties' ends: a sector lost from the middle of long properties (zeros there, the
+    closing separator intact) is caught by the ``__CRC32#`` property the store appends to
+    records with long properties. ``middle`` goes through the bulk verification."""
+    store, work = live
+    long_props = {f"p{i}": "v" * 90 for i in range(30)}  # about 2.8 KB
+    torn = Stored(make_msg(TOPICS[0], b"long properties", 0, properties=long_props), 0, 0)
+    result = store.put_messages([torn.msg])
+    assert result.status is PutStatus.PUT_OK
+    torn.queue_offset, torn.phys = result.queue_offsets[0], result.phys_offsets[0]
+    work.stored.append(torn)
+    if where == "middle":
+        work.put(store, 30)
+    drain_dispatch(store)
+    store.flush_logics()
+    size = record_size(store, torn.phys)
+    raw = store.commitlog.read(torn.phys, size)
+    assert raw is not None
+    assert record_crc_ok(raw)
+    assert raw[-CRC32_RESERVED_LEN:].startswith(b"__CRC32#\x01")
+    cfg = crash_copy(store, tmp_path / "copy")
+    if where == "middle":
+        overwrite(cfg.checkpoint_path, 40, struct.pack(">q", 0))  # dispatched offset
+    path, pos = commitlog_file(cfg, torn.phys)
+    overwrite(path, pos + size - 1500, bytes(512))  # one sector of the properties lost
     reopen_and_verify(cfg, clock, work, torn.phys).close()
 
 
