@@ -18,10 +18,11 @@ Rules (as RocketMQ's):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
+
+from common.clock import monotonic_ms
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +30,6 @@ REBALANCE_LOCK_MAX_LIVE_TIME_MS: Final = 60_000
 """RocketMQ's ``REBALANCE_LOCK_MAX_LIVE_TIME``."""
 
 Q = TypeVar("Q", bound=Hashable)
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -51,7 +47,7 @@ class RebalanceLockManager(Generic[Q]):
         self,
         *,
         max_live_ms: int = REBALANCE_LOCK_MAX_LIVE_TIME_MS,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.max_live_ms = max_live_ms
         self.clock_ms = clock_ms

@@ -35,7 +35,6 @@ Rules:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -44,6 +43,7 @@ import msgpack
 import trio
 
 from broker.json_store import load_json, write_json_atomic
+from common.clock import wall_clock_ms
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord, RecordError, decode_record
 from common.topic import SCHEDULE_TOPIC
@@ -62,11 +62,6 @@ IDLE_RECHECK_S: Final = 1.0
 """Safety-net re-read period of an idle level (arrivals normally wake it at once)."""
 RETRY_AFTER_FAILURE_S: Final = 10.0
 """Pause before retrying a failed re-store (RocketMQ's ``DELAY_FOR_A_PERIOD``)."""
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
 
 
 def delay_level_of(msg: MessageRecord) -> int:

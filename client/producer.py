@@ -19,7 +19,6 @@ Rules (``sendDefaultImpl``):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from types import TracebackType
@@ -50,6 +49,7 @@ from client.validation import (
     validate_message,
     validate_topic,
 )
+from common.clock import monotonic_ms, wall_clock_ms
 from common.message import MessageConst
 from common.message_id import UniqKeyGenerator
 from common.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
@@ -79,10 +79,6 @@ def encode_batch(messages: Sequence[Message]) -> bytes:
     entries = [{"body": m.body, "properties": m.properties, "flag": m.flag} for m in messages]
     data: bytes = msgpack.packb(entries, use_bin_type=True)
     return data
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Producer:
@@ -209,7 +205,7 @@ class Producer:
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 break
-            mq = self._fault.select_one(selector, queues, last_broker, _now_ms())
+            mq = self._fault.select_one(selector, queues, last_broker, monotonic_ms())
             started = trio.current_time()
             try:
                 result = await self._send_to(mq, msg, uniq, body, sys_flag, remaining)
@@ -236,7 +232,7 @@ class Producer:
         self, mq: MessageQueue, started: float, *, isolation: bool, reachable: bool = True
     ) -> None:
         latency = int((trio.current_time() - started) * 1000)
-        self._fault.update_fault_item(mq.broker_name, latency, isolation, _now_ms(), reachable)
+        self._fault.update_fault_item(mq.broker_name, latency, isolation, monotonic_ms(), reachable)
 
     async def _send_to(
         self,
@@ -299,7 +295,7 @@ class Producer:
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 break
-            mq = self._fault.select_one(selector, queues, last_broker, _now_ms())
+            mq = self._fault.select_one(selector, queues, last_broker, monotonic_ms())
             try:
                 return await self._send_to(
                     mq, carrier, uniqs, carrier.body, 0, remaining, batch=True
@@ -318,7 +314,7 @@ class Producer:
         not reported)."""
         _, body, sys_flag = self._prepare(msg)
         queues = await self._queues(msg.topic)
-        mq = self._fault.select_one(self._selector(msg.topic), queues, None, _now_ms())
+        mq = self._fault.select_one(self._selector(msg.topic), queues, None, monotonic_ms())
         addr = await self._instance.find_broker_addr(mq)
         await self._instance.invoke_oneway(addr, self._request(mq, msg, body, sys_flag))
 
@@ -334,7 +330,7 @@ class Producer:
             properties=encode_properties_str(msg.properties),
             sys_flag=sys_flag,
             flag=msg.flag,
-            born_timestamp=_now_ms(),
+            born_timestamp=wall_clock_ms(),
             batch=batch,
             default_topic_queue_nums=self.default_topic_queue_nums,
         )

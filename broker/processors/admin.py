@@ -23,7 +23,6 @@ Rules:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
 import msgpack
@@ -31,6 +30,7 @@ import msgpack
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.topic_config import TopicConfigManager
+from common.clock import wall_clock_ms
 from common.route import TopicConfig
 from common.topic import is_system_topic, topic_problem
 from remoting.channel import Channel, Handler
@@ -50,11 +50,6 @@ from store import MessageStore
 
 VERSION_DESC = "minimq-0.1.0"
 """What ``brokerVersionDesc`` reports."""
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
 
 
 class AdminProcessor:

@@ -25,13 +25,13 @@ Rules:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 import trio
 
 from broker.client_manager import ClientChannelInfo, ClientManager
+from common.clock import monotonic_ms
 from remoting.channel import Channel, Handler
 from remoting.client_bodies import ConsumerData, decode_heartbeat, encode_consumer_list
 from remoting.codes import RequestCode, ResponseCode
@@ -47,11 +47,6 @@ NOTIFY_TIMEOUT_S: Final = 3.0
 """Upper bound of one NOTIFY_CONSUMER_IDS_CHANGED send."""
 
 
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
-
-
 class ClientService:
     """Handles the client requests over one :class:`ClientManager`; see the module rules."""
 
@@ -59,7 +54,7 @@ class ClientService:
         self,
         manager: ClientManager[Channel] | None = None,
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.manager: ClientManager[Channel] = manager or ClientManager()
         self.clock_ms = clock_ms

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -47,6 +46,7 @@ import trio
 from broker.client_manager import ClientManager
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.transaction import messages as tx
+from common.clock import wall_clock_ms
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id
 from common.record import MessageRecord, RecordError, decode_record
@@ -64,11 +64,6 @@ log = logging.getLogger(__name__)
 READ_BATCH: Final = 32
 CHECK_SEND_TIMEOUT_S: Final = 3.0
 """Upper bound of one oneway CHECK_TRANSACTION_STATE send."""
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
 
 
 class EndOutcome:

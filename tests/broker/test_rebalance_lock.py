@@ -3,10 +3,15 @@ LOCK_BATCH_MQ / UNLOCK_BATCH_MQ through an in-process broker."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import trio
 
+from broker.client_manager import ClientChannelInfo, ClientManager
+from broker.processors.client import ClientService
 from broker.rebalance_lock import REBALANCE_LOCK_MAX_LIVE_TIME_MS, RebalanceLockManager
 from remoting.client import RemotingClient
 from remoting.client_bodies import (
@@ -55,6 +60,30 @@ def test_lock_expires_after_max_live_time() -> None:
     assert not locks.is_locked("g", Q0, "c1")
     assert locks.try_lock_batch("g", [Q0], "c2") == {Q0}
     assert locks.try_lock_batch("g", [Q0], "c1") == set()
+
+
+def test_a_step_of_the_wall_clock_frees_no_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lock ages are measured on the monotonic clock (the default): the host's clock stepped
+    ten minutes ahead (NTP, a resumed VM) must not hand an orderly queue to a second client
+    while its holder still consumes it."""
+    locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
+    assert locks.try_lock_batch("g", [Q0], "c1") == {Q0}
+    wall = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: wall() + 600 * 10**9)
+    assert locks.try_lock_batch("g", [Q0], "c2") == set()
+    assert locks.holder("g", Q0) == "c1"
+
+
+def test_a_step_of_the_wall_clock_drops_no_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for client liveness: a heartbeat's age is measured on the monotonic clock."""
+    service = ClientService(ClientManager())
+    channel = SimpleNamespace(closed=False)  # an open connection, as far as the scan asks
+    info = ClientChannelInfo(channel, "c1@1", 0, 0, service.clock_ms())
+    service.manager.register_producer("pg", info)
+    wall = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: wall() + 600 * 10**9)
+    assert service.scan_once() == set()
+    assert service.manager.producer_ids("pg") == ["c1@1"]
 
 
 def test_unlock_releases_only_the_holders_locks() -> None:
