@@ -18,6 +18,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,6 +41,7 @@ class StoreCheckpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._pack_lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -87,7 +89,14 @@ class StoreCheckpoint:
         return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
 
     def flush(self) -> None:
-        """Write the fields and msync the page."""
+        """Write the fields and msync the page (safe from several threads: the fields are read
+        and written in one step, so the page never ends up with older values than the last
+        call read)."""
+        with self._pack_lock:
+            self._pack()
+        self.mm.flush()
+
+    def _pack(self) -> None:
         _FIELDS.pack_into(
             self.mm,
             0,
@@ -102,7 +111,6 @@ class StoreCheckpoint:
             self.index_count,
             self.index_end_phy_offset,
         )
-        self.mm.flush()
 
     def close(self) -> None:
         """Flush and unmap."""

@@ -67,6 +67,7 @@ class MessageStore:
         self.cq_table: dict[tuple[str, int], ConsumeQueue] = {}
         self.deleted_topics = DeletedTopics(config.store_path_root_dir / DELETED_TOPICS_FILE)
         self.dead_units_dropped = 0
+        self._units_deleted = 0  # units of deleted topics' queues, for flush_logics' count
         """Units of stale queues of deleted topics that open() removed (recovery counts them)."""
         self.dropped_unreadable_queue = False
         """True when open() removed a queue of a deleted topic without a readable unit: it may
@@ -244,6 +245,7 @@ class MessageStore:
                     del table[key]
             self.deleted_topics.add(topic, cut)
             units = sum(self.cq_table[k].max_offset for k in queues)
+            self._units_deleted += units
             self.checkpoint.logics_unit_count = max(0, self.checkpoint.logics_unit_count - units)
             self.checkpoint.flush()
             for key in queues:
@@ -574,27 +576,32 @@ class MessageStore:
         """Flush consume queues and the index, then record the checkpoint.
 
         What the checkpoint will claim (the dispatched offset, the index's mark, the queues'
-        unit count) is read first, so it never claims more than the flushes that follow make
-        durable; the first two with dispatch held off, so that no batch is half written.
+        unit count) is read first, with dispatch held off (so no batch is half written), so
+        that it never claims more than the flushes that follow make durable. A topic deleted
+        meanwhile has already lowered the checkpoint's unit count: the count read before is
+        lowered by as much when it is recorded.
         """
         index_on = self.config.message_index_enable
         with self._dispatch_lock:
             dispatched = self.reput_offset
             stamp = self.last_dispatched_timestamp
             mark = self.index.durable_mark() if index_on else None
-        queues = self.consume_queues()
-        units = sum(cq.max_offset for cq in queues)  # counted before the flush that covers them
+            queues = self.consume_queues()
+            units = sum(cq.max_offset for cq in queues)
+            deleted = self._units_deleted
         for cq in queues:
             cq.flush()
         if index_on:
             self.index.flush()
             self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
-        if stamp:
-            self.checkpoint.logics_msg_timestamp = stamp
-        self.checkpoint.dispatched_phy_offset = dispatched
-        self.checkpoint.logics_unit_count = units
-        self.checkpoint.index_mark = mark
-        self.checkpoint.flush()
+        with self._dispatch_lock:
+            cp = self.checkpoint
+            if stamp:
+                cp.logics_msg_timestamp = stamp
+            cp.dispatched_phy_offset = dispatched
+            cp.logics_unit_count = max(0, units - (self._units_deleted - deleted))
+            cp.index_mark = mark
+        cp.flush()
 
     @property
     def flushed_offset(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from store import MessageStore
@@ -26,14 +27,30 @@ def stall_commitlog_flushes(
     """Make ``fdatasync`` of the store's commitlog files hang, as a disk that stopped
     answering would, until the returned event is set (or ``limit_s`` passed); other files
     flush as usual. ``patch`` is ``monkeypatch.setattr``, so the stall goes with the test."""
-    released = threading.Event()
+    fds = {f.fd for f in store.commitlog.queue.files}
+    return stall_fdatasync(fds, patch, limit_s=limit_s).released
+
+
+@dataclass
+class Stall:
+    """A stalled ``fdatasync``: ``entered`` once a call hangs, ``released`` to let it go."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+
+def stall_fdatasync(
+    fds: set[int], patch: Callable[[Any, str, Any], None], *, limit_s: float = 30.0
+) -> Stall:
+    """Make ``fdatasync`` of the descriptors ``fds`` hang until released (at most ``limit_s``)."""
+    stall = Stall()
     real = os.fdatasync
-    commitlog_fds = {f.fd for f in store.commitlog.queue.files}
 
     def fdatasync(fd: int) -> None:
-        if fd in commitlog_fds:
-            released.wait(limit_s)
+        if fd in fds:
+            stall.entered.set()
+            stall.released.wait(limit_s)
         real(fd)
 
     patch(os, "fdatasync", fdatasync)
-    return released
+    return stall

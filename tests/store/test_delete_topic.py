@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 from store import GetStatus, MessageStore, PutStatus, StoreConfig
 from store.deleted_topics import FILE_NAME, DeletedTopics
 from store.invariants import check_store
-from tests.conftest import ManualClock, drain_dispatch, make_msg
+from tests.conftest import ManualClock, drain_dispatch, make_msg, small_store_config
+from tests.store.faults import stall_fdatasync
 
 LONG_MAX = 2**63 - 1
 GONE, KEPT = "Gone", "Kept"
@@ -215,3 +217,36 @@ def test_retention_forgets_a_deletion_once_its_records_are_gone(
         on_disk.load()
         assert on_disk.cuts == {}
         assert check_store(store) == []
+
+
+def test_a_topic_deleted_while_the_queues_flush_is_not_counted_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint's unit count is read before the queues are flushed. A topic deleted
+    while the flush runs lowers the count at once; the flush must not then write back the
+    count from before, or the next crash recovery would take the missing units for lost files
+    and re-dispatch the whole log."""
+    cfg = small_store_config(tmp_path / "store")
+    store = MessageStore(cfg).open()
+    try:
+        for topic in ("Kept", "Gone"):
+            store.put_messages([make_msg(topic, b"x%d" % i) for i in range(5)])
+        drain_dispatch(store)
+        store.flush_commitlog()  # (recorded by the checkpoint the flush below writes)
+        kept = store.find_consume_queue("Kept", 0)
+        assert kept is not None
+        stall = stall_fdatasync({f.fd for f in kept.queue.files}, monkeypatch.setattr)
+        flusher = threading.Thread(target=store.flush_logics)
+        flusher.start()
+        assert stall.entered.wait(30)  # the flush has read the count and is syncing
+        store.delete_topic("Gone")
+        stall.released.set()
+        flusher.join(30)
+        assert not flusher.is_alive()
+        assert store.checkpoint.logics_unit_count == 5
+        copy = crashed_copy(store, tmp_path)
+    finally:
+        store.close()
+    with MessageStore(small_store_config(copy)) as crashed:
+        assert crashed.recovered_range[0] > 0  # no re-dispatch of the whole log
+        assert check_store(crashed) == []
