@@ -127,13 +127,17 @@ def crc32_property(record_head: bytes | memoryview) -> bytes:
     return CRC32_PROPERTY_PREFIX + f"{crc:010d}"[::-1].encode() + b"\x02"
 
 
-def record_crc_ok(record: bytes | memoryview) -> bool:
-    """False when ``record`` (whole) ends in a :data:`PROPERTY_CRC32` property that does not
-    match its other bytes; True when it matches or there is none."""
-    tail = bytes(record[-CRC32_RESERVED_LEN:])
-    if len(record) <= CRC32_RESERVED_LEN or not tail.startswith(CRC32_PROPERTY_PREFIX):
+def record_crc_ok(record: bytes | memoryview, properties_at: int) -> bool:
+    """False when ``record`` (whole; its properties start at ``properties_at``) ends in a
+    :data:`PROPERTY_CRC32` property that does not match its other bytes; True when it matches
+    or there is none. Only a whole last property counts (a name such as ``x__CRC32#`` ends the
+    same way, but has no separator in front)."""
+    at = len(record) - CRC32_RESERVED_LEN
+    if at < properties_at or bytes(record[at : at + 9]) != CRC32_PROPERTY_PREFIX:
         return True
-    return crc32_property(record[:-CRC32_RESERVED_LEN]) == tail
+    if at > properties_at and record[at - 1] != 0x02:
+        return True
+    return crc32_property(record[:at]) == bytes(record[at:])
 
 
 def decode_properties(raw: bytes | str) -> dict[str, str]:

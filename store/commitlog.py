@@ -629,7 +629,7 @@ def _scan_one(mf: MappedFile, pos: int, offset: int, check_crc: bool) -> Scanned
         return None  # nor the topic: zeros there are a write torn inside it
     if check_crc and props_len >= CRC32_RESERVED_LEN and mm[end - CRC32_RESERVED_LEN] == 0x5F:
         with memoryview(mm) as view:  # '_': maybe the CRC property that covers the rest
-            if not record_crc_ok(view[pos:end]):
+            if not record_crc_ok(view[pos:end], topic_end + 2 - pos):
                 return None
     topic = raw_topic.decode("ascii")
     return ScannedRecord(

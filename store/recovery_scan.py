@@ -88,19 +88,22 @@ def _count_valid(mf: MappedFile, offs: npt.NDArray[np.int64], check_crc: bool) -
     """How many leading records of ``offs`` are valid."""
     for first in range(0, len(offs), CHUNK):
         chunk = offs[first : first + CHUNK]
-        ok, body_len, crc, sizes = _field_checks(mf, chunk)
+        ok, body_len, crc, sizes, props_at = _field_checks(mf, chunk)
         bad = np.flatnonzero(~ok)
         n = int(bad[0]) if len(bad) else len(chunk)
         if check_crc:
             n = _crc_prefix(mf, chunk[:n], body_len[:n], crc[:n])
-            n = _record_crc_prefix(mf, chunk[:n], sizes[:n])
+            n = _record_crc_prefix(mf, chunk[:n], sizes[:n], props_at[:n])
         if n < len(chunk):
             return first + n
     return len(offs)
 
 
 def _record_crc_prefix(
-    mf: MappedFile, offs: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+    mf: MappedFile,
+    offs: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    props_at: npt.NDArray[np.int64],
 ) -> int:
     """How many leading records pass the ``__CRC32#`` property check (the few records that
     end with one: long properties), checked one by one."""
@@ -113,7 +116,8 @@ def _record_crc_prefix(
         return len(offs)
     with memoryview(mf.mm) as view:
         for i in maybe.tolist():
-            if not record_crc_ok(view[int(offs[i]) : int(ends[i])]):
+            start = int(offs[i])
+            if not record_crc_ok(view[start : int(ends[i])], int(props_at[i]) - start):
                 return int(i)
     return len(offs)
 
@@ -121,8 +125,13 @@ def _record_crc_prefix(
 def _field_checks(
     mf: MappedFile, offs: npt.NDArray[np.int64]
 ) -> tuple[
-    npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
 ]:
+    """Per record: valid so far, body length, body CRC, size, where its properties start."""
     buf = np.frombuffer(mf.mm, dtype=np.uint8)
     size = _gather(buf, offs, 0, 4, ">i4")
     magic = _gather(buf, offs, 4, 4, ">i4")
@@ -144,7 +153,7 @@ def _field_checks(
     # byte (the CRC does not cover it) is no legal name character
     ok &= (props_pos > topic_pos + 1) & _NAME_BYTE[buf[np.maximum(props_pos - 1, 0)]]
     del buf
-    return ok, body_len, crc, size
+    return ok, body_len, crc, size, props_pos + 2
 
 
 def _gather(

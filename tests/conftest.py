@@ -20,6 +20,7 @@ Helpers (import them with ``from tests.conftest import ...``):
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -152,3 +153,10 @@ def put_and_dispatch(
         result = store.put_messages(msgs)
     drain_dispatch(store)
     return result
+
+
+def properties_at(raw: bytes) -> int:
+    """Where the properties of a whole v1 record (IPv4 hosts) start."""
+    (body_len,) = struct.unpack_from(">i", raw, 84)
+    topic_len = raw[88 + body_len]
+    return 88 + body_len + 1 + topic_len + 2

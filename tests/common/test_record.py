@@ -417,6 +417,19 @@ def test_crc32_property_writes_rocketmqs_digits_least_significant_first() -> Non
     prop = crc32_property(head)
     assert prop == b"__CRC32#\x01" + b"5604269121" + b"\x02"  # RocketMQ's createCrc32 order
     assert len(prop) == CRC32_RESERVED_LEN
-    assert record_crc_ok(head + prop)
-    assert not record_crc_ok(b"x" + head[1:] + prop)
-    assert record_crc_ok(head)  # no such property: nothing to check
+
+
+def test_record_crc_ok_checks_only_a_whole_last_crc_property() -> None:
+    header = b"h" * 30
+    props = b"k\x01v\x02"
+    head = header + props
+    record = head + crc32_property(head)
+    assert record_crc_ok(record, len(header))
+    assert not record_crc_ok(b"x" + record[1:], len(header))  # a byte changed
+    only = header + crc32_property(header)
+    assert record_crc_ok(only, len(header))  # the only property
+    assert not record_crc_ok(b"x" + only[1:], len(header))
+    assert record_crc_ok(head, len(header))  # no such property: nothing to check
+    # a property named "x__CRC32#" with a 10-byte value ends the same way: no CRC to check
+    spoof = head + b"x__CRC32#\x01" + b"0123456789" + b"\x02"
+    assert record_crc_ok(spoof, len(header))

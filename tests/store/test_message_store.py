@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.conftest import (
     ManualClock,
     drain_dispatch,
     make_msg,
+    properties_at,
     put_and_dispatch,
 )
 
@@ -162,10 +164,29 @@ def test_long_properties_end_with_a_crc_of_the_record(
     assert crc_at_end == [False, True, True, True, False, True]
     for raw, msg in zip(records, sent, strict=True):
         assert raw is not None
-        assert record_crc_ok(raw)
+        assert record_crc_ok(raw, properties_at(raw))
         props = decode_record(raw).properties
         assert props.pop(PROPERTY_CRC32, None) != "0123456789"
         assert props == {k: v for k, v in msg.properties.items() if k != PROPERTY_CRC32}
+
+
+def test_a_property_named_like_the_crc_does_not_fail_recovery(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """``x__CRC32#`` with a 10-byte value ends a record the way the CRC property does; it is
+    not one, and a crash recovery keeps the record."""
+    cfg = small_config()
+    s = MessageStore(cfg).open()
+    s.put_message(make_msg(properties={"x__CRC32#": "0123456789"}))
+    drain_dispatch(s)
+    s.flush_commitlog()
+    copy = cfg.store_path_root_dir.parent / "crashed"
+    shutil.copytree(cfg.store_path_root_dir, copy)
+    s.close()
+    with MessageStore(small_config(copy)) as crashed:
+        assert not crashed.last_exit_ok
+        assert crashed.get_max_offset_in_queue(TOPIC, 0) == 1
+        assert check_store(crashed) == []
 
 
 def test_enabled_append_prop_crc_ends_every_record_with_it(
@@ -176,7 +197,7 @@ def test_enabled_append_prop_crc_ends_every_record_with_it(
         r = s.put_message(make_msg(body=b"plain"))
         r2 = s.put_messages([make_msg(body=b"a"), make_msg(body=b"b", tags="T")])
         raws = [s.lookup_message_by_offset(o) for o in [*r.phys_offsets, *r2.phys_offsets]]
-    assert all(raw is not None and record_crc_ok(raw) for raw in raws)
+    assert all(raw is not None and record_crc_ok(raw, properties_at(raw)) for raw in raws)
     assert all(raw is not None and PROPERTY_CRC32 in decode_record(raw).properties for raw in raws)
     with MessageStore(cfg) as again:  # recovery verifies them
         assert check_store(again) == []

@@ -27,7 +27,7 @@ from common.record import CRC32_RESERVED_LEN, MessageRecord, decode_records, rec
 from store import GetStatus, MessageStore, PutStatus, StoreConfig
 from store.checkpoint import PAGE
 from store.invariants import check_store
-from tests.conftest import ManualClock, drain_dispatch, make_msg, small_store_config
+from tests.conftest import ManualClock, drain_dispatch, make_msg, properties_at, small_store_config
 
 TOPICS = ("OrderTopic", "PayTopic", "LogTopic")
 QUEUES = 2
@@ -363,7 +363,7 @@ def test_a_sector_lost_inside_long_properties(
     size = record_size(store, torn.phys)
     raw = store.commitlog.read(torn.phys, size)
     assert raw is not None
-    assert record_crc_ok(raw)
+    assert record_crc_ok(raw, properties_at(raw))
     assert raw[-CRC32_RESERVED_LEN:].startswith(b"__CRC32#\x01")
     cfg = crash_copy(store, tmp_path / "copy")
     if where == "middle":
