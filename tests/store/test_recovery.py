@@ -321,24 +321,35 @@ def test_write_torn_inside_the_topic_of_a_record_without_properties(
     check: a write torn inside its topic leaves zeros there, and it must not pass as a record
     of topic ``Order\\0\\0\\0\\0\\0``. ``middle`` (the checkpoint reset, the queues and index
     covering the record) goes through the bulk verification, ``last`` through the walk."""
-    store, work = live
-    torn = Stored(make_msg(TOPICS[0], b"no properties", 0), 0, 0)
-    result = store.put_messages([torn.msg])
-    assert result.status is PutStatus.PUT_OK
+    torn, raw, cfg = crash_after(live, tmp_path, make_msg(TOPICS[0], b"no properties"), where)
     assert not torn.msg.properties
-    torn.queue_offset, torn.phys = result.queue_offsets[0], result.phys_offsets[0]
-    work.stored.append(torn)
+    path, pos = commitlog_file(cfg, torn.phys)
+    overwrite(path, pos + len(raw) - 2 - 5, bytes(5))  # the topic's last 5 bytes never landed
+    reopen_and_verify(cfg, clock, live[1], torn.phys).close()
+
+
+def crash_after(
+    live: Live, tmp_path: Path, msg: MessageRecord, where: str
+) -> tuple[Stored, bytes, StoreConfig]:
+    """Put ``msg``, then (``where == "middle"``) 30 more; dispatch, flush the queues and the
+    index, and copy the store as a crash leaves it. ``middle`` also resets the checkpoint's
+    dispatched offset, so that recovery verifies the record in bulk (``last``: by the walk).
+    Returns the message, its record's bytes and the copy's config."""
+    store, work = live
+    result = store.put_messages([msg])
+    assert result.status is PutStatus.PUT_OK
+    put = Stored(msg, result.queue_offsets[0], result.phys_offsets[0])
+    work.stored.append(put)
     if where == "middle":
         work.put(store, 30)
     drain_dispatch(store)
     store.flush_logics()
-    size = record_size(store, torn.phys)
+    raw = store.commitlog.read(put.phys, record_size(store, put.phys))
+    assert raw is not None
     cfg = crash_copy(store, tmp_path / "copy")
     if where == "middle":
         overwrite(cfg.checkpoint_path, 40, struct.pack(">q", 0))  # dispatched offset
-    path, pos = commitlog_file(cfg, torn.phys)
-    overwrite(path, pos + size - 2 - 5, bytes(5))  # the topic's last 5 bytes never landed
-    reopen_and_verify(cfg, clock, work, torn.phys).close()
+    return put, raw, cfg
 
 
 @pytest.mark.parametrize("where", ["last", "middle"])
@@ -349,28 +360,14 @@ def test_a_sector_lost_inside_long_properties(
     properties' ends: a sector lost from the middle of long properties (zeros there, the
     closing separator intact) is caught by the ``__CRC32#`` property the store appends to
     records with long properties. ``middle`` goes through the bulk verification."""
-    store, work = live
     long_props = {f"p{i}": "v" * 90 for i in range(30)}  # about 2.8 KB
-    torn = Stored(make_msg(TOPICS[0], b"long properties", 0, properties=long_props), 0, 0)
-    result = store.put_messages([torn.msg])
-    assert result.status is PutStatus.PUT_OK
-    torn.queue_offset, torn.phys = result.queue_offsets[0], result.phys_offsets[0]
-    work.stored.append(torn)
-    if where == "middle":
-        work.put(store, 30)
-    drain_dispatch(store)
-    store.flush_logics()
-    size = record_size(store, torn.phys)
-    raw = store.commitlog.read(torn.phys, size)
-    assert raw is not None
+    msg = make_msg(TOPICS[0], b"long properties", properties=long_props)
+    torn, raw, cfg = crash_after(live, tmp_path, msg, where)
     assert record_crc_ok(raw, properties_at(raw))
     assert raw[-CRC32_RESERVED_LEN:].startswith(b"__CRC32#\x01")
-    cfg = crash_copy(store, tmp_path / "copy")
-    if where == "middle":
-        overwrite(cfg.checkpoint_path, 40, struct.pack(">q", 0))  # dispatched offset
     path, pos = commitlog_file(cfg, torn.phys)
-    overwrite(path, pos + size - 1500, bytes(512))  # one sector of the properties lost
-    reopen_and_verify(cfg, clock, work, torn.phys).close()
+    overwrite(path, pos + len(raw) - 1500, bytes(512))  # one sector of the properties lost
+    reopen_and_verify(cfg, clock, live[1], torn.phys).close()
 
 
 def test_crc_mismatch_in_last_record(live: Live, tmp_path: Path, clock: ManualClock) -> None:
