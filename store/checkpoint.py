@@ -75,10 +75,19 @@ class StoreCheckpoint:
 
     @property
     def index_mark(self) -> IndexMark | None:
-        """The index's durable mark, or None when the checkpoint has none (an older one)."""
-        if self.index_file_name == 0:
-            return None
-        return IndexMark(self.index_file_name, self.index_count, self.index_end_phy_offset)
+        """The index's durable mark; None for a checkpoint written by an older minimq (one
+        with other fields set). A checkpoint never written at all vouches for no index file:
+        a crash before the first flush leaves nothing of the index to trust."""
+        if self.index_file_name != 0:
+            return IndexMark(self.index_file_name, self.index_count, self.index_end_phy_offset)
+        written = (
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.master_flushed_offset,
+            self.dispatched_phy_offset,
+            self.logics_unit_count,
+        )
+        return None if any(written) else IndexMark(NO_INDEX_FILE, 0, -1)
 
     @index_mark.setter
     def index_mark(self, mark: IndexMark | None) -> None:

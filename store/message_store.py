@@ -109,6 +109,11 @@ class MessageStore:
             if self.config.message_index_enable:
                 self.index.load(last_exit_ok=self.last_exit_ok, mark=self.checkpoint.index_mark)
             recovery.recover(self, last_exit_ok=self.last_exit_ok)
+            if self.config.message_index_enable and self.checkpoint.index_file_name == 0:
+                # a checkpoint from an older minimq, or none yet: the index is durable as it
+                # is now (closed cleanly, or flushed by recovery), which the next checkpoint
+                # write records, even one that is not flush_logics' (a topic deletion's)
+                self.checkpoint.index_mark = self.index.durable_mark()
             self._write_abort_file()
         except BaseException:
             self._release_lock()

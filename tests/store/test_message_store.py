@@ -26,7 +26,7 @@ from store import (
     StoreConfig,
     StoreLockedError,
 )
-from store.checkpoint import IndexMark, StoreCheckpoint
+from store.checkpoint import NO_INDEX_FILE, IndexMark, StoreCheckpoint
 from store.invariants import check_store
 from store.mapped_file import offset_to_name
 from tests.conftest import (
@@ -132,6 +132,28 @@ def test_put_validation(
         assert s.commitlog.max_offset == 91 + 5 + len(TOPIC)
         assert s.dispatch_behind == 1
         assert s.commitlog.topic_queue_table == {(TOPIC, 0): 1}
+
+
+def test_a_checkpoint_from_older_code_gets_the_index_mark_at_open(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """A checkpoint never written vouches for no index file; one an older minimq wrote (no
+    mark, other fields set) gets the old repair after a crash, and the mark at the next open."""
+    cfg = small_config()
+    blank = StoreCheckpoint(cfg.checkpoint_path)
+    assert blank.index_mark == IndexMark(NO_INDEX_FILE, 0, -1)
+    blank.mm.close()
+    with MessageStore(cfg) as store:
+        store.put_message(make_msg(keys="k"))
+    older = StoreCheckpoint(cfg.checkpoint_path)
+    older.index_mark = None  # as an older minimq wrote it
+    older.flush()
+    assert older.index_mark is None
+    older.mm.close()
+    with MessageStore(cfg) as store:
+        newest = store.index.files[-1]
+        mark = IndexMark(int(newest.path.name), newest.index_count, newest.end_phy_offset)
+        assert store.checkpoint.index_mark == mark  # recorded by the next checkpoint write
 
 
 def test_put_limits_are_inclusive(small_config: Callable[..., StoreConfig]) -> None:
