@@ -129,6 +129,9 @@ class BrokerConfig:
         default_factory=default_window_us, metadata=_meta("busyPollMicros", int)
     )
     """How long the broker keeps polling after a frame before it sleeps (µs; 0: never)."""
+    server_max_connections: int = field(default=0, metadata=_meta("serverMaxConnections", int))
+    """Client connections served at once; more are closed as they come (0: half the
+    process's file-descriptor limit, leaving the rest for the store's files)."""
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
 
@@ -142,6 +145,8 @@ class BrokerConfig:
             raise ValueError(f"brokerPermission must be in [0, 8), got {self.broker_permission}")
         if self.busy_poll_us < 0:
             raise ValueError(f"busyPollMicros must be >= 0, got {self.busy_poll_us}")
+        if self.server_max_connections < 0:
+            raise ValueError("serverMaxConnections must be >= 0 (0: the default)")
         if self.default_topic_queue_nums <= 0:
             raise ValueError("defaultTopicQueueNums must be > 0")
         for key, value in (

@@ -250,6 +250,7 @@ class BrokerController:
             port=self.config.listen_port,
             on_close=self.clients.channel_closed,
             busy_poll_s=self.config.busy_poll_us / 1e6,
+            max_connections=self.config.server_max_connections or None,
         )
         self.busy_poll = server.busy_poll
         previous_listener = self.store.arrival_listener

@@ -21,6 +21,10 @@ Rules:
   connection; the server keeps serving the others. No connection task ever crashes the server.
 - ``on_close(channel)``, when given, is called (synchronously) once a connection has ended, so
   the owner can forget that peer at once; an exception from it is logged and swallowed.
+- At most ``max_connections`` connections are served at once (by default half the process's
+  file-descriptor limit, so that clients can never take the descriptors the store needs for
+  its files); one more is closed as soon as it is accepted, with a warning at most every
+  :data:`OVER_CAP_LOG_INTERVAL_S`.
 - Cancelling :meth:`RemotingServer.run` stops accepting, cancels every request and closes every
   connection (each close is shielded and bounded).
 """
@@ -29,6 +33,8 @@ from __future__ import annotations
 
 import logging
 import math
+import resource
+import time
 from collections.abc import Callable, Mapping
 
 import trio
@@ -39,7 +45,17 @@ from remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConnectionContext", "Handler", "RemotingServer"]
+__all__ = ["ConnectionContext", "Handler", "RemotingServer", "default_max_connections"]
+
+OVER_CAP_LOG_INTERVAL_S = 10.0
+
+
+def default_max_connections() -> int:
+    """Half the soft ``RLIMIT_NOFILE`` (at least 64): the rest is left for files."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(64, soft // 2)
 
 
 class RemotingServer:
@@ -54,8 +70,15 @@ class RemotingServer:
         idle_timeout_s: float = 120.0,
         on_close: Callable[[Channel], None] | None = None,
         busy_poll_s: float = 0.0,
+        max_connections: int | None = None,
     ) -> None:
         self.handlers = handlers
+        self.max_connections = (
+            max_connections if max_connections is not None else default_max_connections()
+        )
+        self.refused = 0
+        """Connections closed at once because ``max_connections`` were open."""
+        self._refusal_logged = -math.inf
         self.on_close = on_close
         self.host = host
         self.port = port
@@ -82,6 +105,9 @@ class RemotingServer:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         """Run one connection's channel; log and swallow anything it raises."""
+        if len(self._channels) >= self.max_connections:
+            await self._refuse(stream)
+            return
         channel = Channel(
             Connection(stream),
             self.handlers,
@@ -101,3 +127,17 @@ class RemotingServer:
                     self.on_close(channel)
                 except Exception:
                     log.exception("close hook for %s failed", channel.remote_addr)
+
+    async def _refuse(self, stream: trio.SocketStream) -> None:
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= OVER_CAP_LOG_INTERVAL_S:
+            self._refusal_logged = now
+            log.warning(
+                "%d connections open (max_connections): closing new ones (%d so far)",
+                len(self._channels),
+                self.refused,
+            )
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await stream.aclose()

@@ -207,3 +207,39 @@ async def exchange(stream: trio.SocketStream, request: RemotingCommand) -> Remot
         if command is not None:
             assert command.code == ResponseCode.SUCCESS, command.remark
             return command
+
+
+async def test_connections_over_the_cap_are_closed_and_the_broker_serves_on(
+    tmp_path: Path,
+) -> None:
+    """The reliability plan's S2: past ``serverMaxConnections`` a new connection is closed as
+    soon as it is accepted, the connections already open are served, and once some close,
+    new ones are served again; nothing is left open afterwards."""
+    cap = 20
+    with trio.fail_after(120):
+        async with running_broker(tmp_path, overrides={"serverMaxConnections": str(cap)}) as (
+            broker,
+            addr,
+        ):
+            assert broker.server is not None
+            port = int(addr.rsplit(":", 1)[1])
+            fds = open_fds()
+            held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(cap)]
+            await wait_until(lambda: len(broker.server.channels) == cap, "the cap reached")
+            over = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(30)]
+            for stream in over:  # closed by the broker: end of stream, whatever was sent
+                with trio.fail_after(LIMIT):
+                    assert await stream.receive_some() == b""
+            assert broker.server.refused == 30
+            runtime = req(RequestCode.GET_BROKER_RUNTIME_INFO)
+            for stream in held[:3]:  # those within the cap are served
+                assert (await exchange(stream, runtime)).code == ResponseCode.SUCCESS
+            for stream in held[:5]:
+                await stream.aclose()
+            await wait_until(lambda: len(broker.server.channels) == cap - 5, "five closed")
+            async with RemotingClient(default_timeout_s=LIMIT) as client:
+                assert (await client.invoke(addr, runtime)).code == ResponseCode.SUCCESS
+            for stream in [*held[5:], *over]:
+                await stream.aclose()
+            await wait_until(lambda: not broker.server.channels, "every connection closed")
+            await wait_until(lambda: open_fds() == fds, "file descriptors back")
