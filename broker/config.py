@@ -30,7 +30,7 @@ from remoting.busy_poll import default_window_us
 from store.config import StoreConfig
 
 _NO_STORE_KEY = frozenset({"store_host"})
-"""StoreConfig fields not settable by key (``store_host`` is ``brokerIP1:listenPort``)."""
+"""StoreConfig fields not settable by key (``store_host``: ``brokerIP1``, advertised port)."""
 
 _STORE_KEY_EXCEPTIONS = {
     "check_crc_on_recover": "checkCRCOnRecover",
@@ -90,6 +90,10 @@ class BrokerConfig:
     listen_port: int = field(default=10911, metadata=_meta("listenPort", int))
     namesrv_addr: str | None = field(default=None, metadata=_meta("namesrvAddr", str))
     broker_ip1: str = field(default_factory=primary_ipv4, metadata=_meta("brokerIP1", str))
+    advertised_port: int = field(default=0, metadata=_meta("advertisedPort", int))
+    """The port clients are told to use with ``brokerIP1`` (0: the port the broker listens on).
+    Set it when a NAT, a proxy or a published container port stands between clients and the
+    broker; the broker still listens on ``listenPort``."""
     broker_permission: int = field(
         default=PermName.PERM_READ | PermName.PERM_WRITE, metadata=_meta("brokerPermission", int)
     )
@@ -136,7 +140,11 @@ class BrokerConfig:
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
 
     def __post_init__(self) -> None:
-        for key, port in (("listenPort", self.listen_port), ("metricsPort", self.metrics_port)):
+        for key, port in (
+            ("listenPort", self.listen_port),
+            ("advertisedPort", self.advertised_port),
+            ("metricsPort", self.metrics_port),
+        ):
             if port is not None and not 0 <= port <= 65535:
                 raise ValueError(f"{key} must be in [0, 65535], got {port}")
         if self.broker_id < 0:
@@ -199,15 +207,22 @@ class BrokerConfig:
         """The ``host:port`` name server addresses of ``namesrvAddr`` (``;``-separated)."""
         return self._parse_namesrv_addrs()
 
+    def advertised(self, bound_port: int | None = None) -> int:
+        """The port advertised to clients: ``advertisedPort`` when set, else ``bound_port``
+        (the port actually bound), else ``listenPort``."""
+        if self.advertised_port:
+            return self.advertised_port
+        return self.listen_port if bound_port is None else bound_port
+
     @property
     def broker_addr(self) -> str:
-        """``brokerIP1:listenPort``, the address registered with the name server."""
-        return f"{self.broker_ip1}:{self.listen_port}"
+        """``brokerIP1:<advertised port>``, the address registered with the name server."""
+        return f"{self.broker_ip1}:{self.advertised()}"
 
     def store_config(self) -> StoreConfig:
         """A fresh :class:`StoreConfig` with the store settings; ``store_host`` = broker addr."""
         return StoreConfig(
-            **dict(self.store_settings), store_host=(self.broker_ip1, self.listen_port)
+            **dict(self.store_settings), store_host=(self.broker_ip1, self.advertised())
         )
 
     # ------------------------------------------------------------------ properties

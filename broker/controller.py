@@ -126,9 +126,9 @@ class BrokerController:
 
     @property
     def broker_addr(self) -> str:
-        """``brokerIP1:<bound port>`` (the configured port before :meth:`run` binds)."""
-        port = self.config.listen_port if self.port is None else self.port
-        return f"{self.config.broker_ip1}:{port}"
+        """``brokerIP1:<advertised port>``: ``advertisedPort`` when set, else the bound port
+        (the configured ``listenPort`` before :meth:`run` binds)."""
+        return f"{self.config.broker_ip1}:{self.config.advertised(self.port)}"
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
@@ -263,7 +263,9 @@ class BrokerController:
                 async with trio.open_nursery() as net:
                     self.port = await net.start(server.run)
                     # no await before this: no request is handled with the wrong address
-                    self.store.set_store_host(self.config.broker_ip1, self.port)
+                    self.store.set_store_host(
+                        self.config.broker_ip1, self.config.advertised(self.port)
+                    )
                     await self.register_all(client)
                     net.start_soon(self.register_loop, client)
                     net.start_soon(self.persist_loop)
@@ -273,7 +275,12 @@ class BrokerController:
                     await net.start(self.transactions.run)
                     if self.metrics is not None:
                         await net.start(self.metrics.serve, self.host, self.config.metrics_port)
-                    log.info("broker %s serving on %s", self.config.broker_name, self.broker_addr)
+                    log.info(
+                        "broker %s serving on port %d as %s",
+                        self.config.broker_name,
+                        self.port,
+                        self.broker_addr,
+                    )
                     task_status.started(self.port)
             finally:
                 self._client = None

@@ -77,10 +77,10 @@ class PullHoldTable:
                 pull.wakeup.set()
 
     def parked_count(self, topic: str | None = None, queue_id: int | None = None) -> int:
-        """How many pulls are parked (on one queue when ``topic``/``queue_id`` are given)."""
+        """How many pulls are parked: in all, on ``topic``'s queues, or on one queue."""
         if topic is not None and queue_id is not None:
             return len(self._parked.get((topic, queue_id), ()))
-        return sum(len(p) for p in self._parked.values())
+        return sum(len(p) for (t, _), p in self._parked.items() if topic in (None, t))
 
 
 def suspend_seconds(suspend_ms: int, *, long_polling: bool) -> float:

@@ -87,6 +87,8 @@ def test_namesrv_addrs_split() -> None:
         ("mappedFileSizeConsumeQueue", "21"),
         ("namesrvAddr", "no-port"),
         ("metricsPort", "x"),
+        ("advertisedPort", "65536"),
+        ("advertisedPort", "-1"),
         ("busyPollMicros", "-1"),
         ("busyPollMicros", "soon"),
     ],
@@ -94,6 +96,23 @@ def test_namesrv_addrs_split() -> None:
 def test_bad_value_names_the_key(key: str, value: str) -> None:
     with pytest.raises(ValueError, match=key):
         BrokerConfig.load(None, None, {}, {key: value})
+
+
+def test_advertised_port_is_what_clients_and_message_ids_get() -> None:
+    plain = BrokerConfig.load(None, None, {}, {"brokerIP1": "10.0.0.5", "listenPort": "10911"})
+    assert plain.advertised_port == 0
+    assert plain.broker_addr == "10.0.0.5:10911"
+    assert plain.advertised(bound_port=40000) == 40000  # listenPort 0: the port bound
+    behind_nat = BrokerConfig.load(
+        None,
+        None,
+        {},
+        {"brokerIP1": "203.0.113.7", "listenPort": "10911", "advertisedPort": "31911"},
+    )
+    assert behind_nat.listen_port == 10911  # still where it listens
+    assert behind_nat.broker_addr == "203.0.113.7:31911"
+    assert behind_nat.advertised(bound_port=10911) == 31911
+    assert behind_nat.store_config().store_host == ("203.0.113.7", 31911)
 
 
 def test_unknown_key_rejected(tmp_path: Path) -> None:

@@ -73,6 +73,17 @@ def test_table_notify_wakes_only_pulls_below_the_new_end() -> None:
     assert table.parked_count() == 0
 
 
+def test_table_counts_in_all_by_topic_and_by_queue() -> None:
+    table = PullHoldTable()
+    for topic, queue_id in (("t", 0), ("t", 0), ("t", 1), ("%RETRY%g", 0)):
+        table.park(topic, queue_id, 0)
+    assert table.parked_count() == 4
+    assert table.parked_count("t") == 3
+    assert table.parked_count("t", 0) == 2
+    assert table.parked_count("%RETRY%g") == 1
+    assert table.parked_count("none") == 0
+
+
 # --------------------------------------------------------------------------- end to end
 
 
