@@ -21,6 +21,7 @@ from client.allocate import (
 )
 from client.blocking import Producer, PullConsumer, PushConsumer, TransactionProducer
 from client.compression import decompress_if_needed, maybe_compress
+from client.config import ClientConfig
 from client.consume_service import ConsumeResult
 from client.errors import (
     ClientClosedError,
@@ -60,6 +61,7 @@ __all__ = [
     "AllocateMessageQueueConsistentHash",
     "AllocateMessageQueueStrategy",
     "ClientClosedError",
+    "ClientConfig",
     "ConsumeFrom",
     "ConsumeFromWhere",
     "ConsumeResult",

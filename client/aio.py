@@ -22,6 +22,7 @@ from client.allocate import (
     AllocateMessageQueueStrategy,
     MachineRoomResolver,
 )
+from client.config import ClientConfig
 from client.consume_service import ConsumeResult
 from client.instance import ClientInstance
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
@@ -39,6 +40,7 @@ __all__ = [
     "AllocateMessageQueueByMachineRoom",
     "AllocateMessageQueueConsistentHash",
     "AllocateMessageQueueStrategy",
+    "ClientConfig",
     "ClientInstance",
     "ConsumeFrom",
     "ConsumeFromWhere",

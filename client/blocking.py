@@ -5,6 +5,11 @@ loop and one :class:`~client.instance.ClientInstance` per name-server list in th
 blocking producer and consumer of that list shares it (RocketMQ's one ``MQClientInstance`` per
 process). The thread starts with the first user and stops when the last one closes.
 
+To tune the instance (heartbeat and route intervals, timeouts, client IP, instance name), pass
+``client_config=ClientConfig.create(namesrv, heartbeat_broker_interval_s=5)`` instead of
+``namesrv``: the producers and consumers given the same (equal) config share one instance, with
+its own thread and client id.
+
 Every blocking call takes a ``timeout`` (seconds) and raises
 :class:`~client.errors.RequestTimeoutError` when it runs out; Ctrl+C interrupts a waiting call
 (the work in the loop is cancelled); ``close()`` always returns.
@@ -57,25 +62,27 @@ SLACK_S = 1.0
 
 @dataclass(eq=False)
 class _Shared:
-    key: tuple[str, ...]
+    key: tuple[str, ...] | ClientConfig
     loop: LoopThread
     instance: ClientInstance
     users: int = 0
 
 
-_shared: dict[tuple[str, ...], _Shared] = {}
+_shared: dict[tuple[str, ...] | ClientConfig, _Shared] = {}
 _shared_lock = threading.Lock()
 
 
-def _acquire(namesrv: str | Sequence[str] | None) -> _Shared:
-    """The process's loop thread and client instance for this name-server list (+1 user)."""
-    key = parse_namesrv(namesrv)
+def _acquire(namesrv: str | Sequence[str] | None, config: ClientConfig | None) -> _Shared:
+    """The process's loop thread and client instance for this name-server list, or for this
+    client config (+1 user)."""
+    key: tuple[str, ...] | ClientConfig = config or parse_namesrv(namesrv)
     with _shared_lock:
         shared = _shared.get(key)
         if shared is None or not shared.loop.running:
-            loop = LoopThread(f"minimq-client[{';'.join(key)}]")
+            config = config or ClientConfig.create(namesrv)
+            loop = LoopThread(f"minimq-client[{';'.join(config.namesrv_addrs)}]")
             loop.start()
-            instance = ClientInstance(ClientConfig.create(key))
+            instance = ClientInstance(config)
             try:
                 loop.start_service(instance.run, timeout=CLOSE_TIMEOUT_S)
             except BaseException:
@@ -112,8 +119,17 @@ class _BlockingBase:
 
     _what = "client"
 
-    def __init__(self, namesrv: str | Sequence[str] | None) -> None:
+    def __init__(
+        self, namesrv: str | Sequence[str] | None, client_config: ClientConfig | None = None
+    ) -> None:
+        if (
+            client_config is not None
+            and namesrv
+            and parse_namesrv(namesrv) != client_config.namesrv_addrs
+        ):
+            raise ValueError("namesrv differs from client_config.namesrv_addrs: pass one")
         self._namesrv = namesrv
+        self._client_config = client_config
         self._shared: _Shared | None = None
         self._closed = False
 
@@ -152,7 +168,7 @@ class _BlockingBase:
     def _start(self, open_fn: Callable[[_Shared], None]) -> None:
         if self._shared is not None or self._closed:
             raise RuntimeError(f"{self._what} can be started only once")
-        shared = _acquire(self._namesrv)
+        shared = _acquire(self._namesrv, self._client_config)
         try:
             open_fn(shared)
         except BaseException:
@@ -178,16 +194,19 @@ class Producer(_BlockingBase):
     """Blocking producer: ``with Producer(group="pg", namesrv="127.0.0.1:9876") as p:``.
 
     Options are those of :class:`client.aio.Producer`; ``send_timeout`` (3 s) is also the
-    default timeout of each blocking send.
+    default timeout of each blocking send. ``client_config`` tunes the shared client instance
+    (see the module docstring).
     """
 
     def __init__(
         self,
         group: str = DEFAULT_PRODUCER_GROUP,
         namesrv: str | Sequence[str] | None = None,
+        *,
+        client_config: ClientConfig | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(namesrv)
+        super().__init__(namesrv, client_config)
         self._what = f"producer {group}"
         self.group = group
         self._options = options
@@ -285,9 +304,10 @@ class TransactionProducer(Producer):
         namesrv: str | Sequence[str] | None = None,
         *,
         checker: aio_tx.TransactionChecker,
+        client_config: ClientConfig | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(group, namesrv, **options)
+        super().__init__(group, namesrv, client_config=client_config, **options)
         self.checker = checker
 
     def start(self) -> Self:
@@ -376,16 +396,18 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
         factory: Callable[..., C],
         group: str,
         namesrv: str | Sequence[str] | None,
+        client_config: ClientConfig | None,
         options: dict[str, Any],
     ) -> None:
-        super().__init__(namesrv)
+        super().__init__(namesrv, client_config)
         self._what = f"{self._kind} {group}"
         self.group = group
         self._factory = factory
         self._options = options
         self._async: C | None = None
         self._scope: trio.CancelScope | None = None
-        self.request_timeout = 3.0 + SLACK_S
+        timeout = client_config.request_timeout_s if client_config is not None else 3.0
+        self.request_timeout = timeout + SLACK_S
 
     def start(self) -> Self:
         """Join the shared client instance and start the consumer; returns self."""
@@ -417,15 +439,21 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
 class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
     """Blocking pull consumer: ``with PullConsumer(group="cg", namesrv=...) as c:``.
 
-    Options are those of :class:`client.aio.PullConsumer`.
+    Options are those of :class:`client.aio.PullConsumer`; ``client_config`` tunes the shared
+    client instance (see the module docstring).
     """
 
     _kind = "pull consumer"
 
     def __init__(
-        self, group: str, namesrv: str | Sequence[str] | None = None, **options: Any
+        self,
+        group: str,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        client_config: ClientConfig | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(aio_consumer.PullConsumer, group, namesrv, options)
+        super().__init__(aio_consumer.PullConsumer, group, namesrv, client_config, options)
 
     def _t(self, timeout: float | None) -> float:
         return self.request_timeout if timeout is None else timeout
@@ -492,15 +520,21 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
 
     Handlers are plain functions ``handler(msgs) -> ConsumeResult``; they run in a pool of
     ``consume_thread_max`` worker threads (orderly: one queue at a time each). Options are
-    those of :class:`client.aio.PushConsumer`.
+    those of :class:`client.aio.PushConsumer`; ``client_config`` tunes the shared client
+    instance (see the module docstring).
     """
 
     _kind = "push consumer"
 
     def __init__(
-        self, group: str, namesrv: str | Sequence[str] | None = None, **options: Any
+        self,
+        group: str,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        client_config: ClientConfig | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(aio_push.PushConsumer, group, namesrv, options)
+        super().__init__(aio_push.PushConsumer, group, namesrv, client_config, options)
 
     def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
         """Consume ``topic``'s messages matching ``expression`` with ``handler``."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from client import (
+    ClientConfig,
     ConsumeFromWhere,
     Message,
     MessageInvalidError,
@@ -52,6 +53,26 @@ def test_producer_and_consumer_share_one_loop_thread(silent_namesrv: str) -> Non
         assert blocking._shared[(silent_namesrv,)].users == 2
     assert _loop_threads() == []
     assert blocking._shared == {}
+
+
+def test_a_client_config_gets_an_instance_of_its_own(silent_namesrv: str) -> None:
+    config = ClientConfig.create(silent_namesrv, heartbeat_broker_interval_s=0.5)
+    with (
+        Producer("pg", silent_namesrv),
+        Producer("pg2", client_config=config),
+        PullConsumer("cg", client_config=config),
+    ):
+        assert len(_loop_threads()) == 2
+        tuned = blocking._shared[config]
+        assert tuned.users == 2
+        assert tuned.instance.config.heartbeat_broker_interval_s == 0.5
+        plain = blocking._shared[(silent_namesrv,)]
+        assert plain.instance.config.heartbeat_broker_interval_s == 30.0
+        assert plain.instance.client_id != tuned.instance.client_id
+    assert _loop_threads() == []
+    assert blocking._shared == {}
+    with pytest.raises(ValueError, match="namesrv differs"):
+        Producer("pg", "127.0.0.1:1", client_config=config)
 
 
 def test_poll_returns_empty_after_its_timeout_and_close_returns(silent_namesrv: str) -> None:

@@ -125,6 +125,18 @@ class Group:
             await member.proc.wait()
             await member.eof.wait()
 
+    def pause(self, member: Member) -> None:
+        """SIGSTOP: frozen, it says nothing to anyone (no longer counted live)."""
+        self.live.remove(member)
+        self.changed_at = time.monotonic()
+        member.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self, member: Member) -> None:
+        """SIGCONT: it carries on where it stopped (counted live again)."""
+        self.live.append(member)
+        self.changed_at = time.monotonic()
+        member.proc.send_signal(signal.SIGCONT)
+
     def converged(self, queues: list[MessageQueue]) -> bool:
         """True when every live member reports exactly its share of ``queues`` under the
         default strategy for the live client ids (so each queue has exactly one owner)."""

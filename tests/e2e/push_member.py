@@ -2,7 +2,7 @@
 
 ``python -m tests.e2e.push_member --namesrv H:P --group G --topic T [--orderly]
 [--broadcasting --instance-name N --offset-dir D] [--fail-first K] [--handler-ms MS]
-[--persist-interval S]``
+[--persist-interval S] [--heartbeat-interval S]``
 
 It consumes ``T`` with the blocking :class:`client.PushConsumer` (from the first offset) and
 writes one JSON object per line to stdout, flushed at once, so a test reading the pipe sees
@@ -33,7 +33,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from client import ConsumeFrom, ConsumeResult, MessageModel, PushConsumer, ReceivedMessage
+from client import (
+    ClientConfig,
+    ConsumeFrom,
+    ConsumeResult,
+    MessageModel,
+    PushConsumer,
+    ReceivedMessage,
+)
 
 POLL_S = 0.05
 """How often the main thread looks at the assignment."""
@@ -102,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fail-first", type=int, default=0)
     parser.add_argument("--handler-ms", type=float, default=0.0)
     parser.add_argument("--persist-interval", type=float, default=5.0)
+    parser.add_argument("--heartbeat-interval", type=float, default=30.0)
     return parser.parse_args(argv)
 
 
@@ -112,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     model = MessageModel.BROADCASTING if args.broadcasting else MessageModel.CLUSTERING
     handler = Handler(args.fail_first, args.handler_ms / 1000)
+    config = ClientConfig.create(args.namesrv, heartbeat_broker_interval_s=args.heartbeat_interval)
     with PushConsumer(
         args.group,
-        args.namesrv,
+        client_config=config,
         consume_from=ConsumeFrom.FIRST_OFFSET,
         message_model=model,
         orderly=args.orderly,
