@@ -28,7 +28,10 @@ Rules:
 - The store's arrival listener (:meth:`ScheduleMessageService.notify`) wakes a level's task when
   its queue grows; with no wakeup a task re-reads every :data:`IDLE_RECHECK_S`.
 - "now" comes from the injected ``clock_ms``; the store stamps ``store_timestamp`` with its own
-  clock, so both must be the same wall clock in production.
+  clock, so both must be the same wall clock in production. A message due later than now plus
+  its level's delay can only have been stored before the clock was stepped back: it is due at
+  once (RocketMQ's ``correctDeliverTimestamp``), so a backward step never holds deliveries
+  back by the size of the step.
 - ``GET_ALL_DELAY_OFFSET`` (45) answers the ``delayOffset.json`` document as a msgpack body.
 """
 
@@ -95,6 +98,13 @@ def transform_delay_message(msg: MessageRecord, max_level: int) -> bool:
     msg.topic = SCHEDULE_TOPIC
     msg.queue_id = level - 1
     return True
+
+
+def corrected_due_ms(store_timestamp: int, delay_ms: int, now_ms: int) -> int:
+    """When a message stored at ``store_timestamp`` on a level of ``delay_ms`` is due: then
+    plus the delay, or now if that is more than the delay away (the clock went back since)."""
+    due = store_timestamp + delay_ms
+    return now_ms if due > now_ms + delay_ms else due
 
 
 def delivery_record(rec: MessageRecord) -> MessageRecord | None:
@@ -225,8 +235,8 @@ class ScheduleMessageService:
                 log.exception("schedule level %d offset %d unreadable; skipped", level, offset)
                 self._advance(level, queue_offset + 1)
                 continue
-            due = rec.store_timestamp + delay
             now = self.clock_ms()
+            due = corrected_due_ms(rec.store_timestamp, delay, now)
             if due > now:
                 self.next_due_ms[level] = due
                 self.last_check_ms[level] = now

@@ -17,6 +17,7 @@ from broker.processors.send import encode_batch_body
 from broker.schedule import (
     DELAY_OFFSET_FILE,
     ScheduleMessageService,
+    corrected_due_ms,
     delivery_record,
     transform_delay_message,
 )
@@ -147,6 +148,40 @@ async def test_service_delivers_by_its_injected_clock(
     (tmp_path / "cfg" / DELAY_OFFSET_FILE).write_text('{"offsetTable": {"1": -1}}')
     with pytest.raises(ValueError, match="bad entry"):
         ScheduleMessageService(store, services, (1000,), tmp_path / "cfg")
+
+
+def test_a_due_time_beyond_one_delay_means_the_clock_went_back() -> None:
+    assert corrected_due_ms(10_000, 5000, 12_000) == 15_000  # waiting as usual
+    assert corrected_due_ms(10_000, 5000, 10_000) == 15_000  # just stored
+    assert corrected_due_ms(10_000, 5000, 20_000) == 15_000  # overdue: due when it was
+    assert corrected_due_ms(10_000, 5000, 9_999) == 9_999  # stored "in the future": now
+
+
+async def test_a_clock_stepped_back_does_not_hold_deliveries_back(
+    store: MessageStore, manual_clock: ManualClock, tmp_path: Path
+) -> None:
+    # the reliability plan's R9: messages stored, then the clock steps back a minute; they are
+    # delivered at once, not a minute (plus their level's delay) later
+    services = StoreServices(store)
+    service = ScheduleMessageService(
+        store, services, (1000, 5000), tmp_path / "cfg", clock_ms=manual_clock
+    )
+    store.arrival_listener = service.notify
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            await nursery.start(service.run)
+            t0 = manual_clock.now
+            for body, level in ((b"a", 1), (b"b", 2)):
+                msg = MessageRecord("T", body, queue_id=0, properties={"DELAY": str(level)})
+                assert service.transform(msg)
+                assert (await services.put_message(msg)).status.ok
+            await wait_until(lambda: service.next_due_ms.get(2) == t0 + 5000, "b waits")
+            manual_clock.now = t0 - 60_000
+            service.wakeup()
+            await wait_until(lambda: service.offsets == {1: 1, 2: 1}, "both delivered")
+            assert len(store.get_messages("T", 0, 0, 10).records) == 2
+            nursery.cancel_scope.cancel()
 
 
 # ---------------------------------------------------------------------- through the broker
