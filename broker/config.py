@@ -27,6 +27,7 @@ from common.properties import convert_value, format_value, load_properties
 from common.route import PermName
 from remoting.busy_poll import ENV_VAR as BUSY_POLL_ENV
 from remoting.busy_poll import default_window_us
+from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
 from store.config import StoreConfig
 
 _NO_STORE_KEY = frozenset({"store_host"})
@@ -136,6 +137,16 @@ class BrokerConfig:
     server_max_connections: int = field(default=0, metadata=_meta("serverMaxConnections", int))
     """Client connections served at once; more are closed as they come (0: half the
     process's file-descriptor limit, leaving the rest for the store's files)."""
+    server_max_pending_requests: int = field(
+        default=DEFAULT_MAX_PENDING, metadata=_meta("serverMaxPendingRequests", int)
+    )
+    """Requests waiting for their answer (long polls, SYNC_FLUSH sends) over every connection;
+    more are answered SYSTEM_BUSY."""
+    server_max_pending_requests_per_connection: int = field(
+        default=DEFAULT_MAX_PENDING_PER_CONNECTION,
+        metadata=_meta("serverMaxPendingRequestsPerConnection", int),
+    )
+    """The same, on one connection."""
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
 
@@ -155,6 +166,10 @@ class BrokerConfig:
             raise ValueError(f"busyPollMicros must be >= 0, got {self.busy_poll_us}")
         if self.server_max_connections < 0:
             raise ValueError("serverMaxConnections must be >= 0 (0: the default)")
+        if self.server_max_pending_requests <= 0:
+            raise ValueError("serverMaxPendingRequests must be > 0")
+        if self.server_max_pending_requests_per_connection <= 0:
+            raise ValueError("serverMaxPendingRequestsPerConnection must be > 0")
         if self.default_topic_queue_nums <= 0:
             raise ValueError("defaultTopicQueueNums must be > 0")
         for key, value in (

@@ -251,6 +251,8 @@ class BrokerController:
             on_close=self.clients.channel_closed,
             busy_poll_s=self.config.busy_poll_us / 1e6,
             max_connections=self.config.server_max_connections or None,
+            max_pending=self.config.server_max_pending_requests,
+            max_pending_per_connection=self.config.server_max_pending_requests_per_connection,
         )
         self.busy_poll = server.busy_poll
         previous_listener = self.store.arrival_listener

@@ -26,6 +26,10 @@ brokerName, as RocketMQ 5's native metrics do):
 - ``minimq_commitlog_flushes_total`` and ``minimq_commitlog_flush_seconds_total`` (commitlog
   flushes that made something durable, and their time): with ``SYNC_FLUSH``, messages in over
   flushes is how many puts each group commit served;
+- ``minimq_requests_pending`` (requests waiting for their answer: parked pulls, ``SYNC_FLUSH``
+  sends), ``minimq_requests_rejected_busy_total`` (answered ``SYSTEM_BUSY`` past
+  ``serverMaxPendingRequests[PerConnection]``) and ``minimq_connections_refused_total``
+  (closed at once past ``serverMaxConnections``);
 - ``rocketmq_producer_connections`` (producer clients, all groups),
   ``rocketmq_consumer_connections{consumer_group}``, ``rocketmq_topic_number``,
   ``rocketmq_consumer_group_number`` (subscription group configs), and
@@ -68,6 +72,7 @@ from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.reply import Reply, then
+from remoting.server import RemotingServer
 from store import MessageStore
 from store.services import StoreServices
 
@@ -99,6 +104,7 @@ class MetricsSource(Protocol):
     clients: ClientService
     busy_poll: BusyPoll | None
     services: StoreServices | None
+    server: RemotingServer | None
 
     @property
     def broker_addr(self) -> str:
@@ -225,7 +231,35 @@ class BrokerMetrics(Collector):
         yield from self._gauges(names, values)
         yield from self._busy_poll(names, values)
         yield from self._flushes(names, values)
+        yield from self._flow_control(names, values)
         yield self._lag(names, values)
+
+    def _flow_control(self, names: list[str], values: list[str]) -> Iterator[Metric]:
+        server = self.source.server
+        if server is None:  # not serving yet
+            return
+        limit = server.pending_limit
+        gauge = GaugeMetricFamily(
+            "minimq_requests_pending",
+            "Requests waiting for their answer (parked pulls, SYNC_FLUSH sends).",
+            labels=names,
+        )
+        gauge.add_metric(values, limit.pending)
+        yield gauge
+        yield from _plain_counters(
+            names,
+            values,
+            (
+                "minimq_requests_rejected_busy",
+                "Requests answered SYSTEM_BUSY: too many were waiting for their answer.",
+                limit.rejected,
+            ),
+            (
+                "minimq_connections_refused",
+                "Connections closed at once: serverMaxConnections were open.",
+                server.refused,
+            ),
+        )
 
     def _busy_poll(self, names: list[str], values: list[str]) -> Iterator[Metric]:
         poll = self.source.busy_poll

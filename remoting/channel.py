@@ -18,6 +18,9 @@ Rules:
   and nothing in flight; a watchdog task checks every quarter of it). Then it cancels the request
   tasks, fails every pending call with :class:`RemotingSendRequestError` and closes the
   connection. It never raises anything but ``Cancelled``.
+- With a :class:`~remoting.flow_control.PendingLimit` (servers), a request arriving while this
+  connection or the whole server holds as many requests waiting for their answer as the limit
+  allows is answered ``SYSTEM_BUSY`` without calling its handler (a oneway one is dropped).
 - Busy polling (:mod:`remoting.busy_poll`): with ``poll_every_frame`` (servers) every frame
   sent or received touches the channel's :class:`~remoting.busy_poll.BusyPoll`, so the process
   keeps polling for the next request a moment instead of sleeping; without it (clients) only
@@ -57,6 +60,7 @@ from remoting.errors import (
     RemotingSendRequestError,
     RemotingTimeoutError,
 )
+from remoting.flow_control import BUSY_REMARK, PendingLimit
 from remoting.headers import failure_response
 from remoting.reply import Reply
 
@@ -96,10 +100,13 @@ class Channel:
         idle_timeout_s: float = math.inf,
         busy_poll: BusyPoll | None = None,
         poll_every_frame: bool = True,
+        pending_limit: PendingLimit | None = None,
     ) -> None:
         self.connection = connection
         self.idle_timeout_s = idle_timeout_s
         self._handlers = handlers
+        self._limit = pending_limit
+        self._awaited = 0  # requests whose handler is still working on the answer
         self._pending: dict[int, _Call] = {}
         self._expiry: trio.CancelScope | None = None  # the sleep of _expire_calls
         self._last_opaque = 0
@@ -273,9 +280,16 @@ class Channel:
 
     async def _on_request(self, request: RemotingCommand, nursery: trio.Nursery) -> None:
         """Answer ``request`` inline if its handler's reply is ready, else in a new task."""
+        limit = self._limit
+        if limit is not None and not limit.admits(self._awaited):
+            await self._reject_busy(request, limit)
+            return
         self._in_flight += 1
         reply = self._call_handler(request)
         if reply is not None and not isinstance(reply, RemotingCommand):
+            self._awaited += 1
+            if limit is not None:
+                limit.pending += 1
             nursery.start_soon(self._respond_later, request, reply)
             return
         try:
@@ -299,6 +313,23 @@ class Channel:
             await self._respond(request, response)
         finally:
             self._in_flight -= 1
+            self._awaited -= 1
+            if self._limit is not None:
+                self._limit.pending -= 1
+
+    async def _reject_busy(self, request: RemotingCommand, limit: PendingLimit) -> None:
+        """Answer SYSTEM_BUSY (see the module rules)."""
+        if limit.reject():
+            log.warning(
+                "%s: %d requests waiting on this connection, %d in all: answering SYSTEM_BUSY "
+                "(%d so far)",
+                self.remote_addr,
+                self._awaited,
+                limit.pending,
+                limit.rejected,
+            )
+        busy = RemotingCommand.response_to(request, ResponseCode.SYSTEM_BUSY, remark=BUSY_REMARK)
+        await self._respond(request, busy)
 
     def _complete(self, response: RemotingCommand) -> None:
         """Hand a response to the call waiting for its opaque, or drop it."""

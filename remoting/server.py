@@ -25,6 +25,9 @@ Rules:
   file-descriptor limit, so that clients can never take the descriptors the store needs for
   its files); one more is closed as soon as it is accepted, with a warning at most every
   :data:`OVER_CAP_LOG_INTERVAL_S`.
+- At most ``max_pending`` requests wait for their answer at once (long polls, ``SYNC_FLUSH``
+  sends), at most ``max_pending_per_connection`` of them on one connection; a request past
+  either is answered ``SYSTEM_BUSY`` at once (:mod:`remoting.flow_control`).
 - Cancelling :meth:`RemotingServer.run` stops accepting, cancels every request and closes every
   connection (each close is shielded and bounded).
 """
@@ -42,6 +45,11 @@ import trio
 from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, ConnectionContext, Handler
 from remoting.connection import Connection
+from remoting.flow_control import (
+    DEFAULT_MAX_PENDING,
+    DEFAULT_MAX_PENDING_PER_CONNECTION,
+    PendingLimit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +79,12 @@ class RemotingServer:
         on_close: Callable[[Channel], None] | None = None,
         busy_poll_s: float = 0.0,
         max_connections: int | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        max_pending_per_connection: int = DEFAULT_MAX_PENDING_PER_CONNECTION,
     ) -> None:
         self.handlers = handlers
+        self.pending_limit = PendingLimit(max_pending, max_pending_per_connection)
+        """Requests waiting for their answer, and how many may (see the module rules)."""
         self.max_connections = (
             max_connections if max_connections is not None else default_max_connections()
         )
@@ -113,6 +125,7 @@ class RemotingServer:
             self.handlers,
             idle_timeout_s=self.idle_timeout_s,
             busy_poll=self.busy_poll,
+            pending_limit=self.pending_limit,
         )
         self._channels.add(channel)
         log.debug("accepted connection from %s", channel.remote_addr)

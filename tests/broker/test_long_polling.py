@@ -18,8 +18,9 @@ from common.route import TopicConfig
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.connection import Connection
 from remoting.errors import RemotingError
-from tests.broker.inprocess import broker_and_client, req, send_req, wait_until
+from tests.broker.inprocess import broker_and_client, req, running_broker, send_req, wait_until
 
 TOPIC = "TopicLongPoll"
 SUSPEND_LONG = "60000"
@@ -164,6 +165,44 @@ async def test_closing_the_connection_drops_the_parked_pull(tmp_path: Path) -> N
                     await other.close_connection(addr)
                     await wait_until(lambda: broker.holds.parked_count() == 0, "dropped")
             assert len(failures) == 1
+
+
+async def test_pulls_pipelined_past_the_connection_limit_are_answered_busy(
+    tmp_path: Path,
+) -> None:
+    # the reliability plan's long-poll abuse: one connection cannot park pulls without bound
+    overrides = {"serverMaxPendingRequestsPerConnection": "50"}
+    with trio.fail_after(30):
+        async with (
+            running_broker(tmp_path, overrides=overrides) as (broker, addr),
+            RemotingClient() as client,
+        ):
+            create_topic(broker)
+            assert broker.server is not None
+            limit = broker.server.pending_limit
+            host, port = addr.rsplit(":", 1)
+            flood = Connection(await trio.open_tcp_stream(host, int(port)))
+            try:
+                for opaque in range(1, 61):
+                    cmd = pull_req()
+                    await flood.send(cmd.with_opaque(opaque, cmd.flag))
+                busy = [await flood.receive() for _ in range(10)]
+                assert {(r.code, r.opaque) for r in busy if r is not None} == {
+                    (ResponseCode.SYSTEM_BUSY, opaque) for opaque in range(51, 61)
+                }
+                await wait_until(lambda: broker.holds.parked_count() == 50, "50 parked")
+                assert limit.pending == 50
+                await send(client, addr, b"wakes them all")  # another client is served
+                answers = [await flood.receive() for _ in range(50)]
+                assert {r.code for r in answers if r is not None} == {ResponseCode.SUCCESS}
+                await wait_until(lambda: limit.pending == 0, "nothing pending")
+                cmd = pull_req(offset=1)
+                await flood.send(cmd.with_opaque(61, cmd.flag))  # room again: parked
+                await wait_until(lambda: broker.holds.parked_count() == 1, "parked again")
+            finally:
+                await flood.aclose()
+            await wait_until(lambda: limit.pending == 0, "freed by the close")
+            assert broker.holds.parked_count() == 0
 
 
 async def test_each_queue_wakes_only_its_own_pulls(tmp_path: Path) -> None:

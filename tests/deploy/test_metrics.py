@@ -109,6 +109,12 @@ async def test_metrics_after_produce_and_consume(tmp_path: Path) -> None:
                 await consumer.commit()
                 found = await scrape(port)
                 assert value(found, "rocketmq_consumer_lag_messages", topic=TOPIC) == 0
+                # caught up: its pulls wait at the broker, and are counted as pending
+                await wait_until(lambda: broker.holds.parked_count(TOPIC) > 0, "a parked pull")
+                found = await scrape(port)
+                assert value(found, "minimq_requests_pending") >= 1
+                assert value(found, "minimq_requests_rejected_busy_total") == 0
+                assert value(found, "minimq_connections_refused_total") == 0
         # a closed producer/consumer is gone from the connection gauges
         await wait_until(lambda: not broker.clients.manager.consumers, "the consumer to unregister")
         found = await scrape(port)
