@@ -1,0 +1,106 @@
+"""A broker process whose disk fills up (the reliability plan's R6, variant B), with real
+``mqnamesrv`` and ``mqbroker`` processes and the trio-native client.
+
+The test lowers the running broker's ``RLIMIT_FSIZE`` below the size of a commitlog file, so
+allocating the next one fails with EFBIG exactly where a full disk fails with ENOSPC (CPython
+ignores SIGXFSZ, so the broker is told, not killed). Then:
+
+- sends are refused with a clear error (``SYSTEM_ERROR``, as RocketMQ answers
+  ``CREATE_MAPPED_FILE_FAILED``, naming the file that could not be created and why), never
+  acknowledged and never left hanging;
+- reads and offset commits go on, and every message acknowledged before is there;
+- once the limit is raised again the broker takes sends again, without a restart;
+- stopped with SIGTERM, its store passes the consistency check (the plan's R4 invariant).
+"""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.config import BrokerConfig
+from client.aio import ConsumeFromWhere, Producer, PullConsumer
+from client.errors import MQClientError
+from client.message import Message, ReceivedMessage, SendStatus
+from store import MessageStore
+from store.invariants import check_store
+from tests.broker.inprocess import SMALL_STORE
+from tests.e2e.cluster import create_topic, running_cluster
+
+TOPIC = "DiskFullTopic"
+GROUP = "cg_disk_full"
+FILE_SIZE = int(SMALL_STORE["mappedFileSizeCommitLog"])
+BODY = bytes(range(256)) * 11  # 2,816 bytes: not compressed, about 370 records a file
+MAX_SENDS = 3 * FILE_SIZE // len(BODY)
+
+
+def limit_file_size(pid: int, size: int) -> None:
+    """Set another process's soft RLIMIT_FSIZE (the hard limit stays, so it can be raised)."""
+    _, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, hard))
+
+
+async def read_all(namesrv: str, count: int) -> list[ReceivedMessage]:
+    """Every message of TOPIC from the first offset, committing as it goes."""
+    got: list[ReceivedMessage] = []
+    async with PullConsumer(
+        GROUP, namesrv, consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    ) as consumer:
+        consumer.assign(await consumer.fetch_queues(TOPIC))
+        with trio.fail_after(30):
+            while len(got) < count:
+                got += await consumer.poll()
+                await consumer.commit()
+    return got
+
+
+async def test_a_full_disk_refuses_sends_clearly_and_recovers_without_restart(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(120):
+        async with running_cluster(tmp_path, {"broker-a": {}}) as cluster:
+            broker = cluster.brokers["broker-a"]
+            await create_topic(broker.addr, TOPIC, 1)
+            acked: list[bytes] = []
+            async with Producer("pg_disk_full", cluster.namesrv_addr) as producer:
+                for i in range(50):
+                    body = b"%05d" % i + BODY
+                    assert (await producer.send(Message(TOPIC, body))).status is SendStatus.SEND_OK
+                    acked.append(body)
+                limit_file_size(broker.proc.pid, FILE_SIZE - 1)  # the disk is now "full"
+                refusal = None
+                for i in range(50, MAX_SENDS):  # until the log needs a new file
+                    body = b"%05d" % i + BODY
+                    try:
+                        await producer.send(Message(TOPIC, body))
+                    except MQClientError as exc:
+                        refusal = str(exc)
+                        break
+                    acked.append(body)
+                assert refusal is not None, "every send acknowledged past the end of the file"
+                assert "CODE: 1 " in refusal, refusal  # SYSTEM_ERROR
+                assert "EFBIG" in refusal, refusal
+                # refused again, at once (a smaller message could still fit in the file)
+                with (
+                    trio.fail_after(producer.send_timeout + 1),
+                    pytest.raises(MQClientError, match="EFBIG"),
+                ):
+                    await producer.send(Message(TOPIC, b"again" + BODY))
+                # reads and offset commits go on
+                got = await read_all(cluster.namesrv_addr, len(acked))
+                assert [m.body for m in got] == acked
+                # space is back: sends succeed again, no restart
+                limit_file_size(broker.proc.pid, resource.RLIM_INFINITY)
+                for i in range(3):
+                    body = b"after-%d" % i
+                    assert (await producer.send(Message(TOPIC, body))).status is SendStatus.SEND_OK
+                    acked.append(body)
+            assert await cluster.terminate(broker) == 0
+            assert broker.proc.returncode == 0
+        settings = {"storePathRootDir": str(broker.store), **SMALL_STORE}
+        with MessageStore(BrokerConfig.from_properties(settings).store_config()) as store:
+            assert check_store(store) == []
+            assert store.get_max_offset_in_queue(TOPIC, 0) == len(acked)  # nothing else stored
