@@ -7,7 +7,9 @@ it through the proxy, as it would through a NAT or a load balancer.
   other broker after one timeout; after the heal the broker takes sends again.
 - A blackhole of the responses only: requests arrive and are stored, their answers come back
   late; the client drops the late answers and goes on.
-- Resets and a blackhole under a push consumer: it reconnects and consumes everything.
+- Resets and a blackhole under a push consumer: it reconnects and consumes everything; a
+  blackhole longer than its pulls' timeout: the stale answers that arrive after the heal are
+  dropped, and every message is consumed once.
 
 Every run is reconciled as in the plan's checker: no acknowledged message is lost, nothing is
 stored that was not sent, and nothing is stored twice (the producer never resends a timed-out
@@ -29,7 +31,15 @@ import pytest
 import trio
 
 from broker.controller import BrokerController
-from client.aio import ConsumeFrom, ConsumeFromWhere, Producer, PullConsumer, PushConsumer
+from client.aio import (
+    ClientConfig,
+    ClientInstance,
+    ConsumeFrom,
+    ConsumeFromWhere,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+)
 from client.consume_service import ConsumeResult
 from client.errors import MQClientError
 from client.message import Message, MessageQueue, ReceivedMessage, SendStatus
@@ -289,3 +299,45 @@ async def test_a_push_consumer_rides_out_resets_and_a_blackhole(tmp_path: Path) 
             assert set(got) == set(history.attempted)  # lost_delivery = 0, unexpected = 0
             assert len(got) - len(set(got)) <= 2 * 8 * QUEUES  # redelivered: in-flight pulls only
             await wait_until(lambda: holds.parked_count(TOPIC) == 0, "no pull left parked")
+
+
+async def test_a_blackhole_longer_than_the_pull_timeout(tmp_path: Path) -> None:
+    """Pulls time out while the link is silent and are sent again on the same connection, so
+    after the heal the broker answers a pile of stale pulls too; the consumer takes only the
+    answer it waits for and consumes every message once."""
+    with trio.fail_after(90):
+        async with brokers(tmp_path, {"broker-a": True}) as cluster:
+            namesrv, a = str(cluster["namesrv"]), cluster["broker-a"]
+            proxy, holds = a.proxy, a.controller.holds
+            assert proxy is not None
+            got: list[bytes] = []
+
+            def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+                got.extend(m.body for m in msgs)
+                return ConsumeResult.SUCCESS
+
+            config = ClientConfig.create(namesrv, request_timeout_s=0.5)
+            async with (
+                ClientInstance(config) as instance,
+                PushConsumer(
+                    "cg",
+                    instance=instance,
+                    consume_from=ConsumeFrom.FIRST_OFFSET,
+                    suspend_timeout_ms=500,  # a pull times out after 1 s
+                ) as consumer,
+            ):
+                consumer.subscribe(TOPIC, "*", handle)
+                await wait_until(lambda: holds.parked_count(TOPIC) == QUEUES, "parked pulls")
+                proxy.blackhole()
+                before = proxy.connections
+                await trio.sleep(3)  # several pull timeouts and retries on each queue
+                assert proxy.connections == before  # the same connection all along
+                proxy.heal()
+                history = History()
+                async with Producer("pg", namesrv) as producer:
+                    for i in range(20):
+                        await history.send(producer, b"after-heal-%d" % i)
+                assert len(history.acked) == 20
+                await wait_until(lambda: set(got) >= set(history.acked), "all consumed")
+                await trio.sleep(1.5)  # room for a stale answer to be taken by mistake
+            assert sorted(got) == sorted(history.acked)  # each once
