@@ -53,6 +53,11 @@ class OffsetStore(Protocol):
         """Forget ``mq`` (after it was persisted and released)."""
         ...
 
+    async def overtaken(self, mq: MessageQueue) -> bool:
+        """True when the stored offset of ``mq`` is past the one recorded here: another member
+        consumed further while this one was stalled, so ours must not be written back."""
+        ...
+
 
 class RemoteOffsetStore:
     """Offsets on the brokers (clustering)."""
@@ -105,6 +110,21 @@ class RemoteOffsetStore:
         """Forget ``mq``."""
         self.table.pop(mq, None)
         self._persisted.pop(mq, None)
+
+    async def overtaken(self, mq: MessageQueue) -> bool:
+        """True when the broker's committed offset is past ours (asked of the broker; False
+        when it cannot be asked)."""
+        ours = self.table.get(mq)
+        if ours is None:
+            return False
+        try:
+            addr = await self.instance.find_broker_addr(mq)
+            resp = await self.instance.invoke(addr, api.query_offset_request(self.group, mq))
+            theirs = api.parse_query_offset(resp, addr)
+        except MQClientError as exc:
+            log.warning("cannot check the committed offset of %s for %s: %s", mq, self.group, exc)
+            return False
+        return theirs is not None and theirs > ours
 
 
 async def offset_from_where(
@@ -179,6 +199,11 @@ class LocalFileOffsetStore:
     def _write(self, doc: dict[str, dict[str, int]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.path, doc)
+
+    async def overtaken(self, mq: MessageQueue) -> bool:
+        """Never: each broadcasting member alone writes its offsets."""
+        del mq
+        return False
 
     def remove(self, mq: MessageQueue) -> None:
         """Broadcasting keeps every queue's offset; nothing to forget."""

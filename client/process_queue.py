@@ -137,7 +137,8 @@ class ProcessQueue:
         self.size_bytes = 0
 
     def is_pull_expired(self, now_ms: int, max_idle_ms: int = 120_000) -> bool:
-        """True when no pull completed for ``max_idle_ms`` (the queue is re-created)."""
+        """True when no pull pass began for ``max_idle_ms`` (the push consumer re-creates the
+        queue: see its "Stalls")."""
         return now_ms - self.last_pull_ms > max_idle_ms
 
     def is_lock_expired(self, now_ms: int, max_live_ms: int = 30_000) -> bool:

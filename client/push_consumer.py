@@ -17,8 +17,18 @@ and the group's client ids (asked of a broker) are sorted and given to the alloc
 (``AllocateMessageQueueAveragely`` by default; in ``BROADCASTING`` every member takes every
 queue). Queues no longer ours are dropped (pulling stops, the offset is persisted, an orderly
 lock is released); new queues start at the stored offset, or at ``consume_from`` when the group
-has none; a queue whose pulls stalled for 120 s is re-created. In ``CLUSTERING`` the group's
-retry topic ``%RETRY%<group>`` is subscribed automatically.
+has none. In ``CLUSTERING`` the group's retry topic ``%RETRY%<group>`` is subscribed
+automatically.
+
+Stalls: a queue whose pull loop did not run for ``pull_max_idle_ms`` (120 s, RocketMQ's
+``pullMaxIdleTime``), or whose pull was answered only after that long, belonged to a process
+that was frozen or starved (SIGSTOP, a VM pause, a blocked event loop). Past the broker's
+``channelExpiredTimeout`` (also 120 s) the broker dropped this member and the others took its
+queues. So such a queue stops pulling, takes no answer that came that late, and its offset is
+no longer persisted; the next rebalance (at once) re-creates it from the broker's committed
+offset, and its own offset is written back first only if no other member went past it. A
+RocketMQ consumer carries on from where it froze instead: it consumes again everything the
+others consumed meanwhile, and writes its older offset over theirs.
 
 Broadcasting offsets live in ``<offset_dir>/<ip>@<instance_name>/<group>/offsets.json``
 (``~/.minimq_offsets`` and ``DEFAULT`` by default), so a restarted member resumes.
@@ -92,6 +102,9 @@ class _Queue:
     next_offset: int
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     lock_changed: trio.Event = field(default_factory=trio.Event)
+    stalled: bool = False
+    """Its pulls stalled past ``pull_max_idle_ms``: pulling stopped, offset not persisted,
+    re-created by the next rebalance (see the module docstring)."""
 
 
 def _now_ms() -> int:
@@ -123,6 +136,7 @@ class PushConsumer:
         max_reconsume_times: int = 16,
         suspend_timeout_ms: int = 15_000,
         suspend_current_queue_ms: int = 1000,
+        pull_max_idle_ms: int = 120_000,
         persist_interval: float = 5.0,
         rebalance_interval: float = 20.0,
         offset_dir: Path | None = None,
@@ -154,12 +168,19 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.suspend_timeout_ms = suspend_timeout_ms
         self.suspend_current_queue_s = suspend_current_queue_ms / 1000
+        self.pull_max_idle_ms = pull_max_idle_ms
         self.persist_interval = persist_interval
         self.rebalance_interval = rebalance_interval
         self.offset_dir = offset_dir
         self.instance_name = instance_name
         self._own_instance = instance is None
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
+        longest_pull_ms = suspend_timeout_ms + self._instance.config.request_timeout_s * 1000
+        if pull_max_idle_ms <= longest_pull_ms:
+            raise ValueError(
+                f"pull_max_idle_ms ({pull_max_idle_ms}) must exceed the longest pull: "
+                f"suspend_timeout_ms + the request timeout ({longest_pull_ms:.0f} ms)"
+            )
         self._subs: dict[str, tuple[SubscriptionData, Handler | None]] = {}
         self._queues: dict[MessageQueue, _Queue] = {}
         self._rebalance_wakeup = trio.Event()
@@ -384,10 +405,24 @@ class PushConsumer:
             self.rebalanced.set()
             self.rebalanced = trio.Event()
 
+    def _is_stalled(self, q: _Queue, now_ms: int) -> bool:
+        """See the module docstring's "Stalls"."""
+        return q.stalled or q.slot.pq.is_pull_expired(now_ms, self.pull_max_idle_ms)
+
+    def _stall(self, q: _Queue, why: str) -> None:
+        q.stalled = True
+        log.warning(
+            "%s: %s %s (was this process frozen?); re-creating it from the broker's offset",
+            self.group,
+            q.slot.mq,
+            why,
+        )
+        self.rebalance_soon()
+
     async def _apply(self, wanted: set[MessageQueue]) -> None:
         now = _now_ms()
         for mq, q in list(self._queues.items()):
-            if mq not in wanted or q.slot.pq.is_pull_expired(now):
+            if mq not in wanted or self._is_stalled(q, now):
                 await self._remove_queue(mq)
         added = sorted(wanted - set(self._queues))
         if not added:
@@ -430,6 +465,7 @@ class PushConsumer:
         q = self._queues.pop(mq, None)
         if q is None:
             return
+        stalled = self._is_stalled(q, _now_ms())
         q.slot.pq.dropped = True
         q.scope.cancel()
         idle = True
@@ -438,7 +474,14 @@ class PushConsumer:
             with trio.move_on_after(DROP_WAIT_S):
                 async with q.slot.consuming:
                     idle = True
-        await self._offsets.persist([mq])
+        if stalled and await self._offsets.overtaken(mq):
+            log.warning(
+                "%s: another member consumed %s past this one meanwhile; keeping its offset",
+                self.group,
+                mq,
+            )
+        else:
+            await self._offsets.persist([mq])
         self._offsets.remove(mq)
         if idle and self.orderly:
             await self._unlock([mq])
@@ -469,7 +512,7 @@ class PushConsumer:
         return pq.locked and not pq.is_lock_expired(_now_ms())
 
     async def _pull_loop(self, q: _Queue) -> None:
-        while True:
+        while not q.stalled:
             try:
                 await self._pull_once(q)
             except MQClientError as exc:
@@ -497,6 +540,11 @@ class PushConsumer:
     async def _pull_once(self, q: _Queue) -> None:
         slot = q.slot
         pq = slot.pq
+        issued = _now_ms()
+        if pq.is_pull_expired(issued, self.pull_max_idle_ms):
+            self._stall(q, f"was not pulled for {issued - pq.last_pull_ms} ms")
+            return
+        pq.last_pull_ms = issued  # RocketMQ's lastPullTimestamp: each pass, even a paused one
         if self._over_limits(slot.mq, pq):
             await trio.sleep(FLOW_CONTROL_PAUSE_S)
             return
@@ -514,8 +562,11 @@ class PushConsumer:
         )
         timeout = self.suspend_timeout_ms / 1000 + self._instance.config.request_timeout_s
         resp = await self._instance.invoke(addr, cmd, timeout)
+        took = _now_ms() - issued
+        if took > self.pull_max_idle_ms:  # longer than any pull can: the answer may be stale
+            self._stall(q, f"was answered after {took} ms")
+            return
         result = api.parse_pull(resp, slot.mq, q.subscription, addr)
-        pq.last_pull_ms = _now_ms()
         if pq.dropped:
             return
         if result.status is api.PullStatus.OFFSET_ILLEGAL:
@@ -542,10 +593,14 @@ class PushConsumer:
         self._offsets.update(slot.mq, offset)
 
     async def persist_loop(self) -> None:
-        """Persist every assigned queue's offset every ``persist_interval``; never returns."""
+        """Persist every assigned queue's offset every ``persist_interval`` (not a stalled
+        queue's); never returns."""
         while True:
             await trio.sleep(self.persist_interval)
-            await self._offsets.persist(list(self._queues))
+            now = _now_ms()
+            await self._offsets.persist(
+                [mq for mq, q in self._queues.items() if not self._is_stalled(q, now)]
+            )
 
     async def _send_back(self, msg: ReceivedMessage, delay_level: int) -> bool:
         """CONSUMER_SEND_MSG_BACK to the message's broker; True when it was stored."""

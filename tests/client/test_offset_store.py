@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from client.config import ClientConfig
+from client.instance import ClientInstance
 from client.message import MessageQueue
-from client.offset_store import LocalFileOffsetStore
+from client.offset_store import LocalFileOffsetStore, RemoteOffsetStore
+from tests.client.inproc_cluster import TOPIC, cluster
 
 A = MessageQueue("T", "broker-a", 0)
 B = MessageQueue("T", "broker-b", 3)
@@ -33,3 +36,28 @@ async def test_a_corrupt_file_falls_back_to_the_backup(tmp_path: Path) -> None:
     store.path.write_text("{not json")
     again = LocalFileOffsetStore("c", "g", tmp_path)
     assert await again.read(A) == 1
+
+
+async def test_a_local_offset_is_overtaken_only_by_a_higher_committed_one(tmp_path: Path) -> None:
+    async with (
+        cluster(tmp_path, brokers=("broker-a",)) as c,
+        ClientInstance(ClientConfig.create(c.namesrv)) as instance,
+    ):
+        await instance.topic_route(TOPIC)
+        mq = MessageQueue(TOPIC, "broker-a", 0)
+        ours = RemoteOffsetStore(instance, "cg")
+        theirs = RemoteOffsetStore(instance, "cg")  # another member of the group
+        assert not await ours.overtaken(mq)  # nothing recorded here, nothing committed there
+        ours.update(mq, 5)
+        assert not await ours.overtaken(mq)  # nothing committed
+        theirs.update(mq, 10)
+        await theirs.persist([mq])
+        assert await ours.overtaken(mq)
+        assert ours.table[mq] == 5  # asking changes nothing here
+        ours.update(mq, 10)
+        assert not await ours.overtaken(mq)  # equal is not past
+        ours.update(mq, 12)
+        assert not await ours.overtaken(mq)
+    broadcasting = LocalFileOffsetStore("127.0.0.1@x", "cg", tmp_path / "offsets")
+    broadcasting.update(mq, 1)
+    assert not await broadcasting.overtaken(mq)

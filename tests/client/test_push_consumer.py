@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import trio
 
 from client.aio import ConsumeFrom, Producer, PullConsumer, PushConsumer
@@ -128,3 +129,10 @@ async def test_pull_consumers_in_group_mode_share_the_queues(tmp_path: Path) -> 
                     got += [m.body for m in a.poll_nowait() + b.poll_nowait()]
                     await trio.sleep(0.01)
             assert len(got) == len(sent)
+
+
+def test_pull_max_idle_must_outlast_the_longest_pull() -> None:
+    # a long poll may last suspend_timeout_ms plus the request timeout (3 s by default)
+    with pytest.raises(ValueError, match="pull_max_idle_ms"):
+        PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=18_000)
+    PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=18_001)

@@ -2,7 +2,7 @@
 
 ``python -m tests.e2e.push_member --namesrv H:P --group G --topic T [--orderly]
 [--broadcasting --instance-name N --offset-dir D] [--fail-first K] [--handler-ms MS]
-[--persist-interval S] [--heartbeat-interval S]``
+[--persist-interval S] [--heartbeat-interval S] [--suspend-ms MS] [--pull-max-idle-ms MS]``
 
 It consumes ``T`` with the blocking :class:`client.PushConsumer` (from the first offset) and
 writes one JSON object per line to stdout, flushed at once, so a test reading the pipe sees
@@ -110,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--handler-ms", type=float, default=0.0)
     parser.add_argument("--persist-interval", type=float, default=5.0)
     parser.add_argument("--heartbeat-interval", type=float, default=30.0)
+    parser.add_argument("--suspend-ms", type=int, default=15_000)
+    parser.add_argument("--pull-max-idle-ms", type=int, default=120_000)
     return parser.parse_args(argv)
 
 
@@ -130,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         instance_name=args.instance_name,
         offset_dir=args.offset_dir,
         persist_interval=args.persist_interval,
+        suspend_timeout_ms=args.suspend_ms,
+        pull_max_idle_ms=args.pull_max_idle_ms,
     ) as consumer:
         consumer.subscribe(args.topic, "*", handler)
         # the client id is what the brokers list as the group's member (allocation order)
