@@ -5,6 +5,8 @@ including delivery progress across a broker restart."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgpack
@@ -97,49 +99,57 @@ def test_delivery_record_restores_the_destination() -> None:
 # ---------------------------------------------------------------------- the service, own clock
 
 
-async def test_service_delivers_by_its_injected_clock(
-    store: MessageStore, manual_clock: ManualClock, tmp_path: Path
-) -> None:
+@asynccontextmanager
+async def running_schedule(
+    store: MessageStore, clock: ManualClock, cfg: Path
+) -> AsyncIterator[tuple[StoreServices, ScheduleMessageService]]:
+    """The store's services and a schedule service on levels 1 s and 5 s, driven by
+    ``clock``; the nursery is cancelled when the block ends."""
     services = StoreServices(store)
-    service = ScheduleMessageService(
-        store, services, (1000, 5000), tmp_path / "cfg", clock_ms=manual_clock
-    )
+    service = ScheduleMessageService(store, services, (1000, 5000), cfg, clock_ms=clock)
     store.arrival_listener = service.notify
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(services.run)
             await nursery.start(service.run)
-            t0 = manual_clock.now
-            for body, level in ((b"a", 2), (b"b", 1), (b"c", 1)):
-                msg = MessageRecord("T", body, queue_id=3, properties={"DELAY": str(level)})
-                assert service.transform(msg)
-                assert (await services.put_message(msg)).status.ok
-                if body != b"c":
-                    manual_clock.advance(500)  # a at t0, b at t0 + 500, c at t0 + 1000
-            await wait_until(lambda: service.next_due_ms.get(2) == t0 + 5000, "level 2 waits")
-            await wait_until(lambda: service.last_check_ms.get(1) == t0 + 1000, "c seen")
-            assert service.next_due_ms[1] == t0 + 1500
-            assert store.get_max_offset_in_queue("T", 3) == 0
-
-            manual_clock.now = t0 + 1500  # b is due, c (t0 + 2000) is not
-            service.wakeup()
-            await wait_until(lambda: service.next_due_ms.get(1) == t0 + 2000, "c waits")
-            assert service.offsets == {1: 1}
-            assert store.get_max_offset_in_queue("T", 3) == 1
-
-            manual_clock.now = t0 + 4999  # a (stored at t0, level 2 = 5 s) is not due yet
-            service.wakeup()
-            await wait_until(lambda: service.last_check_ms.get(2) == t0 + 4999, "a rechecked")
-            await wait_until(lambda: service.offsets.get(1) == 2, "c delivered")
-            assert store.get_max_offset_in_queue("T", 3) == 2
-            manual_clock.now = t0 + 5000
-            service.wakeup()
-            await wait_until(lambda: service.offsets.get(2) == 1, "a delivered")
-            got = store.get_messages("T", 3, 0, 10)
-            assert len(got.records) == 3
-            assert service.delivered == 3
-            assert service.dirty
+            yield services, service
             nursery.cancel_scope.cancel()
+
+
+async def test_service_delivers_by_its_injected_clock(
+    store: MessageStore, manual_clock: ManualClock, tmp_path: Path
+) -> None:
+    async with running_schedule(store, manual_clock, tmp_path / "cfg") as (services, service):
+        t0 = manual_clock.now
+        for body, level in ((b"a", 2), (b"b", 1), (b"c", 1)):
+            msg = MessageRecord("T", body, queue_id=3, properties={"DELAY": str(level)})
+            assert service.transform(msg)
+            assert (await services.put_message(msg)).status.ok
+            if body != b"c":
+                manual_clock.advance(500)  # a at t0, b at t0 + 500, c at t0 + 1000
+        await wait_until(lambda: service.next_due_ms.get(2) == t0 + 5000, "level 2 waits")
+        await wait_until(lambda: service.last_check_ms.get(1) == t0 + 1000, "c seen")
+        assert service.next_due_ms[1] == t0 + 1500
+        assert store.get_max_offset_in_queue("T", 3) == 0
+
+        manual_clock.now = t0 + 1500  # b is due, c (t0 + 2000) is not
+        service.wakeup()
+        await wait_until(lambda: service.next_due_ms.get(1) == t0 + 2000, "c waits")
+        assert service.offsets == {1: 1}
+        assert store.get_max_offset_in_queue("T", 3) == 1
+
+        manual_clock.now = t0 + 4999  # a (stored at t0, level 2 = 5 s) is not due yet
+        service.wakeup()
+        await wait_until(lambda: service.last_check_ms.get(2) == t0 + 4999, "a rechecked")
+        await wait_until(lambda: service.offsets.get(1) == 2, "c delivered")
+        assert store.get_max_offset_in_queue("T", 3) == 2
+        manual_clock.now = t0 + 5000
+        service.wakeup()
+        await wait_until(lambda: service.offsets.get(2) == 1, "a delivered")
+        got = store.get_messages("T", 3, 0, 10)
+        assert len(got.records) == 3
+        assert service.delivered == 3
+        assert service.dirty
     service.persist()
     doc = json.loads((tmp_path / "cfg" / DELAY_OFFSET_FILE).read_text())
     assert doc == {"offsetTable": {"1": 2, "2": 1}}
@@ -162,26 +172,17 @@ async def test_a_clock_stepped_back_does_not_hold_deliveries_back(
 ) -> None:
     # the reliability plan's R9: messages stored, then the clock steps back a minute; they are
     # delivered at once, not a minute (plus their level's delay) later
-    services = StoreServices(store)
-    service = ScheduleMessageService(
-        store, services, (1000, 5000), tmp_path / "cfg", clock_ms=manual_clock
-    )
-    store.arrival_listener = service.notify
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(services.run)
-            await nursery.start(service.run)
-            t0 = manual_clock.now
-            for body, level in ((b"a", 1), (b"b", 2)):
-                msg = MessageRecord("T", body, queue_id=0, properties={"DELAY": str(level)})
-                assert service.transform(msg)
-                assert (await services.put_message(msg)).status.ok
-            await wait_until(lambda: service.next_due_ms.get(2) == t0 + 5000, "b waits")
-            manual_clock.now = t0 - 60_000
-            service.wakeup()
-            await wait_until(lambda: service.offsets == {1: 1, 2: 1}, "both delivered")
-            assert len(store.get_messages("T", 0, 0, 10).records) == 2
-            nursery.cancel_scope.cancel()
+    async with running_schedule(store, manual_clock, tmp_path / "cfg") as (services, service):
+        t0 = manual_clock.now
+        for body, level in ((b"a", 1), (b"b", 2)):
+            msg = MessageRecord("T", body, queue_id=0, properties={"DELAY": str(level)})
+            assert service.transform(msg)
+            assert (await services.put_message(msg)).status.ok
+        await wait_until(lambda: service.next_due_ms.get(2) == t0 + 5000, "b waits")
+        manual_clock.now = t0 - 60_000
+        service.wakeup()
+        await wait_until(lambda: service.offsets == {1: 1, 2: 1}, "both delivered")
+        assert len(store.get_messages("T", 0, 0, 10).records) == 2
 
 
 # ---------------------------------------------------------------------- through the broker
