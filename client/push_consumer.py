@@ -175,11 +175,15 @@ class PushConsumer:
         self.instance_name = instance_name
         self._own_instance = instance is None
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
-        longest_pull_ms = suspend_timeout_ms + self._instance.config.request_timeout_s * 1000
-        if pull_max_idle_ms <= longest_pull_ms:
+        longest_pass_ms = (
+            suspend_timeout_ms
+            + (self._instance.config.request_timeout_s + PULL_RETRY_DELAY_S) * 1000
+        )
+        if pull_max_idle_ms < 2 * longest_pass_ms:
             raise ValueError(
-                f"pull_max_idle_ms ({pull_max_idle_ms}) must exceed the longest pull: "
-                f"suspend_timeout_ms + the request timeout ({longest_pull_ms:.0f} ms)"
+                f"pull_max_idle_ms ({pull_max_idle_ms}) must be at least twice the longest pull "
+                f"and retry: suspend_timeout_ms + the request timeout + {PULL_RETRY_DELAY_S} s "
+                f"({longest_pass_ms:.0f} ms)"
             )
         self._subs: dict[str, tuple[SubscriptionData, Handler | None]] = {}
         self._queues: dict[MessageQueue, _Queue] = {}
@@ -516,7 +520,12 @@ class PushConsumer:
             try:
                 await self._pull_once(q)
             except MQClientError as exc:
+                pq, now = q.slot.pq, _now_ms()
+                if pq.is_pull_expired(now, self.pull_max_idle_ms):  # it failed across a freeze
+                    self._stall(q, f"failed after {now - pq.last_pull_ms} ms")
+                    return
                 log.warning("pull from %s failed, retrying: %s", q.slot.mq, exc)
+                pq.last_pull_ms = now  # the pause below is not a stall
                 await trio.sleep(PULL_RETRY_DELAY_S)
 
     def _queue_limits(self, topic: str) -> tuple[int, int]:
@@ -562,10 +571,11 @@ class PushConsumer:
         )
         timeout = self.suspend_timeout_ms / 1000 + self._instance.config.request_timeout_s
         resp = await self._instance.invoke(addr, cmd, timeout)
-        took = _now_ms() - issued
-        if took > self.pull_max_idle_ms:  # longer than any pull can: the answer may be stale
-            self._stall(q, f"was answered after {took} ms")
+        answered = _now_ms()
+        if answered - issued > self.pull_max_idle_ms:  # longer than any pull can: maybe stale
+            self._stall(q, f"was answered after {answered - issued} ms")
             return
+        pq.last_pull_ms = answered
         result = api.parse_pull(resp, slot.mq, q.subscription, addr)
         if pq.dropped:
             return

@@ -131,8 +131,9 @@ async def test_pull_consumers_in_group_mode_share_the_queues(tmp_path: Path) -> 
             assert len(got) == len(sent)
 
 
-def test_pull_max_idle_must_outlast_the_longest_pull() -> None:
-    # a long poll may last suspend_timeout_ms plus the request timeout (3 s by default)
+def test_pull_max_idle_must_outlast_the_longest_pull_twice() -> None:
+    # a pass may last suspend_timeout_ms plus the request timeout (3 s by default) plus the
+    # 1 s pause after a failure: 19 s
     with pytest.raises(ValueError, match="pull_max_idle_ms"):
-        PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=18_000)
-    PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=18_001)
+        PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=37_999)
+    PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=38_000)

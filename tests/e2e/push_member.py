@@ -2,7 +2,8 @@
 
 ``python -m tests.e2e.push_member --namesrv H:P --group G --topic T [--orderly]
 [--broadcasting --instance-name N --offset-dir D] [--fail-first K] [--handler-ms MS]
-[--persist-interval S] [--heartbeat-interval S] [--suspend-ms MS] [--pull-max-idle-ms MS]``
+[--persist-interval S] [--heartbeat-interval S] [--suspend-ms MS]
+[--request-timeout S] [--pull-max-idle-ms MS]``
 
 It consumes ``T`` with the blocking :class:`client.PushConsumer` (from the first offset) and
 writes one JSON object per line to stdout, flushed at once, so a test reading the pipe sees
@@ -111,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--persist-interval", type=float, default=5.0)
     parser.add_argument("--heartbeat-interval", type=float, default=30.0)
     parser.add_argument("--suspend-ms", type=int, default=15_000)
+    parser.add_argument("--request-timeout", type=float, default=3.0)
     parser.add_argument("--pull-max-idle-ms", type=int, default=120_000)
     return parser.parse_args(argv)
 
@@ -122,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     model = MessageModel.BROADCASTING if args.broadcasting else MessageModel.CLUSTERING
     handler = Handler(args.fail_first, args.handler_ms / 1000)
-    config = ClientConfig.create(args.namesrv, heartbeat_broker_interval_s=args.heartbeat_interval)
+    config = ClientConfig.create(
+        args.namesrv,
+        heartbeat_broker_interval_s=args.heartbeat_interval,
+        request_timeout_s=args.request_timeout,
+    )
     with PushConsumer(
         args.group,
         client_config=config,

@@ -44,6 +44,8 @@ from tests.e2e.push_group import (
 
 PULL_BATCH = 32
 """The members' ``pull_batch_size`` (the default)."""
+FREEZE_S = 6.0
+"""How long the frozen member stays stopped at least: past its ``pull_max_idle_ms`` (5 s)."""
 
 
 def lost_queue(member: Member, queue: tuple[str, int], after: float) -> bool:
@@ -151,7 +153,7 @@ async def test_a_frozen_member_is_dropped_and_rejoins_without_loss(tmp_path: Pat
         await create_topic(cluster.brokers["broker-a"].addr, TOPIC, 8)
         queues = topic_queues({"broker-a": 8})
         options = ("--heartbeat-interval", "0.3", "--persist-interval", "0.5")
-        options += ("--suspend-ms", "1000", "--pull-max-idle-ms", "5000")
+        options += ("--suspend-ms", "500", "--request-timeout", "1", "--pull-max-idle-ms", "5000")
         with trio.fail_after(90):
             async with member_group(tmp_path, cluster.namesrv_addr) as group:
                 _, _, m3 = [await group.start(f"m{i}", *options) for i in (1, 2, 3)]
@@ -160,12 +162,14 @@ async def test_a_frozen_member_is_dropped_and_rejoins_without_loss(tmp_path: Pat
                     await wait_until(lambda: len(m3.msgs()) > 30, "m3 consuming")
                     frozen_with = {(q.broker_name, q.queue_id) for q in m3.assignment or ()}
                     group.pause(m3)
+                    frozen_at = trio.current_time()
                     # the broker's scan (every 10 s) drops m3 once silent for 2 s
                     times["dropped"] = await group.wait_converged(queues, "m3 frozen")
                     stopped_at = len(feeder.sent)
                     await wait_until(
                         lambda: len(feeder.sent) > stopped_at + 100, "sends while m3 is out"
                     )
+                    await trio.sleep_until(frozen_at + FREEZE_S)  # longer than pull_max_idle
                     group.resume(m3)
                     times["rejoined"] = await group.wait_converged(queues, "m3 back")
                     await wait_until(lambda: len(m3.msgs()) > 60, "m3 consuming again")
