@@ -210,6 +210,7 @@ class BrokerController:
             self.config,
             self.register_now,
             put_tps=lambda: services.put_rate,
+            flow=self._flow_figures,
             offsets=self.offsets,
             on_topic_deleted=self.metrics.forget_topic if self.metrics is not None else None,
         )
@@ -304,6 +305,20 @@ class BrokerController:
         if created:
             log.info("created retry topic %s", topic)
             await self.register_now()
+
+    def _flow_figures(self) -> dict[str, str]:
+        """Flow control, for GET_BROKER_RUNTIME_INFO (minimq's keys)."""
+        server = self.server
+        if server is None:
+            return {}
+        limit = server.pending_limit
+        return {
+            "pendingRequests": str(limit.pending),
+            "pendingRequestsLimit": f"{limit.total} ({limit.per_connection} a connection)",
+            "rejectedBusyRequests": str(limit.rejected),
+            "connections": f"{len(server.channels)} of {server.max_connections}",
+            "refusedConnections": str(server.refused),
+        }
 
     # ------------------------------------------------------------------ name servers
 

@@ -63,6 +63,7 @@ class AdminProcessor:
         reregister: Callable[[], Awaitable[None]],
         *,
         put_tps: Callable[[], float] | None = None,
+        flow: Callable[[], dict[str, str]] | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         offsets: ConsumerOffsetManager | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
@@ -74,6 +75,8 @@ class AdminProcessor:
         self.config = config
         self.reregister = reregister
         self.put_tps = put_tps
+        self.flow = flow
+        """minimq's flow-control figures for the runtime table (see the controller)."""
         self.clock_ms = clock_ms
         self.boot_ms = clock_ms()
 
@@ -160,6 +163,8 @@ class AdminProcessor:
             table["storeWriteRefusal"] = refusal
         if self.put_tps is not None:
             table["putTps"] = f"{self.put_tps():.2f}"
+        if self.flow is not None:
+            table.update(self.flow())
         return table
 
     async def get_broker_config(

@@ -152,8 +152,13 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
                 "commitLogDiskRatio",
                 "remainHowManyDataToFlush",
                 "putTps",
+                "pendingRequests",
+                "rejectedBusyRequests",
+                "refusedConnections",
             ):
                 assert isinstance(table[key], str), key
+            assert table["pendingRequestsLimit"] == "100000 (10000 a connection)"
+            assert table["connections"].startswith("1 of ")
             assert table["commitLogMaxOffset"] == "0"
             assert table["remainHowManyDataToFlush"] == "0"
             assert "storeWriteRefusal" not in table
