@@ -109,6 +109,15 @@ def _release(shared: _Shared) -> None:
         shared.loop.stop(CLOSE_TIMEOUT_S)
 
 
+def _check_options(options: Mapping[str, Any]) -> None:
+    """The blocking clients make their own instance: ``instance=`` is the trio API's."""
+    if "instance" in options:
+        raise TypeError(
+            "instance= is for client.aio; the blocking clients share a ClientInstance of their "
+            "own: pass client_config=ClientConfig.create(namesrv, ...) to tune it"
+        )
+
+
 async def _call_sync(fn: Callable[..., T], *args: Any) -> T:
     """Run a plain function in the loop thread (it touches trio state)."""
     return fn(*args)
@@ -206,6 +215,7 @@ class Producer(_BlockingBase):
         client_config: ClientConfig | None = None,
         **options: Any,
     ) -> None:
+        _check_options(options)
         super().__init__(namesrv, client_config)
         self._what = f"producer {group}"
         self.group = group
@@ -399,6 +409,7 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
         client_config: ClientConfig | None,
         options: dict[str, Any],
     ) -> None:
+        _check_options(options)
         super().__init__(namesrv, client_config)
         self._what = f"{self._kind} {group}"
         self.group = group

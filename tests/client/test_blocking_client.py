@@ -73,6 +73,8 @@ def test_a_client_config_gets_an_instance_of_its_own(silent_namesrv: str) -> Non
     assert blocking._shared == {}
     with pytest.raises(ValueError, match="namesrv differs"):
         Producer("pg", "127.0.0.1:1", client_config=config)
+    with pytest.raises(TypeError, match="client_config="):
+        PullConsumer("cg", silent_namesrv, instance=object())
 
 
 def test_poll_returns_empty_after_its_timeout_and_close_returns(silent_namesrv: str) -> None:
