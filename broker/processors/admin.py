@@ -137,8 +137,8 @@ class AdminProcessor:
         body: bytes = msgpack.packb(self.topics.to_wire(), use_bin_type=True)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
-    async def get_runtime_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        """GET_BROKER_RUNTIME_INFO."""
+    def get_runtime_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO (answered inline: it waits for nothing)."""
         body: bytes = msgpack.packb({"table": self.runtime_table()}, use_bin_type=True)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 

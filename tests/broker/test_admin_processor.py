@@ -159,6 +159,7 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
                 assert isinstance(table[key], str), key
             assert table["pendingRequestsLimit"] == "100000 (10000 a connection)"
             assert table["connections"].startswith("1 of ")
+            assert table["pendingRequests"] == "0"  # this request is answered inline
             assert table["commitLogMaxOffset"] == "0"
             assert table["remainHowManyDataToFlush"] == "0"
             assert "storeWriteRefusal" not in table
