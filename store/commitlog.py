@@ -16,8 +16,10 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
@@ -49,6 +51,11 @@ from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 from store.status import PutResult, PutStatus
 from store.tags import TAGS_CODE_CACHE, tags_code
+
+log = logging.getLogger(__name__)
+
+CREATE_FAILURE_LOG_INTERVAL_S = 10.0
+"""A commitlog file that cannot be created is logged at most this often (every put retries)."""
 
 _SIZE_MAGIC = struct.Struct(">ii")
 _SHORT = struct.Struct(">h")
@@ -92,6 +99,7 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.lock = threading.Lock()
         self._topic_prefix: dict[str, bytes] = {}  # validated topic -> length byte + UTF-8
+        self._create_failure_logged = -CREATE_FAILURE_LOG_INTERVAL_S  # time.monotonic()
         self._append_crc = config.enabled_append_prop_crc
         # properties longer than this take the batch way, which adds the CRC property (or,
         # over MAX_PROPERTIES_LENGTH, refuses them); with enabled_append_prop_crc every record
@@ -274,8 +282,20 @@ class CommitLog:
             try:
                 mf = self._file_for(batch_size)
             except MappedFileCreateError as exc:
-                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
+                return self._create_failed(exc)
             return self._write(mf, msgs, encoded)
+
+    def _create_failed(self, exc: MappedFileCreateError) -> PutResult:
+        """The put's answer when the next file cannot be created: the reason, but not the
+        server's paths (those go to the log, at most every few seconds)."""
+        now = time.monotonic()
+        if now - self._create_failure_logged >= CREATE_FAILURE_LOG_INTERVAL_S:
+            self._create_failure_logged = now
+            log.error("refusing puts: %s", exc)
+        return PutResult(
+            PutStatus.CREATE_MAPPED_FILE_FAILED,
+            remark=f"create mapped file failed: {exc.reason} (the broker's log names the file)",
+        )
 
     def _append_one(self, m: MessageRecord) -> PutResult:
         """:meth:`append` for one message (most sends), without the batch's lists.

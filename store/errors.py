@@ -21,6 +21,8 @@ class MappedFileCreateError(StoreError):
         self.path = path
         self.size = size
         self.errno = errno
+        self.reason = reason
+        """Why, without the path (e.g. ``ENOSPC No space left on device``)."""
 
 
 class StoreLockedError(StoreError):

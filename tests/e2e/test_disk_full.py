@@ -6,8 +6,8 @@ allocating the next one fails with EFBIG exactly where a full disk fails with EN
 ignores SIGXFSZ, so the broker is told, not killed). Then:
 
 - sends are refused with a clear error (``SYSTEM_ERROR``, as RocketMQ answers
-  ``CREATE_MAPPED_FILE_FAILED``, naming the file that could not be created and why), never
-  acknowledged and never left hanging;
+  ``CREATE_MAPPED_FILE_FAILED``, saying why but not naming the server's files, which go to its
+  log), never acknowledged and never left hanging;
 - reads and offset commits go on, and every message acknowledged before is there;
 - once the limit is raised again the broker takes sends again, without a restart;
 - stopped with SIGTERM, its store passes the consistency check (the plan's R4 invariant).
@@ -29,6 +29,7 @@ from store import MessageStore
 from store.invariants import check_store
 from tests.broker.inprocess import SMALL_STORE
 from tests.e2e.cluster import create_topic, running_cluster
+from tests.processes import read_log
 
 TOPIC = "DiskFullTopic"
 GROUP = "cg_disk_full"
@@ -83,6 +84,7 @@ async def test_a_full_disk_refuses_sends_clearly_and_recovers_without_restart(
                 assert refusal is not None, "every send acknowledged past the end of the file"
                 assert "CODE: 1 " in refusal, refusal  # SYSTEM_ERROR
                 assert "EFBIG" in refusal, refusal
+                assert str(broker.store) not in refusal  # the broker's paths stay in its log
                 # refused again, at once (a smaller message could still fit in the file)
                 with (
                     trio.fail_after(producer.send_timeout + 1),
@@ -99,6 +101,7 @@ async def test_a_full_disk_refuses_sends_clearly_and_recovers_without_restart(
                     assert (await producer.send(Message(TOPIC, body))).status is SendStatus.SEND_OK
                     acked.append(body)
             assert await cluster.terminate(broker) == 0
+            assert "refusing puts: cannot create" in read_log(broker.log)
             assert broker.proc.returncode == 0
         settings = {"storePathRootDir": str(broker.store), **SMALL_STORE}
         with MessageStore(BrokerConfig.from_properties(settings).store_config()) as store:
