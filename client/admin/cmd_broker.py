@@ -10,6 +10,7 @@ import click
 
 from client.admin.admin_client import AdminClient
 from client.admin.base import admin_command, emit_json, fail, lines, run, table
+from client.errors import MQClientError
 from common.route import MASTER_ID
 
 CLUSTER_HEADERS = (
@@ -39,7 +40,8 @@ def _hours_since(earliest_ms: str) -> str:
 @admin_command("clusterList")
 @click.option("-c", "--clusterName", "cluster", help="Only this cluster.")
 def cluster_list(namesrv: str | None, as_json: bool, cluster: str | None) -> None:
-    """List cluster infos: every broker with its version, TPS and disk use."""
+    """List cluster infos: every broker with its version, TPS and disk use (a broker that does
+    not answer is listed as unreachable; ``--json`` gives its ``error``)."""
 
     async def body(admin: AdminClient) -> list[dict[str, Any]]:
         info = await admin.cluster_info()
@@ -52,16 +54,18 @@ def cluster_list(namesrv: str | None, as_json: bool, cluster: str | None) -> Non
                 if data is None:
                     continue
                 for bid, addr in sorted(data.broker_addrs.items()):
-                    stats = await admin.runtime_info(addr)
-                    rows.append(
-                        {
-                            "clusterName": cname,
-                            "brokerName": bname,
-                            "brokerId": bid,
-                            "addr": addr,
-                            "runtime": stats,
-                        }
-                    )
+                    row: dict[str, Any] = {
+                        "clusterName": cname,
+                        "brokerName": bname,
+                        "brokerId": bid,
+                        "addr": addr,
+                        "runtime": {},
+                    }
+                    try:  # one broker that does not answer does not hide the others
+                        row["runtime"] = await admin.runtime_info(addr)
+                    except MQClientError as exc:
+                        row["error"] = str(exc)
+                    rows.append(row)
         return rows
 
     rows = run(namesrv, body)
@@ -76,7 +80,7 @@ def cluster_list(namesrv: str | None, as_json: bool, cluster: str | None) -> Non
                 r["brokerName"],
                 r["brokerId"],
                 r["addr"],
-                r["runtime"].get("brokerVersionDesc", ""),
+                r["runtime"].get("brokerVersionDesc", "(unreachable)" if "error" in r else ""),
                 f"{float(r['runtime'].get('putTps', '0')):.2f}(0.0w)",
                 "0.00(0.0w)",
                 _hours_since(r["runtime"].get("earliestMessageTimeStamp", "0")),

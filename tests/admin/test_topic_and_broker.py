@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from client.aio import Message, Producer
 from tests.admin.harness import as_json, fails, headers_in, ok
+from tests.broker.inprocess import running_broker, running_namesrv
 from tests.client.inproc_cluster import TOPIC, cluster
 
 
@@ -130,3 +132,27 @@ async def test_unreachable_name_server_and_missing_address(tmp_path: Path) -> No
     assert "no name server answered" in err
     err = await fails("topicList", "-n", "not-an-address")
     assert "illegal name server address" in err
+
+
+async def test_cluster_list_shows_a_broker_that_does_not_answer(tmp_path: Path) -> None:
+    # broker-b advertises a port nothing listens on: registered, but unreachable
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    async with (
+        running_namesrv() as namesrv,
+        running_broker(tmp_path / "a", namesrv, overrides={"brokerName": "broker-a"}),
+        running_broker(
+            tmp_path / "b",
+            namesrv,
+            overrides={"brokerName": "broker-b", "advertisedPort": str(dead)},
+        ),
+    ):
+        text = await ok("clusterList", "-n", namesrv)
+        assert "minimq" in text  # broker-a's version
+        assert f"127.0.0.1:{dead}" in text
+        assert "(unreachable)" in text
+        rows = {r["brokerName"]: r for r in await as_json("clusterList", "-n", namesrv)}
+        assert "error" not in rows["broker-a"]
+        assert rows["broker-b"]["runtime"] == {}
+        assert str(dead) in rows["broker-b"]["error"]
