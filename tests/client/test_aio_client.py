@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from client.config import ClientConfig
 from client.errors import MessageInvalidError, MQClientError
 from client.message import Message, MessageQueue, ReceivedMessage, SendStatus
 from common.message import MessageConst, MessageSysFlag
-from tests.broker.inprocess import wait_until
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from tests.broker.inprocess import req, running_broker, running_namesrv, wait_until
 from tests.client.inproc_cluster import LIMIT, TOPIC, cluster
 
 
@@ -111,6 +114,44 @@ async def test_producer_fails_over_to_the_other_broker(tmp_path: Path) -> None:
         results = [await producer.send(Message(TOPIC, b"after-%d" % i)) for i in range(20)]
     assert {r.status for r in results} == {SendStatus.SEND_OK}
     assert {r.queue.broker_name for r in results} == {"broker-b"}
+
+
+async def test_a_busy_broker_sends_the_producer_to_the_other_one(tmp_path: Path) -> None:
+    # broker-a holds as many requests waiting for their answer as it allows (one parked
+    # pull): it answers everything else SYSTEM_BUSY, which the producer retries elsewhere
+    async with (
+        running_namesrv() as namesrv,
+        running_broker(
+            tmp_path / "a",
+            namesrv,
+            overrides={"brokerName": "broker-a", "serverMaxPendingRequests": "1"},
+        ) as (a, addr_a),
+        running_broker(tmp_path / "b", namesrv, overrides={"brokerName": "broker-b"}) as (
+            _,
+            addr_b,
+        ),
+        RemotingClient() as admin,
+    ):
+        for addr in (addr_a, addr_b):
+            create = req(RequestCode.UPDATE_AND_CREATE_TOPIC, topic=TOPIC, perm="6",
+                         readQueueNums="2", writeQueueNums="2")  # fmt: skip
+            assert (await admin.invoke(addr, create)).code == ResponseCode.SUCCESS
+        assert a.server is not None
+        limit = a.server.pending_limit
+        async with Producer("pg", namesrv) as producer:
+            async with RemotingClient() as parker, trio.open_nursery() as nursery:
+                pull = req(RequestCode.PULL_MESSAGE, consumerGroup="cg", topic=TOPIC,
+                           queueId="0", queueOffset="0", maxMsgNums="1",
+                           suspendTimeoutMillis="60000", subscription="*")  # fmt: skip
+                nursery.start_soon(partial(parker.invoke, addr_a, pull, timeout_s=LIMIT))
+                await wait_until(lambda: limit.pending == 1, "a pull parked on broker-a")
+                busy = [await producer.send(Message(TOPIC, b"busy-%d" % i)) for i in range(6)]
+                nursery.cancel_scope.cancel()  # the parked pull's client goes away
+            assert {r.queue.broker_name for r in busy} == {"broker-b"}
+            assert limit.rejected >= 3  # every other send went to broker-a first
+            await wait_until(lambda: limit.pending == 0, "broker-a free again")
+            again = [await producer.send(Message(TOPIC, b"free-%d" % i)) for i in range(6)]
+            assert {r.queue.broker_name for r in again} == {"broker-a", "broker-b"}
 
 
 async def test_commit_and_resume_with_seek_and_tag_filter(tmp_path: Path) -> None:
