@@ -339,5 +339,15 @@ async def test_a_blackhole_longer_than_the_pull_timeout(tmp_path: Path) -> None:
                         await history.send(producer, b"after-heal-%d" % i)
                 assert len(history.acked) == 20
                 await wait_until(lambda: set(got) >= set(history.acked), "all consumed")
-                await trio.sleep(1.5)  # room for a stale answer to be taken by mistake
+                # every stale pull has been answered (only the live ones wait at the broker),
+                # and a round trip on the consumer's connection comes after all those answers
+                server = a.controller.server
+                assert server is not None
+                await wait_until(
+                    lambda: holds.parked_count(TOPIC) == QUEUES
+                    and server.pending_limit.pending == holds.parked_count(),
+                    "the stale pulls answered",
+                )
+                probe = req(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId="0")
+                assert (await instance.invoke(a.addr, probe)).code == ResponseCode.SUCCESS
             assert sorted(got) == sorted(history.acked)  # each once
