@@ -106,7 +106,6 @@ class Channel:
         self.idle_timeout_s = idle_timeout_s
         self._handlers = handlers
         self._limit = pending_limit
-        self._awaited = 0  # requests whose handler is still working on the answer
         self._pending: dict[int, _Call] = {}
         self._expiry: trio.CancelScope | None = None  # the sleep of _expire_calls
         self._last_opaque = 0
@@ -281,13 +280,14 @@ class Channel:
     async def _on_request(self, request: RemotingCommand, nursery: trio.Nursery) -> None:
         """Answer ``request`` inline if its handler's reply is ready, else in a new task."""
         limit = self._limit
-        if limit is not None and not limit.admits(self._awaited):
+        # the reader answers inline requests before it reads on, so every request in flight
+        # now is one whose answer is awaited in a task
+        if limit is not None and not limit.admits(self._in_flight):
             await self._reject_busy(request, limit)
             return
         self._in_flight += 1
         reply = self._call_handler(request)
         if reply is not None and not isinstance(reply, RemotingCommand):
-            self._awaited += 1
             if limit is not None:
                 limit.pending += 1
             nursery.start_soon(self._respond_later, request, reply)
@@ -313,7 +313,6 @@ class Channel:
             await self._respond(request, response)
         finally:
             self._in_flight -= 1
-            self._awaited -= 1
             if self._limit is not None:
                 self._limit.pending -= 1
 
@@ -324,7 +323,7 @@ class Channel:
                 "%s: %d requests waiting on this connection, %d in all: answering SYSTEM_BUSY "
                 "(%d so far)",
                 self.remote_addr,
-                self._awaited,
+                self._in_flight,
                 limit.pending,
                 limit.rejected,
             )
