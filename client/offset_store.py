@@ -68,11 +68,15 @@ class RemoteOffsetStore:
         self.table: dict[MessageQueue, int] = {}
         self._persisted: dict[MessageQueue, int] = {}
 
-    async def read(self, mq: MessageQueue) -> int | None:
-        """The broker's committed offset (QUERY_CONSUMER_OFFSET); remembered locally."""
+    async def _query(self, mq: MessageQueue) -> int | None:
+        """The broker's committed offset (QUERY_CONSUMER_OFFSET; None: the group has none)."""
         addr = await self.instance.find_broker_addr(mq)
         resp = await self.instance.invoke(addr, api.query_offset_request(self.group, mq))
-        offset = api.parse_query_offset(resp, addr)
+        return api.parse_query_offset(resp, addr)
+
+    async def read(self, mq: MessageQueue) -> int | None:
+        """The broker's committed offset; remembered locally."""
+        offset = await self._query(mq)
         if offset is not None:
             self.table[mq] = offset
             self._persisted[mq] = offset
@@ -118,9 +122,7 @@ class RemoteOffsetStore:
         if ours is None:
             return False
         try:
-            addr = await self.instance.find_broker_addr(mq)
-            resp = await self.instance.invoke(addr, api.query_offset_request(self.group, mq))
-            theirs = api.parse_query_offset(resp, addr)
+            theirs = await self._query(mq)
         except MQClientError as exc:
             log.warning("cannot check the committed offset of %s for %s: %s", mq, self.group, exc)
             return False
