@@ -344,8 +344,10 @@ async def test_a_blackhole_longer_than_the_pull_timeout(tmp_path: Path) -> None:
                 server = a.controller.server
                 assert server is not None
                 await wait_until(
-                    lambda: holds.parked_count(TOPIC) == QUEUES
-                    and server.pending_limit.pending == holds.parked_count(),
+                    lambda: (
+                        holds.parked_count(TOPIC) == QUEUES
+                        and server.pending_limit.pending == holds.parked_count()
+                    ),
                     "the stale pulls answered",
                 )
                 probe = req(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId="0")
