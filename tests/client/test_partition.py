@@ -97,8 +97,20 @@ class History:
             self.store_hosts.add(decode_offset_msg_id(result.offset_msg_id)[:2])
 
 
+@dataclass
+class Cluster:
+    namesrv: str
+    brokers: dict[str, Broker]
+
+    def proxied(self, name: str = "broker-a") -> tuple[Broker, FaultProxy]:
+        """The broker ``name`` and the proxy in front of it."""
+        broker = self.brokers[name]
+        assert broker.proxy is not None
+        return broker, broker.proxy
+
+
 @asynccontextmanager
-async def brokers(tmp_path: Path, proxied: dict[str, bool]) -> AsyncIterator[dict[str, Broker]]:
+async def brokers(tmp_path: Path, proxied: dict[str, bool]) -> AsyncIterator[Cluster]:
     """A name server and one broker per name, those marked True behind a :class:`FaultProxy`
     whose port they advertise; TOPIC created on each with :data:`QUEUES` queues."""
     async with running_namesrv() as namesrv, trio.open_nursery() as nursery:
@@ -112,8 +124,7 @@ async def brokers(tmp_path: Path, proxied: dict[str, bool]) -> AsyncIterator[dic
                 create = req(RequestCode.UPDATE_AND_CREATE_TOPIC, topic=TOPIC, perm="6",
                              readQueueNums=str(QUEUES), writeQueueNums=str(QUEUES))  # fmt: skip
                 assert (await client.invoke(b.addr, create)).code == ResponseCode.SUCCESS
-        out["namesrv"] = namesrv  # type: ignore[assignment]
-        yield out
+        yield Cluster(namesrv, out)
         nursery.cancel_scope.cancel()
 
 
@@ -152,10 +163,10 @@ class Stored:
     at: dict[tuple[str, int, int], bytes] = field(default_factory=dict)
 
 
-async def stored_messages(namesrv: str, cluster: dict[str, Broker], count: int) -> Stored:
+async def stored_messages(cluster: Cluster, count: int) -> Stored:
     """Every message of TOPIC, read back through the (healed) proxies, once ``count`` are
     stored."""
-    live = [b for name, b in cluster.items() if name != "namesrv"]
+    namesrv, live = cluster.namesrv, list(cluster.brokers.values())
     await wait_until(lambda: sum(b.stored() for b in live) >= count, f"{count} stored")
     total = sum(b.stored() for b in live)
     got = Stored()
@@ -190,8 +201,7 @@ async def test_a_blackholed_broker_costs_timeouts_never_false_successes(
 ) -> None:
     with trio.fail_after(90):
         async with brokers(tmp_path, {"broker-a": True, "broker-b": False}) as cluster:
-            namesrv, a = str(cluster["namesrv"]), cluster["broker-a"]
-            assert a.proxy is not None
+            namesrv, (_, proxy) = cluster.namesrv, cluster.proxied()
             history = History()
             async with Producer(
                 "pg", namesrv, send_timeout=SEND_TIMEOUT_S, latency_fault_tolerance=fault_tolerance
@@ -199,7 +209,7 @@ async def test_a_blackholed_broker_costs_timeouts_never_false_successes(
                 for i in range(10):
                     await history.send(producer, b"before-%d" % i)
                 assert set(history.acked.values()) == {"broker-a", "broker-b"}
-                a.proxy.blackhole()
+                proxy.blackhole()
                 for i in range(8):
                     await history.send(producer, b"during-%d" % i)
                 during = [b for b in history.attempted if b.startswith(b"during")]
@@ -209,7 +219,7 @@ async def test_a_blackholed_broker_costs_timeouts_never_false_successes(
                     assert timed_out == 1  # then broker-a sits out its isolation
                 else:
                     assert timed_out == 4  # round robin: every other send went to broker-a
-                a.proxy.heal()
+                proxy.heal()
                 if fault_tolerance:  # isolated: sends go on at once, to broker-b
                     for i in range(4):
                         await history.send(producer, b"after-%d" % i)
@@ -223,7 +233,7 @@ async def test_a_blackholed_broker_costs_timeouts_never_false_successes(
                         "broker-b",
                     }
             # the held requests reach broker-a after the heal: every unknown turns out stored
-            stored = await stored_messages(namesrv, cluster, len(history.attempted))
+            stored = await stored_messages(cluster, len(history.attempted))
             reconcile(history, stored)
             assert set(history.unknown) <= set(stored.bodies)
 
@@ -233,24 +243,23 @@ async def test_lost_responses_are_unknown_outcomes_and_the_requests_are_stored(
 ) -> None:
     with trio.fail_after(90):
         async with brokers(tmp_path, {"broker-a": True}) as cluster:
-            namesrv, a = str(cluster["namesrv"]), cluster["broker-a"]
-            assert a.proxy is not None
+            namesrv, (a, proxy) = cluster.namesrv, cluster.proxied()
             history = History()
             async with Producer("pg", namesrv, send_timeout=SEND_TIMEOUT_S) as producer:
                 await history.send(producer, b"before")
-                a.proxy.blackhole("responses")
+                proxy.blackhole("responses")
                 for i in range(3):
                     await history.send(producer, b"during-%d" % i)
                 assert len(history.unknown) == 3  # no answer: not a success, not a failure
                 # the broker got and stored them all the same
                 await wait_until(lambda: a.stored() == 4, "the unanswered sends stored")
-                a.proxy.heal()  # the late answers arrive and are dropped
+                proxy.heal()  # the late answers arrive and are dropped
                 for i in range(3):
                     await history.send(producer, b"after-%d" % i)
                 assert len(history.acked) == 4
                 # message ids name the advertised address, so a lookup by id goes through it
-                assert history.store_hosts == {("127.0.0.1", a.proxy.port)}
-            stored = await stored_messages(namesrv, cluster, len(history.attempted))
+                assert history.store_hosts == {("127.0.0.1", proxy.port)}
+            stored = await stored_messages(cluster, len(history.attempted))
             reconcile(history, stored)
             assert set(stored.bodies) == set(history.attempted)
 
@@ -258,9 +267,8 @@ async def test_lost_responses_are_unknown_outcomes_and_the_requests_are_stored(
 async def test_a_push_consumer_rides_out_resets_and_a_blackhole(tmp_path: Path) -> None:
     with trio.fail_after(90):
         async with brokers(tmp_path, {"broker-a": True}) as cluster:
-            namesrv, a = str(cluster["namesrv"]), cluster["broker-a"]
-            proxy, holds = a.proxy, a.controller.holds
-            assert proxy is not None
+            namesrv, (a, proxy) = cluster.namesrv, cluster.proxied()
+            holds = a.controller.holds
             got: list[bytes] = []
 
             async def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
@@ -307,9 +315,8 @@ async def test_a_blackhole_longer_than_the_pull_timeout(tmp_path: Path) -> None:
     answer it waits for and consumes every message once."""
     with trio.fail_after(90):
         async with brokers(tmp_path, {"broker-a": True}) as cluster:
-            namesrv, a = str(cluster["namesrv"]), cluster["broker-a"]
-            proxy, holds = a.proxy, a.controller.holds
-            assert proxy is not None
+            namesrv, (a, proxy) = cluster.namesrv, cluster.proxied()
+            holds = a.controller.holds
             got: list[bytes] = []
 
             def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
