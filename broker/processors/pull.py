@@ -205,6 +205,16 @@ class PullProcessor:
         topic = header_str(request, "topic")
         queue_id = header_int(request, "queueId")
         offset = header_int(request, "commitOffset")
+        config = self.topics.select(topic)
+        if config is None:  # offsets of no topic would only pile up (and outlive it)
+            return error(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist!")
+        if not 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums):
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{group}]",
+            )
         try:
             self.offsets.commit_offset(group, topic, queue_id, offset)
         except ValueError as exc:

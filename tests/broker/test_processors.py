@@ -352,6 +352,17 @@ async def test_consumer_offsets(tmp_path: Path) -> None:
         resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="-5", **query)
         assert resp.code == ResponseCode.SYSTEM_ERROR
 
+        # offsets of a topic or a queue that does not exist are refused, not kept
+        no_topic = {**query, "topic": "NoSuchTopic"}
+        resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="1", **no_topic)
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+        no_queue = {**query, "queueId": "99"}
+        resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="1", **no_queue)
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+        assert "queueId[99] is illegal" in resp.remark
+        assert b.offsets.query_offsets(GROUP, "NoSuchTopic") == {}
+        assert b.offsets.query_offsets(GROUP, TOPIC) == {0: 4}
+
         resp = await b.call(
             RequestCode.QUERY_CONSUMER_OFFSET,
             setZeroIfNotFound="false",
