@@ -49,6 +49,9 @@ class _AsyncConsumer(Protocol):
 
     closed: trio.Event
 
+    @property
+    def instance(self) -> ClientInstance: ...
+
     async def run(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None: ...
 
 
@@ -431,6 +434,11 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
         self._start(open_)
         return self
 
+    @property
+    def client_id(self) -> str:
+        """This member's client id (``ip@instance``), as the brokers list it."""
+        return self._c().instance.client_id
+
     def close(self) -> None:
         """Stop the consumer (committing or persisting its offsets) and leave the shared
         instance; always returns."""
@@ -477,6 +485,11 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
         """Read exactly ``queues`` from now on, filtered by the TAG ``expression``."""
         self._run(_call_sync, self._c().assign, list(queues), expression, timeout=self._t(None))
 
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Group mode: share ``topic``'s queues with the group's other members (rebalance);
+        :meth:`assignment` shows the queues this member owns now."""
+        self._run(_call_sync, self._c().subscribe, topic, expression, timeout=self._t(None))
+
     def assignment(self) -> list[MessageQueue]:
         """The assigned queues."""
         return self._run(_call_sync, self._c().assignment, timeout=self._t(None))
@@ -510,7 +523,13 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ReceivedMessage]:
         """Messages buffered or arriving within ``timeout`` seconds (``[]`` if none)."""
-        return self._run(self._c().poll_for, timeout, max_records, timeout=timeout + SLACK_S)
+        try:
+            return self._run(self._c().poll_for, timeout, max_records, timeout=timeout + SLACK_S)
+        except RequestTimeoutError:
+            # The loop's clock jumped past both deadlines at once (the process was stopped or
+            # the machine suspended), so the outer one won. poll_for hands messages out without
+            # waiting after taking them, so a cancelled poll took none: nothing is lost.
+            return []
 
     def commit(
         self, offsets: Mapping[MessageQueue, int] | None = None, *, timeout: float | None = None
@@ -565,11 +584,6 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     def assignment(self) -> list[MessageQueue]:
         """The queues this member consumes now."""
         return self._run(_call_sync, self._c().assignment, timeout=self.request_timeout)
-
-    @property
-    def client_id(self) -> str:
-        """This member's client id (``ip@instance``), as the brokers list it."""
-        return self._c().instance.client_id
 
 
 class SharedInstance(_BlockingBase):

@@ -24,6 +24,15 @@ Rules:
   here and only move the position.
 - Group mode: :meth:`subscribe` instead of :meth:`assign` shares the topic's queues with the
   group's other members (:mod:`client.rebalance`); a queue leaving commits its position first.
+  In group mode :meth:`commit` with explicit offsets commits only the queues assigned now.
+- Stalls (group mode): when the consumer's event loop did not run for ``pull_max_idle_ms``
+  (120 s: the process was frozen, the VM paused, or the loop blocked), the broker may have
+  dropped this member and the others may own its queues and have consumed past it. So the
+  first thing to run afterwards (the watchdog that ticks every second, a poll, a pull's answer,
+  a commit) drops every queue and every buffered message, writes each queue's position back
+  only if no member committed past it, and rebalances; the queues it keeps start again from
+  the committed offsets. Nothing pulled before the stall is handed out after it, and no older
+  position is written over a newer one. (RocketMQ's lite pull consumer carries on instead.)
 - :meth:`commit` sends each changed position to its queue's broker. With ``auto_commit``
   positions are also committed periodically and when the consumer closes.
 """
@@ -55,6 +64,12 @@ from remoting.codes import RequestCode
 log = logging.getLogger(__name__)
 
 COMMIT_ON_CLOSE_TIMEOUT_S = 3.0
+STALL_TICK_MS = 1000
+"""Group mode: how often the stall watchdog looks at the clock (ms)."""
+
+
+def _now_ms() -> int:
+    return int(trio.current_time() * 1000)
 
 
 @dataclass(eq=False)
@@ -100,8 +115,14 @@ class PullConsumer:
         pull_retry_delay: float = 1.0,
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
         rebalance_interval: float = 20.0,
+        pull_max_idle_ms: int = 120_000,
     ) -> None:
         validate_group(group)
+        if pull_max_idle_ms < 2 * STALL_TICK_MS:
+            raise ValueError(
+                f"pull_max_idle_ms ({pull_max_idle_ms}) must be at least {2 * STALL_TICK_MS}: "
+                f"twice the {STALL_TICK_MS} ms between the stall watchdog's ticks"
+            )
         if not 0 < pull_batch_size <= 1024:
             raise ValueError("pull_batch_size must be in 1..1024")
         if max_poll_records <= 0 or pull_threshold_for_queue <= 0:
@@ -120,6 +141,11 @@ class PullConsumer:
             allocate_strategy or AllocateMessageQueueAveragely()
         )
         self.rebalance_interval = rebalance_interval
+        self.pull_max_idle_ms = pull_max_idle_ms
+        self.stalls = 0
+        """Group mode: how many stalls this consumer has recovered from (see the module doc)."""
+        self._alive_ms = 0
+        self._recovering: trio.Event | None = None
         self._subscriptions: dict[str, str] = {}
         self._rebalance_wakeup = trio.Event()
         self.rebalanced = trio.Event()
@@ -245,6 +271,8 @@ class PullConsumer:
         first = not self._subscriptions
         self._subscriptions[topic] = expression
         if first:
+            self._alive_ms = _now_ms()
+            nursery.start_soon(self._stall_watchdog)
             nursery.start_soon(
                 rebalance.rebalance_loop,
                 self._instance,
@@ -275,6 +303,9 @@ class PullConsumer:
 
     async def do_rebalance(self) -> None:
         """Group mode: one rebalance round; dropped queues commit their position first."""
+        self._check_stall()
+        if self._recovering is not None:  # positions written back first, then queues started
+            await self._recovering.wait()
         wanted = await rebalance.wanted_queues(
             self._instance, self.group, self.strategy, list(self._subscriptions), self._states
         )
@@ -306,6 +337,79 @@ class PullConsumer:
             self._states[mq] = new
             nursery.start_soon(self._fetch_loop, new, new.generation)
         self._instance.heartbeat_soon()
+
+    # ------------------------------------------------------------------ stalls (group mode)
+
+    async def _stall_watchdog(self) -> None:
+        """Look at the clock every ``STALL_TICK_MS`` so a stall is noticed even when nothing
+        else runs; never returns."""
+        while True:
+            await trio.sleep(STALL_TICK_MS / 1000)
+            self._check_stall()
+
+    def _check_stall(self) -> bool:
+        """True if the loop did not run for ``pull_max_idle_ms`` since the last look (then the
+        queues are dropped and a recovery started); see the module docstring's "Stalls"."""
+        now = _now_ms()
+        gap, self._alive_ms = now - self._alive_ms, now
+        if gap <= self.pull_max_idle_ms or not self._subscriptions:
+            return False
+        self.stalls += 1
+        positions = {mq: s.position for mq, s in self._states.items() if s.position is not None}
+        for state in self._states.values():
+            state.scope.cancel()
+        self._states.clear()
+        self._buffer.clear()
+        self._data = trio.Event()
+        log.warning(
+            "%s: this consumer did not run for %d ms (was the process frozen?); dropping its "
+            "queues and what it had pulled, and starting again from the committed offsets",
+            self.group,
+            gap,
+        )
+        if self._running and self._nursery is not None and self._recovering is None:
+            self._recovering = trio.Event()
+            self._nursery.start_soon(self._recover, positions)
+        return True
+
+    async def _recover(self, positions: Mapping[MessageQueue, int]) -> None:
+        """Write back the positions no member went past, then heartbeat and rebalance."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for mq, position in positions.items():
+                    nursery.start_soon(self._write_back, mq, position)
+        finally:
+            recovering, self._recovering = self._recovering, None
+            if recovering is not None:
+                recovering.set()
+            self._instance.heartbeat_soon()
+            self._rebalance_wakeup.set()
+
+    async def _write_back(self, mq: MessageQueue, position: int) -> None:
+        """Commit ``position`` of a stalled queue unless the group's offset is already past it
+        (another member consumed further) or cannot be read."""
+        try:
+            theirs = await self.committed(mq)
+            if theirs is not None and theirs >= position:
+                if theirs > position:
+                    log.warning(
+                        "%s: another member consumed %s past this one meanwhile (%d > %d); "
+                        "keeping its offset",
+                        self.group,
+                        mq,
+                        theirs,
+                        position,
+                    )
+                return
+            addr = await self._instance.find_broker_addr(mq)
+            resp = await self._instance.invoke(
+                addr, api.update_offset_request(self.group, mq, position)
+            )
+            api.check_success(resp, addr)
+        except MQClientError as exc:
+            log.warning(
+                "%s: position %d of stalled %s not written back: %s", self.group, position, mq, exc
+            )
 
     def assignment(self) -> list[MessageQueue]:
         """The assigned queues, sorted."""
@@ -394,6 +498,7 @@ class PullConsumer:
         )
         timeout = self.suspend_timeout_ms / 1000 + self._instance.config.request_timeout_s
         resp = await self._instance.invoke(addr, cmd, timeout)
+        self._check_stall()  # an answer after a stall must not be buffered
         result = api.parse_pull(resp, state.mq, state.subscription, addr)
         if generation != state.generation or self._states.get(state.mq) is not state:
             return
@@ -421,6 +526,7 @@ class PullConsumer:
     def poll_nowait(self, max_records: int | None = None) -> list[ReceivedMessage]:
         """The buffered messages (at most ``max_records``, default ``max_poll_records``)."""
         self._check_running()
+        self._check_stall()
         limit = self.max_poll_records if max_records is None else max_records
         out: list[ReceivedMessage] = []
         while self._buffer and len(out) < limit:
@@ -465,11 +571,15 @@ class PullConsumer:
     # ------------------------------------------------------------------ committing
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
-        """Commit ``offsets`` (default: every changed position) to the queues' brokers."""
+        """Commit ``offsets`` (default: every changed position) to the queues' brokers; in group
+        mode only those of queues assigned to this member now."""
         self._check_running()
         await self._commit(offsets)
 
     async def _commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        self._check_stall()
+        if offsets is not None and self._subscriptions:  # group mode: only queues we own
+            offsets = {mq: o for mq, o in offsets.items() if mq in self._states}
         if offsets is None:
             offsets = {
                 mq: s.position

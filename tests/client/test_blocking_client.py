@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +24,7 @@ from client import (
     RequestTimeoutError,
     blocking,
 )
+from tests.broker.inprocess import wait_until
 
 
 @pytest.fixture
@@ -91,6 +93,33 @@ def test_poll_returns_empty_after_its_timeout_and_close_returns(silent_namesrv: 
     consumer.close()  # idempotent
     with pytest.raises(MQClientError):
         consumer.poll(timeout=0.1)
+    assert _loop_threads() == []
+
+
+def test_poll_returns_empty_when_the_loop_stalled_past_its_deadlines(
+    silent_namesrv: str,
+) -> None:
+    # a process stopped (SIGSTOP, a suspended laptop) while a poll waits: when it runs again,
+    # the poll's own deadline and the blocking call's (timeout + slack) have both passed, and
+    # trio hands the cancellation to the outer one; that is still a poll that found nothing
+    timeout = 0.05
+    with PullConsumer("cg", silent_namesrv) as consumer:
+        consumer.assign([MessageQueue("Orders", "broker-a", 0)])
+        inner = consumer._async
+        assert inner is not None
+        assert consumer._shared is not None
+
+        def stop_the_loop() -> None:
+            time.sleep(timeout + blocking.SLACK_S + 0.2)
+
+        async def stall_once_the_poll_waits() -> None:
+            await wait_until(lambda: inner._data.statistics().tasks_waiting > 0, "poll waits")
+            stop_the_loop()
+
+        stall = consumer._shared.loop.submit(stall_once_the_poll_waits)
+        assert consumer.poll(timeout=timeout) == []
+        stall.result(timeout=10)
+        assert consumer.poll(timeout=timeout) == []
     assert _loop_threads() == []
 
 

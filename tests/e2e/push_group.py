@@ -1,8 +1,8 @@
 """Push-consumer group members as real processes for the end-to-end tests.
 
-- :class:`Group` starts ``python -m tests.e2e.push_member`` processes (one per member) and
-  reads their JSON event lines in one task each; :func:`member_group` kills every member by pid
-  when the block ends.
+- :class:`Group` starts ``python -m tests.e2e.push_member`` processes (one per member; or
+  ``tests.e2e.pull_member``, which reports the same events) and reads their JSON event lines in
+  one task each; :func:`member_group` kills every member by pid when the block ends.
 - :class:`Feeder` / :func:`feeding` send messages from a worker thread with the blocking
   producer while a test changes the group; :func:`send_bodies` sends a fixed list.
 - Every wait has a deadline (``LIMIT``), none sleeps and hopes.
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -74,6 +74,8 @@ class Group:
     root: Path
     namesrv: str
     nursery: trio.Nursery
+    module: str = "tests.e2e.push_member"
+    """The member program (``python -m``)."""
     members: list[Member] = field(default_factory=list)
     live: list[Member] = field(default_factory=list)
     changed_at: float = 0.0
@@ -81,7 +83,7 @@ class Group:
 
     async def start(self, name: str, *options: str) -> Member:
         """Start a member and wait for its ``started`` event."""
-        argv = [sys.executable, "-m", "tests.e2e.push_member", "--namesrv", self.namesrv]
+        argv = [sys.executable, "-m", self.module, "--namesrv", self.namesrv]
         argv += ["--group", GROUP, "--topic", TOPIC, *options]
         log = self.root / f"{name}.log"
         self.changed_at = time.monotonic()
@@ -163,10 +165,13 @@ class Group:
 
 
 @asynccontextmanager
-async def member_group(root: Path, namesrv: str) -> AsyncIterator[Group]:
-    """A :class:`Group`; on exit its readers stop and every member is killed by pid."""
+async def member_group(
+    root: Path, namesrv: str, module: str = "tests.e2e.push_member"
+) -> AsyncIterator[Group]:
+    """A :class:`Group` of ``module`` members; on exit its readers stop and every member is
+    killed by pid."""
     async with trio.open_nursery() as nursery:
-        group = Group(root, namesrv, nursery)
+        group = Group(root, namesrv, nursery, module)
         try:
             yield group
         finally:
@@ -280,3 +285,29 @@ async def send_bodies(namesrv: str, bodies: list[str]) -> None:
 def bodies_of(member: Member) -> Counter[str]:
     """How often ``member`` consumed each body."""
     return Counter(e["body"] for e in member.msgs() if e["ok"])
+
+
+def lost_queue(member: Member, queue: tuple[str, int], after: float) -> bool:
+    """True if ``member`` stopped owning ``queue`` after wall-clock time ``after`` (it left or
+    reported an assignment without it)."""
+    if member.proc.returncode is not None:
+        return True
+    return any(
+        e["event"] == "assignment" and e["t"] >= after and [TOPIC, *queue] not in e["queues"]
+        for e in member.events
+    )
+
+
+def assert_duplicates_follow_handovers(
+    group: Group, allowed: Callable[[str], bool] = lambda body: False
+) -> None:
+    """Each message consumed twice (but those ``allowed``) was first consumed by a member that
+    later lost its queue."""
+    deliveries: defaultdict[str, list[tuple[float, Member, tuple[str, int]]]] = defaultdict(list)
+    for member in group.members:
+        for e in member.msgs():
+            deliveries[e["body"]].append((e["t0"], member, (e["queue"][0], e["queue"][1])))
+    for body, seen in deliveries.items():
+        if len(seen) > 1 and not allowed(body):
+            t0, first, queue = min(seen, key=lambda d: d[0])
+            assert lost_queue(first, queue, t0), (body, [(t, m.name) for t, m, _ in seen])

@@ -20,7 +20,6 @@ Every wait has a deadline; every process is killed by pid when a test ends.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -31,7 +30,7 @@ from tests.e2e.push_group import (
     TOPIC,
     Event,
     Group,
-    Member,
+    assert_duplicates_follow_handovers,
     bodies_of,
     feeding,
     keyed,
@@ -46,32 +45,6 @@ PULL_BATCH = 32
 """The members' ``pull_batch_size`` (the default)."""
 FREEZE_S = 6.0
 """How long the frozen member stays stopped at least: past its ``pull_max_idle_ms`` (5 s)."""
-
-
-def lost_queue(member: Member, queue: tuple[str, int], after: float) -> bool:
-    """True if ``member`` stopped owning ``queue`` after wall-clock time ``after`` (it left or
-    reported an assignment without it)."""
-    if member.proc.returncode is not None:
-        return True
-    return any(
-        e["event"] == "assignment" and e["t"] >= after and [TOPIC, *queue] not in e["queues"]
-        for e in member.events
-    )
-
-
-def assert_duplicates_follow_handovers(
-    group: Group, allowed: Callable[[str], bool] = lambda body: False
-) -> None:
-    """Each message consumed twice (but those ``allowed``) was first consumed by a member that
-    later lost its queue."""
-    deliveries: defaultdict[str, list[tuple[float, Member, tuple[str, int]]]] = defaultdict(list)
-    for member in group.members:
-        for e in member.msgs():
-            deliveries[e["body"]].append((e["t0"], member, (e["queue"][0], e["queue"][1])))
-    for body, seen in deliveries.items():
-        if len(seen) > 1 and not allowed(body):
-            t0, first, queue = min(seen, key=lambda d: d[0])
-            assert lost_queue(first, queue, t0), (body, [(t, m.name) for t, m, _ in seen])
 
 
 def assert_no_overlap(group: Group) -> None:

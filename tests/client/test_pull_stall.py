@@ -1,0 +1,133 @@
+"""A group-mode PullConsumer whose event loop stalled past ``pull_max_idle_ms`` (as when its
+process is frozen), against an in-process name server and broker.
+
+Blocking the loop with ``time.sleep`` freezes the in-process broker too, so no other member
+takes the queues here (tests/e2e/test_pull_group.py freezes a member process while others run);
+these tests pin down what the consumer itself does after the stall: it drops what it had
+pulled, writes back the positions nobody went past, and starts again from the committed
+offsets.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import trio
+
+from client import api
+from client.aio import ConsumeFrom, Producer, PullConsumer
+from client.message import Message, MessageQueue, ReceivedMessage
+from tests.broker.inprocess import wait_until
+from tests.client.inproc_cluster import LIMIT, TOPIC, cluster
+
+MAX_IDLE_MS = 2000
+"""The consumers' ``pull_max_idle_ms`` (the smallest allowed)."""
+N = 40
+
+
+def stall() -> None:
+    """Block the event loop (consumer and brokers alike) for longer than ``MAX_IDLE_MS``."""
+    time.sleep(MAX_IDLE_MS / 1000 + 0.3)
+
+
+def buffered(consumer: PullConsumer) -> int:
+    """How many pulled messages wait in the consumer for a poll."""
+    return sum(len(batch.messages) for batch in consumer._buffer)
+
+
+async def send_all(namesrv: str) -> set[bytes]:
+    bodies = {f"m{i:02}".encode() for i in range(N)}
+    async with Producer("pg", namesrv) as producer:
+        for body in sorted(bodies):
+            await producer.send(Message(TOPIC, body))
+    return bodies
+
+
+async def poll_until(consumer: PullConsumer, got: list[ReceivedMessage], n: int) -> None:
+    with trio.fail_after(LIMIT):
+        while len(got) < n:
+            got += await consumer.poll_for(0.2)
+
+
+def group_consumer(namesrv: str) -> PullConsumer:
+    return PullConsumer(
+        "pcg",
+        namesrv,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        auto_commit=False,
+        max_poll_records=10,
+        pull_max_idle_ms=MAX_IDLE_MS,
+    )
+
+
+async def test_after_a_stall_nothing_pulled_before_is_returned_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path, ("broker-a",)) as c:
+        sent = await send_all(c.namesrv)
+        async with group_consumer(c.namesrv) as consumer:
+            consumer.subscribe(TOPIC)
+            await wait_until(lambda: buffered(consumer) == N, "every message pulled")
+            got: list[ReceivedMessage] = []
+            await poll_until(consumer, got, 10)
+            positions = {mq: consumer.position(mq) for mq in consumer.assignment()}
+            assert buffered(consumer) == N - len(got)
+            stall()
+            assert consumer.poll_nowait() == []  # what was pulled before is gone
+            assert consumer.stalls == 1
+            assert buffered(consumer) == 0
+            await poll_until(consumer, got, N)
+            # the positions were written back and the queues start again from them
+            for mq, position in positions.items():
+                if position is not None:
+                    assert await consumer.committed(mq) == position
+        bodies = [m.body for m in got]
+        assert sorted(bodies) == sorted(sent)  # each exactly once
+
+
+async def test_a_position_another_member_went_past_is_not_written_back(tmp_path: Path) -> None:
+    async with cluster(tmp_path, ("broker-a",)) as c:
+        sent = await send_all(c.namesrv)
+        async with group_consumer(c.namesrv) as consumer:
+            consumer.subscribe(TOPIC)
+            await wait_until(lambda: buffered(consumer) == N, "every message pulled")
+            got: list[ReceivedMessage] = []
+            await poll_until(consumer, got, 10)
+            taken = sorted(consumer.assignment())[0]
+            position = consumer.position(taken)
+            assert position is not None
+            # "another member" consumed 3 more of that queue and committed while this one was
+            # frozen (committed before the stall: the in-process broker stalls too)
+            theirs = position + 3
+            instance = consumer.instance
+            addr = await instance.find_broker_addr(taken)
+            resp = await instance.invoke(addr, api.update_offset_request("pcg", taken, theirs))
+            api.check_success(resp, addr)
+            stall()
+            rest: list[ReceivedMessage] = []
+            await poll_until(consumer, rest, N - len(got) - 3)
+            with trio.move_on_after(0.5):  # nothing more comes
+                rest += await consumer.poll_for(1.0)
+            assert await consumer.committed(taken) == theirs
+        again = [m for m in rest if m.queue == taken and m.queue_offset < theirs]
+        assert again == []  # it started that queue from the other member's offset
+        assert len(got) + len(rest) == N - 3
+        assert {m.body for m in got + rest} < sent
+
+
+async def test_in_group_mode_commit_skips_queues_not_assigned(tmp_path: Path) -> None:
+    async with (
+        cluster(tmp_path, ("broker-a",)) as c,
+        group_consumer(c.namesrv) as consumer,
+    ):
+        consumer.subscribe(TOPIC)
+        await wait_until(lambda: len(consumer.assignment()) == 4, "queues assigned")
+        await c.create_topic("Other", 1)
+        mine = sorted(consumer.assignment())[0]
+        other = MessageQueue("Other", "broker-a", 0)  # not subscribed: not this member's
+        await consumer.commit({mine: 0, other: 5})
+        assert await consumer.committed(mine) == 0
+        addr = await consumer.instance.find_broker_addr(mine)
+        resp = await consumer.instance.invoke(addr, api.query_offset_request("pcg", other))
+        assert api.parse_query_offset(resp, addr) is None
