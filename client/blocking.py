@@ -526,9 +526,9 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
         try:
             return self._run(self._c().poll_for, timeout, max_records, timeout=timeout + SLACK_S)
         except RequestTimeoutError:
-            # The loop's clock jumped past both deadlines at once (the process was stopped or
-            # the machine suspended), so the outer one won. poll_for hands messages out without
-            # waiting after taking them, so a cancelled poll took none: nothing is lost.
+            # The loop's clock jumped past both deadlines at once (the process was stopped, by
+            # SIGSTOP say, while the poll waited), so the outer one won. poll_for hands messages
+            # out without waiting after taking them, so a cancelled poll took none.
             return []
 
     def commit(

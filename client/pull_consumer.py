@@ -24,15 +24,21 @@ Rules:
   here and only move the position.
 - Group mode: :meth:`subscribe` instead of :meth:`assign` shares the topic's queues with the
   group's other members (:mod:`client.rebalance`); a queue leaving commits its position first.
-  In group mode :meth:`commit` with explicit offsets commits only the queues assigned now.
 - Stalls (group mode): when the consumer's event loop did not run for ``pull_max_idle_ms``
-  (120 s: the process was frozen, the VM paused, or the loop blocked), the broker may have
-  dropped this member and the others may own its queues and have consumed past it. So the
-  first thing to run afterwards (the watchdog that ticks every second, a poll, a pull's answer,
-  a commit) drops every queue and every buffered message, writes each queue's position back
-  only if no member committed past it, and rebalances; the queues it keeps start again from
-  the committed offsets. Nothing pulled before the stall is handed out after it, and no older
-  position is written over a newer one. (RocketMQ's lite pull consumer carries on instead.)
+  (120 s: the process was frozen, the machine suspended or paused, or the loop blocked), the
+  broker may have dropped this member and the others may own its queues and have consumed
+  past it. So the first thing to run afterwards (the watchdog that ticks every second, a poll,
+  a pull's answer, a commit, a rebalance round) drops every queue and every buffered message,
+  writes each queue's position back only if the group's committed offset is not past it, and
+  rebalances (a round the stall interrupted is abandoned); the queues it keeps start again
+  from the committed offsets. Nothing pulled before the stall is handed out after it.
+  (RocketMQ's lite pull consumer carries on instead.) The write-back reads the committed
+  offset and then writes: a member committing in between can still be overwritten once, as
+  brokers offer no compare-and-set. A stall noticed while closing writes nothing back (some
+  messages come again).
+- Explicit commits in group mode (``commit(offsets)``) apply only to queues assigned now and
+  at or past where that assignment began: an offset read before the queue left (or before a
+  stall) and came back is skipped, as it would overwrite what another member committed.
 - :meth:`commit` sends each changed position to its queue's broker. With ``auto_commit``
   positions are also committed periodically and when the consumer closes.
 """
@@ -42,6 +48,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -68,8 +75,13 @@ STALL_TICK_MS = 1000
 """Group mode: how often the stall watchdog looks at the clock (ms)."""
 
 
+_STALL_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
 def _now_ms() -> int:
-    return int(trio.current_time() * 1000)
+    """Milliseconds on a clock that also runs while the machine is suspended (a suspended
+    member is dropped by the brokers as a frozen one is)."""
+    return time.clock_gettime_ns(_STALL_CLOCK) // 1_000_000
 
 
 @dataclass(eq=False)
@@ -81,6 +93,9 @@ class _QueueState:
     position: int | None = None
     fetch_offset: int | None = None
     committed: int | None = None
+    start: int | None = None
+    """The position this assignment of the queue began at (group mode: explicit commits below
+    it come from an earlier assignment and are skipped)."""
     generation: int = 0
     buffered: int = 0
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -302,17 +317,26 @@ class PullConsumer:
                 self.seek(mq, offset)
 
     async def do_rebalance(self) -> None:
-        """Group mode: one rebalance round; dropped queues commit their position first."""
+        """Group mode: one rebalance round; dropped queues commit their position first.
+
+        A round a stall interrupts is abandoned (the recovery asks for a new one), and none
+        starts before a recovery has written its positions back.
+        """
         self._check_stall()
-        if self._recovering is not None:  # positions written back first, then queues started
+        if self._recovering is not None:
             await self._recovering.wait()
+        stalls = self.stalls
         wanted = await rebalance.wanted_queues(
             self._instance, self.group, self.strategy, list(self._subscriptions), self._states
         )
+        if self._check_stall() or self.stalls != stalls:
+            return
         dropped = {mq: s.position for mq, s in self._states.items() if mq not in wanted}
         commits = {mq: p for mq, p in dropped.items() if p is not None}
         if commits and self._running:
             await self._commit_logged(commits)
+            if self._check_stall() or self.stalls != stalls:
+                return
         if self._running:
             self._assign(wanted, dict(self._subscriptions))
         self.rebalanced.set()
@@ -333,7 +357,7 @@ class PullConsumer:
             new = _QueueState(mq, subs[mq.topic])
             if state is not None:
                 new.position = new.fetch_offset = state.position
-                new.committed = state.committed
+                new.committed, new.start = state.committed, state.start
             self._states[mq] = new
             nursery.start_soon(self._fetch_loop, new, new.generation)
         self._instance.heartbeat_soon()
@@ -359,8 +383,7 @@ class PullConsumer:
         for state in self._states.values():
             state.scope.cancel()
         self._states.clear()
-        self._buffer.clear()
-        self._data = trio.Event()
+        self._buffer.clear()  # (``_data`` stays: a poll may wait on it; the next one resets it)
         log.warning(
             "%s: this consumer did not run for %d ms (was the process frozen?); dropping its "
             "queues and what it had pulled, and starting again from the committed offsets",
@@ -428,7 +451,7 @@ class PullConsumer:
             raise ValueError("offset must be >= 0")
         state = self._state(mq)
         state.scope.cancel()
-        new = _QueueState(mq, state.subscription, offset, offset, state.committed)
+        new = _QueueState(mq, state.subscription, offset, offset, state.committed, offset)
         new.generation = state.generation + 1
         self._states[mq] = new
         nursery.start_soon(self._fetch_loop, new, new.generation)
@@ -484,6 +507,8 @@ class PullConsumer:
             state.fetch_offset = offset
             if state.position is None:
                 state.position = offset
+            if state.start is None:
+                state.start = state.position
         while state.buffered >= self.pull_threshold_for_queue:
             state.space = trio.Event()
             await state.space.wait()
@@ -572,14 +597,15 @@ class PullConsumer:
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         """Commit ``offsets`` (default: every changed position) to the queues' brokers; in group
-        mode only those of queues assigned to this member now."""
+        mode only those of queues assigned to this member now, at or past where the
+        assignment began (see the module docstring)."""
         self._check_running()
         await self._commit(offsets)
 
     async def _commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         self._check_stall()
-        if offsets is not None and self._subscriptions:  # group mode: only queues we own
-            offsets = {mq: o for mq, o in offsets.items() if mq in self._states}
+        if offsets is not None and self._subscriptions:
+            offsets = self._owned_offsets(offsets)
         if offsets is None:
             offsets = {
                 mq: s.position
@@ -593,7 +619,26 @@ class PullConsumer:
         if errors:
             raise errors[0]
 
+    def _owned_offsets(self, offsets: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """Group mode: the ``offsets`` of queues assigned now, at or past where this assignment
+        began (an offset below it was taken before the queue left and came back, or before a
+        stall, and would overwrite the offset another member committed meanwhile)."""
+        owned = {}
+        for mq, offset in offsets.items():
+            state = self._states.get(mq)
+            if state is not None and state.start is not None and offset >= state.start:
+                owned[mq] = offset
+            else:
+                log.warning(
+                    "%s: not committing %d for %s: not assigned to this member since it was read",
+                    self.group,
+                    offset,
+                    mq,
+                )
+        return owned
+
     async def _commit_one(self, mq: MessageQueue, offset: int, errors: list[BaseException]) -> None:
+        state = self._states.get(mq)
         try:
             addr = await self._instance.find_broker_addr(mq)
             resp = await self._instance.invoke(
@@ -603,8 +648,7 @@ class PullConsumer:
         except MQClientError as exc:
             errors.append(exc)
             return
-        state = self._states.get(mq)
-        if state is not None:
+        if state is not None and self._states.get(mq) is state:
             state.committed = offset
 
     async def _commit_logged(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:

@@ -94,9 +94,11 @@ async def test_a_position_another_member_went_past_is_not_written_back(tmp_path:
             await wait_until(lambda: buffered(consumer) == N, "every message pulled")
             got: list[ReceivedMessage] = []
             await poll_until(consumer, got, 10)
-            taken = sorted(consumer.assignment())[0]
+            # the queue read least far (each holds N / 4): 3 or more of its messages are left
+            taken = min(consumer.assignment(), key=lambda mq: consumer.position(mq) or 0)
             position = consumer.position(taken)
             assert position is not None
+            assert position <= N // 4 - 3
             # "another member" consumed 3 more of that queue and committed while this one was
             # frozen (committed before the stall: the in-process broker stalls too)
             theirs = position + 3
@@ -110,10 +112,35 @@ async def test_a_position_another_member_went_past_is_not_written_back(tmp_path:
             with trio.move_on_after(0.5):  # nothing more comes
                 rest += await consumer.poll_for(1.0)
             assert await consumer.committed(taken) == theirs
+            # a commit of what was read before the stall does not overwrite theirs
+            await consumer.commit({taken: position})
+            assert await consumer.committed(taken) == theirs
         again = [m for m in rest if m.queue == taken and m.queue_offset < theirs]
         assert again == []  # it started that queue from the other member's offset
         assert len(got) + len(rest) == N - 3
         assert {m.body for m in got + rest} < sent
+
+
+async def test_a_poll_waiting_across_a_stall_gets_what_arrives_after_it(tmp_path: Path) -> None:
+    async with (
+        cluster(tmp_path, ("broker-a",)) as c,
+        group_consumer(c.namesrv) as consumer,
+        trio.open_nursery() as nursery,
+    ):
+        consumer.subscribe(TOPIC)
+        await wait_until(lambda: len(consumer.assignment()) == 4, "queues assigned")
+        got: list[ReceivedMessage] = []
+
+        async def poll_once() -> None:
+            got.extend(await consumer.poll())  # no timeout of its own
+
+        nursery.start_soon(poll_once)
+        await wait_until(lambda: consumer._data.statistics().tasks_waiting == 1, "poll waits")
+        stall()
+        await wait_until(lambda: consumer.stalls == 1, "the stall noticed")
+        with trio.fail_after(LIMIT):
+            await send_all(c.namesrv)
+            await wait_until(lambda: bool(got), "the waiting poll returned")
 
 
 async def test_in_group_mode_commit_skips_queues_not_assigned(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from client import MessageQueue, api
+from client import Message, MessageQueue, api
 from remoting.client import RemotingClient
 from tests.broker.inprocess import wait_until
 from tests.e2e.cluster import LIMIT, create_topic, running_cluster
@@ -74,6 +74,11 @@ async def test_pull_members_share_the_queues_through_joins_and_leaves(tmp_path: 
         assert_duplicates_follow_handovers(group)
 
 
+def later(i: int) -> tuple[Message, str | None]:
+    """Message ``i`` of the second feeder: bodies apart from the first one's."""
+    return plain(i + 1_000_000)
+
+
 async def committed_offsets(broker_addr: str, queues: list[MessageQueue]) -> dict[int, int]:
     """The group's committed offset of each of ``queues`` (by queue id; -1: none), asked of
     the broker directly (a consumer of the group would count as a member)."""
@@ -99,13 +104,17 @@ async def test_a_frozen_pull_member_returns_nothing_stale(tmp_path: Path) -> Non
                 times = {"start": await group.wait_converged(queues, "3 members start")}
                 async with feeding(cluster.namesrv_addr, plain) as feeder:
                     await wait_until(lambda: len(m3.msgs()) > 30, "m3 consuming")
-                    frozen_with = sorted(m3.assignment or ())
-                    group.pause(m3)
-                    paused_at, frozen_at = time.time(), trio.current_time()
+                    before = await feeder.finish()
+                # m3 has returned everything of its queues: no poll is handing anything out
+                # when the SIGSTOP comes, so its events' times tell before from after exactly
+                await wait_all_consumed(group, before)
+                frozen_with = sorted(m3.assignment or ())
+                group.pause(m3)
+                paused_at, frozen_at = time.time(), trio.current_time()
+                async with feeding(cluster.namesrv_addr, later) as feeder:
                     # the broker's scan (every 10 s) drops m3 once silent for 2 s
                     times["dropped"] = await group.wait_converged(queues, "m3 frozen")
                     # the queues' new owners consume and commit well past what m3 had taken
-                    # (a poll's messages it had not reported yet included)
                     reported = Counter({e["queue"][1]: e["offset"] for e in m3.msgs()})
                     commits: dict[int, int] = {}
 
@@ -120,13 +129,12 @@ async def test_a_frozen_pull_member_returns_nothing_stale(tmp_path: Path) -> Non
                     times["rejoined"] = await group.wait_converged(queues, "m3 back")
                     n = len(m3.msgs())
                     await wait_until(lambda: len(m3.msgs()) > n + 30, "m3 consuming again")
-                    sent = await feeder.finish()
+                    sent = before + await feeder.finish()
                 await wait_all_consumed(group, sent)
         counts = Counter(e["body"] for e in group.consumed())
         assert set(counts) == set(sent)  # nothing lost, nothing invented
         dups = sum(n - 1 for n in counts.values())
-        # a poll returns at a time m3 runs: before the SIGSTOP or after the SIGCONT (what it
-        # reported after the SIGCONT may have been returned before the SIGSTOP)
+        # a poll returns at a time m3 runs: before the SIGSTOP or after the SIGCONT
         after = [e for e in m3.msgs() if e["t1"] > resumed_at]
         assert all(e["t1"] < paused_at for e in m3.msgs() if e["t1"] <= resumed_at)
         first: dict[int, int] = {}
