@@ -34,8 +34,8 @@ Rules:
   from the committed offsets. Nothing pulled before the stall is handed out after it.
   (RocketMQ's lite pull consumer carries on instead.) The write-back reads the committed
   offset and then writes: a member committing in between can still be overwritten once, as
-  brokers offer no compare-and-set. A stall noticed while closing writes nothing back (some
-  messages come again).
+  brokers offer no compare-and-set. Closing waits for the write-back (a stall noticed while
+  closing included), within the 3 s the closing commit has.
 - Explicit commits in group mode (``commit(offsets)``) apply only to queues assigned now and
   at or past where that assignment began: an offset read before the queue left (or before a
   stall) and came back is skipped, as it would overwrite what another member committed.
@@ -161,6 +161,8 @@ class PullConsumer:
         """Group mode: how many stalls this consumer has recovered from (see the module doc)."""
         self._alive_ms = 0
         self._recovering: trio.Event | None = None
+        self._unwritten: dict[MessageQueue, int] = {}
+        """Positions of stalled queues still to write back."""
         self._subscriptions: dict[str, str] = {}
         self._rebalance_wakeup = trio.Event()
         self.rebalanced = trio.Event()
@@ -212,9 +214,13 @@ class PullConsumer:
         self._running = False
         try:
             with trio.CancelScope(shield=True):
-                if self.auto_commit:
-                    with trio.move_on_after(COMMIT_ON_CLOSE_TIMEOUT_S):
+                with trio.move_on_after(COMMIT_ON_CLOSE_TIMEOUT_S):
+                    if self.auto_commit:
                         await self._commit_logged()
+                    self._check_stall()  # a stall noticed now still writes its positions back
+                    if self._recovering is not None:
+                        await self._recovering.wait()
+                    await self._write_back_unwritten()
                 self._instance.unregister_consumer(self.group)
                 with contextlib.suppress(ValueError):
                     self._instance.consumer_ids_changed.remove(self._on_ids_changed)
@@ -390,23 +396,30 @@ class PullConsumer:
             self.group,
             gap,
         )
+        self._unwritten.update(positions)
         if self._running and self._nursery is not None and self._recovering is None:
             self._recovering = trio.Event()
-            self._nursery.start_soon(self._recover, positions)
+            self._nursery.start_soon(self._recover)
         return True
 
-    async def _recover(self, positions: Mapping[MessageQueue, int]) -> None:
+    async def _recover(self) -> None:
         """Write back the positions no member went past, then heartbeat and rebalance."""
         try:
-            async with trio.open_nursery() as nursery:
-                for mq, position in positions.items():
-                    nursery.start_soon(self._write_back, mq, position)
+            await self._write_back_unwritten()
         finally:
             recovering, self._recovering = self._recovering, None
             if recovering is not None:
                 recovering.set()
             self._instance.heartbeat_soon()
             self._rebalance_wakeup.set()
+
+    async def _write_back_unwritten(self) -> None:
+        """Write back the stalled positions, those of a stall noticed meanwhile too."""
+        while self._unwritten:
+            positions, self._unwritten = self._unwritten, {}
+            async with trio.open_nursery() as nursery:
+                for mq, position in positions.items():
+                    nursery.start_soon(self._write_back, mq, position)
 
     async def _write_back(self, mq: MessageQueue, position: int) -> None:
         """Commit ``position`` of a stalled queue unless the group's offset is already past it

@@ -121,6 +121,30 @@ async def test_a_position_another_member_went_past_is_not_written_back(tmp_path:
         assert {m.body for m in got + rest} < sent
 
 
+async def test_a_stall_noticed_while_closing_still_writes_the_positions_back(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path, ("broker-a",)) as c:
+        await send_all(c.namesrv)
+        consumer = PullConsumer(
+            "pcg",
+            c.namesrv,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            max_poll_records=10,
+            pull_max_idle_ms=MAX_IDLE_MS,
+        )
+        async with consumer:
+            consumer.subscribe(TOPIC)
+            await wait_until(lambda: buffered(consumer) == N, "every message pulled")
+            await poll_until(consumer, [], 10)
+            positions = {mq: consumer.position(mq) for mq in consumer.assignment()}
+            stall()  # and close at once: the closing commit is the first to notice
+        assert consumer.stalls == 1
+        async with group_consumer(c.namesrv) as reader:  # asks the broker, joins no group
+            for mq, position in positions.items():
+                assert await reader.committed(mq) == position
+
+
 async def test_a_poll_waiting_across_a_stall_gets_what_arrives_after_it(tmp_path: Path) -> None:
     async with (
         cluster(tmp_path, ("broker-a",)) as c,
