@@ -11,6 +11,8 @@ offsets.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -50,75 +52,79 @@ async def poll_until(consumer: PullConsumer, got: list[ReceivedMessage], n: int)
             got += await consumer.poll_for(0.2)
 
 
-def group_consumer(namesrv: str) -> PullConsumer:
+def group_consumer(namesrv: str, *, auto_commit: bool = False) -> PullConsumer:
     return PullConsumer(
         "pcg",
         namesrv,
         consume_from=ConsumeFrom.FIRST_OFFSET,
-        auto_commit=False,
+        auto_commit=auto_commit,
         max_poll_records=10,
         pull_max_idle_ms=MAX_IDLE_MS,
     )
 
 
+@asynccontextmanager
+async def ten_read(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[PullConsumer, set[bytes], list[ReceivedMessage]]]:
+    """A cluster holding N messages and a group-mode consumer that pulled them all and
+    returned the first 10: ``(consumer, bodies sent, messages returned)``."""
+    async with cluster(tmp_path, ("broker-a",)) as c:
+        sent = await send_all(c.namesrv)
+        async with group_consumer(c.namesrv) as consumer:
+            consumer.subscribe(TOPIC)
+            await wait_until(lambda: buffered(consumer) == N, "every message pulled")
+            got: list[ReceivedMessage] = []
+            await poll_until(consumer, got, 10)
+            yield consumer, sent, got
+
+
 async def test_after_a_stall_nothing_pulled_before_is_returned_and_nothing_is_lost(
     tmp_path: Path,
 ) -> None:
-    async with cluster(tmp_path, ("broker-a",)) as c:
-        sent = await send_all(c.namesrv)
-        async with group_consumer(c.namesrv) as consumer:
-            consumer.subscribe(TOPIC)
-            await wait_until(lambda: buffered(consumer) == N, "every message pulled")
-            got: list[ReceivedMessage] = []
-            await poll_until(consumer, got, 10)
-            positions = {mq: consumer.position(mq) for mq in consumer.assignment()}
-            assert buffered(consumer) == N - len(got)
-            stall()
-            assert consumer.poll_nowait() == []  # what was pulled before is gone
-            assert consumer.stalls == 1
-            assert buffered(consumer) == 0
-            await poll_until(consumer, got, N)
-            # the positions were written back and the queues start again from them
-            for mq, position in positions.items():
-                if position is not None:
-                    assert await consumer.committed(mq) == position
-        bodies = [m.body for m in got]
-        assert sorted(bodies) == sorted(sent)  # each exactly once
+    async with ten_read(tmp_path) as (consumer, sent, got):
+        positions = {mq: consumer.position(mq) for mq in consumer.assignment()}
+        assert buffered(consumer) == N - len(got)
+        stall()
+        assert consumer.poll_nowait() == []  # what was pulled before is gone
+        assert consumer.stalls == 1
+        assert buffered(consumer) == 0
+        await poll_until(consumer, got, N)
+        # the positions were written back and the queues start again from them
+        for mq, position in positions.items():
+            if position is not None:
+                assert await consumer.committed(mq) == position
+    bodies = [m.body for m in got]
+    assert sorted(bodies) == sorted(sent)  # each exactly once
 
 
 async def test_a_position_another_member_went_past_is_not_written_back(tmp_path: Path) -> None:
-    async with cluster(tmp_path, ("broker-a",)) as c:
-        sent = await send_all(c.namesrv)
-        async with group_consumer(c.namesrv) as consumer:
-            consumer.subscribe(TOPIC)
-            await wait_until(lambda: buffered(consumer) == N, "every message pulled")
-            got: list[ReceivedMessage] = []
-            await poll_until(consumer, got, 10)
-            # the queue read least far (each holds N / 4): 3 or more of its messages are left
-            taken = min(consumer.assignment(), key=lambda mq: consumer.position(mq) or 0)
-            position = consumer.position(taken)
-            assert position is not None
-            assert position <= N // 4 - 3
-            # "another member" consumed 3 more of that queue and committed while this one was
-            # frozen (committed before the stall: the in-process broker stalls too)
-            theirs = position + 3
-            instance = consumer.instance
-            addr = await instance.find_broker_addr(taken)
-            resp = await instance.invoke(addr, api.update_offset_request("pcg", taken, theirs))
-            api.check_success(resp, addr)
-            stall()
-            rest: list[ReceivedMessage] = []
-            await poll_until(consumer, rest, N - len(got) - 3)
-            with trio.move_on_after(0.5):  # nothing more comes
-                rest += await consumer.poll_for(1.0)
-            assert await consumer.committed(taken) == theirs
-            # a commit of what was read before the stall does not overwrite theirs
-            await consumer.commit({taken: position})
-            assert await consumer.committed(taken) == theirs
-        again = [m for m in rest if m.queue == taken and m.queue_offset < theirs]
-        assert again == []  # it started that queue from the other member's offset
-        assert len(got) + len(rest) == N - 3
-        assert {m.body for m in got + rest} < sent
+    async with ten_read(tmp_path) as (consumer, sent, got):
+        # the queue read least far (each holds N / 4): 3 or more of its messages are left
+        taken = min(consumer.assignment(), key=lambda mq: consumer.position(mq) or 0)
+        position = consumer.position(taken)
+        assert position is not None
+        assert position <= N // 4 - 3
+        # "another member" consumed 3 more of that queue and committed while this one was
+        # frozen (committed before the stall: the in-process broker stalls too)
+        theirs = position + 3
+        instance = consumer.instance
+        addr = await instance.find_broker_addr(taken)
+        resp = await instance.invoke(addr, api.update_offset_request("pcg", taken, theirs))
+        api.check_success(resp, addr)
+        stall()
+        rest: list[ReceivedMessage] = []
+        await poll_until(consumer, rest, N - len(got) - 3)
+        with trio.move_on_after(0.5):  # nothing more comes
+            rest += await consumer.poll_for(1.0)
+        assert await consumer.committed(taken) == theirs
+        # a commit of what was read before the stall does not overwrite theirs
+        await consumer.commit({taken: position})
+        assert await consumer.committed(taken) == theirs
+    again = [m for m in rest if m.queue == taken and m.queue_offset < theirs]
+    assert again == []  # it started that queue from the other member's offset
+    assert len(got) + len(rest) == N - 3
+    assert {m.body for m in got + rest} < sent
 
 
 async def test_a_stall_noticed_while_closing_still_writes_the_positions_back(
@@ -126,13 +132,7 @@ async def test_a_stall_noticed_while_closing_still_writes_the_positions_back(
 ) -> None:
     async with cluster(tmp_path, ("broker-a",)) as c:
         await send_all(c.namesrv)
-        consumer = PullConsumer(
-            "pcg",
-            c.namesrv,
-            consume_from=ConsumeFrom.FIRST_OFFSET,
-            max_poll_records=10,
-            pull_max_idle_ms=MAX_IDLE_MS,
-        )
+        consumer = group_consumer(c.namesrv, auto_commit=True)
         async with consumer:
             consumer.subscribe(TOPIC)
             await wait_until(lambda: buffered(consumer) == N, "every message pulled")

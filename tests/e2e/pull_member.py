@@ -36,7 +36,7 @@ import trio
 
 from client import ClientConfig, ConsumeFrom, PullConsumer, ReceivedMessage, aio
 from client.instance import ClientInstance
-from tests.e2e.push_member import emit
+from tests.e2e.push_member import add_client_options, emit
 
 POLL_S = 0.05
 """How long one poll waits for messages."""
@@ -49,11 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--api", choices=("blocking", "aio"), default="blocking")
-    parser.add_argument("--heartbeat-interval", type=float, default=30.0)
-    parser.add_argument("--suspend-ms", type=int, default=15_000)
-    parser.add_argument("--request-timeout", type=float, default=3.0)
     parser.add_argument("--auto-commit-interval", type=float, default=5.0)
-    parser.add_argument("--pull-max-idle-ms", type=int, default=120_000)
+    add_client_options(parser)
     return parser.parse_args(argv)
 
 

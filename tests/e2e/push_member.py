@@ -110,11 +110,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fail-first", type=int, default=0)
     parser.add_argument("--handler-ms", type=float, default=0.0)
     parser.add_argument("--persist-interval", type=float, default=5.0)
+    add_client_options(parser)
+    return parser.parse_args(argv)
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """The options both member programs take: client instance timings and stall detection."""
     parser.add_argument("--heartbeat-interval", type=float, default=30.0)
     parser.add_argument("--suspend-ms", type=int, default=15_000)
     parser.add_argument("--request-timeout", type=float, default=3.0)
     parser.add_argument("--pull-max-idle-ms", type=int, default=120_000)
-    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
