@@ -335,13 +335,13 @@ class PullConsumer:
         wanted = await rebalance.wanted_queues(
             self._instance, self.group, self.strategy, list(self._subscriptions), self._states
         )
-        if self._check_stall() or self.stalls != stalls:
+        if self._stalled_since(stalls):
             return
         dropped = {mq: s.position for mq, s in self._states.items() if mq not in wanted}
         commits = {mq: p for mq, p in dropped.items() if p is not None}
         if commits and self._running:
             await self._commit_logged(commits)
-            if self._check_stall() or self.stalls != stalls:
+            if self._stalled_since(stalls):
                 return
         if self._running:
             self._assign(wanted, dict(self._subscriptions))
@@ -401,6 +401,12 @@ class PullConsumer:
             self._recovering = trio.Event()
             self._nursery.start_soon(self._recover)
         return True
+
+    def _stalled_since(self, stalls: int) -> bool:
+        """True if a stall was noticed (now, or by another task) since :attr:`stalls` was
+        ``stalls``."""
+        self._check_stall()
+        return self.stalls != stalls
 
     async def _recover(self) -> None:
         """Write back the positions no member went past, then heartbeat and rebalance."""
