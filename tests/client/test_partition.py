@@ -10,6 +10,8 @@ it through the proxy, as it would through a NAT or a load balancer.
 - Resets and a blackhole under a push consumer: it reconnects and consumes everything; a
   blackhole longer than its pulls' timeout: the stale answers that arrive after the heal are
   dropped, and every message is consumed once.
+- A group-mode pull consumer whose loop stalls while a rebalance round waits for a held
+  answer: the round is abandoned until the stall's write-back is done, so nothing comes twice.
 
 Every run is reconciled as in the plan's checker: no acknowledged message is lost, nothing is
 stored that was not sent, and nothing is stored twice (the producer never resends a timed-out
@@ -21,6 +23,7 @@ Real name server and brokers in process, real sockets on 127.0.0.1, short but re
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from broker.controller import BrokerController
 from client.aio import (
@@ -47,7 +51,7 @@ from common.message_id import decode_offset_msg_id
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from tests.broker.fault_proxy import FaultProxy
-from tests.broker.inprocess import req, running_broker, running_namesrv, wait_until
+from tests.broker.inprocess import LIMIT, req, running_broker, running_namesrv, wait_until
 
 TOPIC = "PartitionOrders"
 QUEUES = 2
@@ -149,6 +153,11 @@ async def run_broker(
             assert controller.broker_addr == addr  # what the name server tells clients
             task_status.started(Broker(name, controller, addr, proxy))
             await trio.sleep_forever()
+
+
+def stall_loop(seconds: float) -> None:
+    """Block the event loop (everything in this process) for ``seconds``, as a frozen process."""
+    time.sleep(seconds)
 
 
 def position(mq: MessageQueue, queue_offset: int) -> tuple[str, int, int]:
@@ -360,3 +369,45 @@ async def test_a_blackhole_longer_than_the_pull_timeout(tmp_path: Path) -> None:
                 probe = req(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId="0")
                 assert (await instance.invoke(a.addr, probe)).code == ResponseCode.SUCCESS
             assert sorted(got) == sorted(history.acked)  # each once
+
+
+async def test_a_stall_during_a_rebalance_round_waits_for_the_write_back(tmp_path: Path) -> None:
+    # A group-mode pull consumer's rebalance round is waiting for the broker's member list
+    # (its answer held by the proxy) when the loop stalls past pull_max_idle_ms. The stall's
+    # recovery writes the positions back; the interrupted round must not start queues before
+    # that, or they start from the older committed offset (none here: the first offset) and
+    # what was returned before the stall comes again.
+    n = 20
+    async with brokers(tmp_path, {"broker-a": True}) as cluster:
+        _, proxy = cluster.proxied()
+        async with Producer("pg", cluster.namesrv, send_timeout=SEND_TIMEOUT_S * 5) as producer:
+            for i in range(n):
+                await producer.send(Message(TOPIC, b"m%d" % i))
+        consumer = PullConsumer(
+            "pcg",
+            cluster.namesrv,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            auto_commit=False,
+            max_poll_records=5,
+            pull_max_idle_ms=2000,
+            rebalance_interval=3600,
+        )
+        got: list[ReceivedMessage] = []
+        async with consumer, trio.open_nursery() as nursery:
+            consumer.subscribe(TOPIC)
+            await wait_until(lambda: len(consumer.assignment()) == QUEUES, "queues assigned")
+            with trio.fail_after(LIMIT):
+                while len(got) < 5:
+                    got += await consumer.poll_for(0.2)
+            proxy.blackhole("responses")
+            nursery.start_soon(consumer.do_rebalance)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            stall_loop(2.3)  # the round waits for the member list meanwhile
+            proxy.heal()
+            with trio.fail_after(LIMIT):
+                while len(got) < n:
+                    got += await consumer.poll_for(0.2)
+            with trio.move_on_after(0.5):  # nothing more comes
+                got += await consumer.poll_for(1.0)
+        assert consumer.stalls == 1
+        assert sorted(m.body for m in got) == sorted(b"m%d" % i for i in range(n))
