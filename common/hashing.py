@@ -174,8 +174,36 @@ def _ascii_hashes(
 
 
 def index_key_hash_prefixed(prefix: int, suffix: str) -> int:
-    """Scalar :func:`index_key_hashes_prefixed` for one key."""
-    units = len(suffix) if suffix.isascii() else len(suffix.encode("utf-16-be")) // 2
+    """Scalar :func:`index_key_hashes_prefixed` for one key.
+
+    The dispatch of a lone message hashes its keys here: for ASCII the prefix's term and the
+    suffix's are summed in one C-level pass, against powers cached per length.
+    """
+    try:
+        units = suffix.encode("ascii")
+    except UnicodeEncodeError:
+        return _index_key_hash_prefixed_utf16(prefix, suffix)
+    powers = _PREFIXED_POWERS.get(len(units)) or _prefixed_powers(len(units))
+    h: int = sum(map(mul, units, powers[1]), prefix * powers[0]) & _MASK32
+    if h & 0x80000000:  # negative as a Java int: abs(), with Integer.MIN_VALUE mapped to 0
+        h = (1 << 32) - h
+        return 0 if h == 0x80000000 else h
+    return h
+
+
+_PREFIXED_POWERS: dict[int, tuple[int, tuple[int, ...]]] = {}
+
+
+def _prefixed_powers(n: int) -> tuple[int, tuple[int, ...]]:
+    """``31**n`` and ``(31**(n-1), ..., 1)`` modulo 2**32, cached per length."""
+    p = (pow(31, n, 1 << 32), _powers_desc(n))
+    if len(_PREFIXED_POWERS) < 4096:
+        _PREFIXED_POWERS[n] = p
+    return p
+
+
+def _index_key_hash_prefixed_utf16(prefix: int, suffix: str) -> int:
+    units = len(suffix.encode("utf-16-be")) // 2
     h = (prefix * pow(31, units, 1 << 32) + (java_string_hash(suffix) & _MASK32)) & _MASK32
     h = h - (1 << 32) if h & 0x80000000 else h
     return 0 if h == _INT_MIN else abs(h)

@@ -89,6 +89,9 @@ def test_index_key_hash_maps_int_min_to_zero() -> None:
     assert java_string_hash("polygenelubricants") == INT_MIN
     assert index_key_hash("polygenelubricants") == 0
     assert index_key_hashes(["polygenelubricants", "TOPIC#KEY"]).tolist() == [0, 1120485173]
+    ph = prefix_hash("polygene")
+    assert index_key_hash_prefixed(ph, "lubricants") == 0
+    assert index_key_hash_prefixed(prefix_hash("TOPIC#"), "KEY") == 1120485173
 
 
 @given(st.lists(texts, max_size=8))
