@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.digits import parse_uint
 from common.net import primary_ipv4
 from common.properties import convert_value, format_value, load_properties
 from common.route import PermName
@@ -207,7 +208,7 @@ class BrokerConfig:
             if not addr:
                 continue
             host, sep, port = addr.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            if not sep or not host or not 0 < (parse_uint(port, max_digits=5) or 0) <= 65535:
                 raise ValueError(f"namesrvAddr: expected host:port, got {addr!r}")
             out.append(addr)
         return out

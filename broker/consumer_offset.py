@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.json_store import load_json, write_json_atomic
+from common.digits import parse_uint
 
 TOPIC_GROUP_SEPARATOR = "@"
 OFFSETS_FILE = "consumerOffset.json"
@@ -159,13 +160,10 @@ class ConsumerOffsetManager:
                 raise ValueError(f"{self.path}: bad offsetTable entry {key!r}")
             entry: dict[int, int] = {}
             for qid, offset in queues.items():
-                if (
-                    not str(qid).isdigit()
-                    or not isinstance(offset, int)
-                    or isinstance(offset, bool)
-                ):
+                queue_id = parse_uint(str(qid), max_digits=9)
+                if queue_id is None or not isinstance(offset, int) or isinstance(offset, bool):
                     raise ValueError(f"{self.path}: bad offset {qid!r}: {offset!r} in {key!r}")
-                entry[int(qid)] = offset
+                entry[queue_id] = offset
             loaded[key] = entry
         self._table = loaded
         self.dirty = False

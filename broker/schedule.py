@@ -47,6 +47,7 @@ import trio
 
 from broker.json_store import load_json, write_json_atomic
 from common.clock import wall_clock_ms
+from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord, RecordError, decode_record
 from common.topic import SCHEDULE_TOPIC
@@ -82,12 +83,13 @@ def transform_delay_message(msg: MessageRecord, max_level: int) -> bool:
     """Redirect a delayed message to the schedule topic in place; True when it was delayed.
 
     The level is clamped to ``max_level``; REAL_TOPIC / REAL_QID keep the real destination.
-    ValueError when DELAY is not an integer.
+    ValueError when DELAY is not an integer, for a half (prepared) message too: its commit
+    applies the DELAY, and a commit must not fail on what the send could have refused.
     """
+    level = delay_level_of(msg)
     tx = MessageSysFlag.transaction_value(msg.sys_flag)
     if tx not in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE):
         return False
-    level = delay_level_of(msg)
     if level <= 0:
         return False
     if level > max_level:
@@ -318,10 +320,11 @@ class ScheduleMessageService:
             raise ValueError(f"{self.path}: expected a map with an 'offsetTable' map")
         loaded: dict[int, int] = {}
         for level, offset in table.items():
+            number = parse_uint(str(level), max_digits=9)
             bad = not isinstance(offset, int) or isinstance(offset, bool) or offset < 0
-            if not str(level).isdigit() or bad:
+            if number is None or bad:
                 raise ValueError(f"{self.path}: bad entry {level!r}: {offset!r}")
-            loaded[int(level)] = offset
+            loaded[number] = offset
         self.offsets = loaded
         self.dirty = False
         return True

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from client.errors import CLIENT_ERROR, MQClientError
+from common.digits import parse_uint
 from common.net import primary_ipv4
 from remoting.busy_poll import default_window_us
 
@@ -33,7 +34,7 @@ def parse_namesrv(namesrv: str | Sequence[str] | None) -> tuple[str, ...]:
         )
     for addr in addrs:
         host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not 0 < (parse_uint(port, max_digits=5) or 0) < 65536:
             raise MQClientError(CLIENT_ERROR, f"illegal name server address {addr!r}")
     return addrs
 

@@ -25,6 +25,7 @@ from client import api
 from client.errors import MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
+from common.digits import parse_uint
 from common.json_store import load_json, write_json_atomic
 from remoting.client_bodies import ConsumeFromWhere
 from remoting.codes import RequestCode
@@ -153,9 +154,10 @@ def _key(mq: MessageQueue) -> str:
 def _parse_key(key: str) -> MessageQueue | None:
     topic, _, rest = key.partition("@")
     broker, _, qid = rest.rpartition("@")
-    if not topic or not broker or not qid.isdigit():
+    queue_id = parse_uint(qid, max_digits=9)
+    if not topic or not broker or queue_id is None:
         return None
-    return MessageQueue(topic, broker, int(qid))
+    return MessageQueue(topic, broker, queue_id)
 
 
 class LocalFileOffsetStore:

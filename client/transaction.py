@@ -233,7 +233,7 @@ class TransactionProducer(Producer):
         if not self._running:
             raise ClientClosedError(f"producer {self.group}")
         validate_message(msg, self.max_message_size)
-        if msg.delay_level > 0:
+        if msg.properties.get(MessageConst.DELAY, "0") not in ("", "0"):  # "1s" included
             raise MessageInvalidError(
                 msg.topic, "DelayTimeLevel is not supported for transaction message"
             )

@@ -34,6 +34,7 @@ from types import TracebackType
 
 import trio
 
+from common.digits import parse_uint
 from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, Handler
 from remoting.command import RemotingCommand
@@ -46,9 +47,10 @@ log = logging.getLogger(__name__)
 def split_addr(addr: str) -> tuple[str, int]:
     """Split ``"host:port"`` (``"[v6]:port"`` too); raise RemotingConnectError if malformed."""
     host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    number = parse_uint(port, max_digits=5)
+    if not sep or not host or number is None:
         raise RemotingConnectError(addr)
-    return host.strip("[]"), int(port)
+    return host.strip("[]"), number
 
 
 class RemotingClient:

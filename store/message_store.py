@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord, decode_record, pack_host
 from store import recovery, retention
@@ -195,8 +196,9 @@ class MessageStore:
             if not topic_dir.is_dir():
                 continue
             for qdir in sorted(topic_dir.iterdir()):
-                if qdir.is_dir() and qdir.name.isdigit():
-                    cq = self._new_consume_queue(topic_dir.name, int(qdir.name))
+                queue_id = parse_uint(qdir.name, max_digits=9)
+                if queue_id is not None and qdir.is_dir():
+                    cq = self._new_consume_queue(topic_dir.name, queue_id)
                     cq.load()
 
     # -- consume queues --------------------------------------------------------------------

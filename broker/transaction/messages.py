@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord
 from common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -44,9 +45,14 @@ def is_prepared(sys_flag: int) -> bool:
 
 
 def to_half_message(msg: MessageRecord) -> bool:
-    """Redirect a prepared message to the half topic in place; True when it was prepared."""
+    """Redirect a prepared message to the half topic in place; True when it was prepared.
+
+    A TRAN_PREPARED_QUEUE_OFFSET the sender set is dropped: only the broker's re-stored copies
+    carry one, and a copied key would tie the new transaction to another's decision.
+    """
     if not is_prepared(msg.sys_flag):
         return False
+    msg.properties.pop(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, None)
     msg.properties[MessageConst.REAL_TOPIC] = msg.topic
     msg.properties[MessageConst.REAL_QID] = str(msg.queue_id)
     msg.sys_flag = msg.sys_flag & ~_TX_MASK  # TRANSACTION_NOT_TYPE: gets a queue offset
@@ -57,25 +63,22 @@ def to_half_message(msg: MessageRecord) -> bool:
 
 def key_of(rec: MessageRecord) -> int:
     """The transaction key of a half record (its first copy's queue offset)."""
-    raw = rec.properties.get(MessageConst.TRAN_PREPARED_QUEUE_OFFSET)
-    if raw is not None and raw.isdigit():
-        return int(raw)
-    return rec.queue_offset
+    key = parse_uint(rec.properties.get(MessageConst.TRAN_PREPARED_QUEUE_OFFSET))
+    return rec.queue_offset if key is None else key
 
 
 def check_times(rec: MessageRecord) -> int:
     """TRANSACTION_CHECK_TIMES of a half record (0 when absent or malformed)."""
-    raw = rec.properties.get(MessageConst.TRANSACTION_CHECK_TIMES, "0")
-    return int(raw) if raw.isdigit() else 0
+    return parse_uint(rec.properties.get(MessageConst.TRANSACTION_CHECK_TIMES), max_digits=9) or 0
 
 
 def real_destination(rec: MessageRecord) -> tuple[str, int] | None:
     """``(REAL_TOPIC, REAL_QID)`` of a half record, or None when missing or malformed."""
     topic = rec.properties.get(MessageConst.REAL_TOPIC)
-    qid = rec.properties.get(MessageConst.REAL_QID, "")
-    if not topic or not qid.isdigit():
+    qid = parse_uint(rec.properties.get(MessageConst.REAL_QID), max_digits=9)
+    if not topic or qid is None:
         return None
-    return topic, int(qid)
+    return topic, qid
 
 
 def _copy(rec: MessageRecord, topic: str, queue_id: int, props: dict[str, str]) -> MessageRecord:
@@ -125,8 +128,7 @@ def op_record(rec: MessageRecord, kind: str) -> MessageRecord:
 
 def op_key(rec: MessageRecord) -> int | None:
     """The key an op record settles, or None when its body is not an offset."""
-    text = rec.body.decode("ascii", "replace")
-    return int(text) if text.isdigit() else None
+    return parse_uint(rec.body.decode("ascii", "replace"))
 
 
 def renewed_record(rec: MessageRecord) -> MessageRecord:

@@ -13,7 +13,8 @@
                       TRANS_CHECK_MAX_TIME_TOPIC with op "discard" (TRANSACTION_CHECK_TIMES >=
                       transactionCheckMax) or re-stored with TRANSACTION_CHECK_TIMES + 1 and
                       its producer group asked (CHECK_TRANSACTION_STATE, oneway, to one live
-                      producer connection; none alive -> it waits for the next round)
+                      producer connection; with none alive the round counts all the same, so a
+                      vanished group's half messages reach the limit, as in RocketMQ)
 
 State and its rules (keys: see :mod:`broker.transaction.messages`):
 
@@ -47,6 +48,7 @@ from broker.client_manager import ClientManager
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.transaction import messages as tx
 from common.clock import wall_clock_ms
+from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import create_offset_msg_id
 from common.record import MessageRecord, RecordError, decode_record
@@ -198,13 +200,24 @@ class TransactionService:
             if real is None:
                 raise ValueError("the half message has no valid REAL_TOPIC / REAL_QID")
             if self.transform is not None:
-                self.transform(real)
+                self._transform(real)
             batch = [real, tx.op_record(rec, tx.OP_COMMIT)]
         else:
             batch = [tx.op_record(rec, tx.OP_ROLLBACK)]
         kind = tx.OP_COMMIT if commit else tx.OP_ROLLBACK
         await self._settle(key, kind, batch)
         return EndOutcome.COMMITTED if commit else EndOutcome.ROLLED_BACK
+
+    def _transform(self, real: MessageRecord) -> None:
+        """The send path's transform of a committed message; a DELAY it refuses (a half message
+        stored before the send path checked it) is dropped, so the commit still delivers."""
+        assert self.transform is not None
+        try:
+            self.transform(real)
+        except ValueError as exc:
+            log.warning("committed message %s: %s; delivered without delay", real.uniq_key, exc)
+            real.properties.pop(MessageConst.DELAY, None)
+            self.transform(real)
 
     async def _settle(self, key: int, kind: str, batch: list[MessageRecord]) -> PutResult:
         """Store ``batch`` (ending with the op) and mark ``key`` decided; uncancellable."""
@@ -247,8 +260,9 @@ class TransactionService:
             if self.is_decided(key) or latest[key] != offset or offset in self._superseded:
                 continue
             if await self._check_one(offset, rec, now):
-                if key not in self.decided:
-                    renewed_keys.append(key)
+                # even when decided meanwhile (a commit landing during the re-store): the
+                # re-stored copy lies past the progress, so the floor must not pass its key
+                renewed_keys.append(key)
             elif progress is None:
                 progress = offset
         progress = max(start, end if progress is None else progress)
@@ -268,8 +282,8 @@ class TransactionService:
             self._commit(TRANS_OP_HALF_TOPIC, self._op_read)
 
     def _immunity_ms(self, rec: MessageRecord) -> int:
-        raw = rec.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS, "")
-        return int(raw) * 1000 if raw.isdigit() else self.timeout_ms
+        seconds = parse_uint(rec.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS))
+        return self.timeout_ms if seconds is None else seconds * 1000
 
     async def _check_one(self, offset: int, rec: MessageRecord, now: int) -> bool:
         """Check (or discard) one pending latest copy; True when it is done with."""
@@ -290,14 +304,16 @@ class TransactionService:
                 tx.check_times(rec),
             )
             return True
-        channel = self._pick_producer(rec.properties.get(MessageConst.PGROUP, ""))
-        if channel is None:
-            return False
         result = await self.services.put_message(tx.renewed_record(rec))
         if not result.status.ok:
             raise PutFailedError(result)
         self._superseded.add(offset)
-        await self._send_check(channel, rec, result)
+        group = rec.properties.get(MessageConst.PGROUP, "")
+        channel = self._pick_producer(group)
+        if channel is None:  # the round counts all the same, as RocketMQ's: the limit applies
+            log.info("no live producer of group %s to check %s", group, rec.uniq_key)
+        else:
+            await self._send_check(channel, rec, result)
         return True
 
     def _pick_producer(self, group: str) -> Channel | None:

@@ -22,6 +22,7 @@ from rich.table import Table
 from client.admin.admin_client import AdminClient
 from client.errors import MQClientError
 from client.message import ReceivedMessage
+from common.digits import parse_uint
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -182,8 +183,9 @@ def parse_timestamp(text: str) -> int:
     text = text.strip()
     if text.lower() == "now":
         return time.time_ns() // 1_000_000
-    if text.lstrip("-").isdigit():
-        return int(text)
+    millis = parse_uint(text.removeprefix("-"))
+    if millis is not None:
+        return -millis if text.startswith("-") else millis
     try:
         dt = datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
     except ValueError:

@@ -6,16 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 
 from broker.processors.send import encode_batch_body
 from broker.transaction import SYS_TRANS_GROUP
 from common.message import MessageConst, MessageSysFlag
-from common.record import decode_record
+from common.record import MessageRecord, decode_record
 from common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.transaction_bodies import HalfMessage, decode_half_messages
+from store import PutResult
 from tests.broker.inprocess import LIMIT, running_broker
 from tests.broker.txn_helpers import (
     COMMIT,
@@ -287,3 +289,148 @@ async def test_progress_waits_for_the_oldest_pending_and_then_forgets_old_ops(
             again = await end_tx(client, addr, end_fields(old, COMMIT))
             assert again.remark == "already decided"
         assert sorted(m.body for m in queue_records(broker, TOPIC)) == [b"m1", b"m2", b"m3"]
+
+
+async def test_a_key_set_by_the_sender_does_not_tie_a_new_transaction_to_an_old_one(
+    tmp_path: Path,
+) -> None:
+    """TRAN_PREPARED_QUEUE_OFFSET is the broker's own: a half message carrying one (a checker
+    re-sending the copy it was handed, say) still gets a key of its own."""
+    async with (
+        running_broker(tmp_path, overrides=NO_CHECKS) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        first = await send_half(client, addr, b"tx-1")
+        assert (await end_tx(client, addr, end_fields(first, COMMIT))).remark == ""
+        copied = {MessageConst.TRAN_PREPARED_QUEUE_OFFSET: str(first.ext_fields["queueOffset"])}
+        second = await send_half(client, addr, b"tx-2", extra=copied)
+        resp = await end_tx(client, addr, end_fields(second, COMMIT))
+        assert (resp.code, resp.remark) == (ResponseCode.SUCCESS, "")
+        await wait_until(lambda: len(queue_records(broker, TOPIC)) == 2, "both commits")
+        [half] = queue_records(broker, TRANS_HALF_TOPIC)[1:]
+        assert MessageConst.TRAN_PREPARED_QUEUE_OFFSET not in half.properties
+
+
+@pytest.mark.parametrize(
+    "prop",
+    [
+        MessageConst.TRAN_PREPARED_QUEUE_OFFSET,
+        MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS,
+        MessageConst.TRANSACTION_CHECK_TIMES,
+    ],
+)
+async def test_a_malformed_number_in_a_half_message_stops_neither_checks_nor_a_restart(
+    tmp_path: Path, prop: str
+) -> None:
+    """ "²" passes str.isdigit() and fails int(): one such half message must not end every
+    check round, nor the broker's next start."""
+    inbox = CheckInbox()
+    async with (
+        running_broker(tmp_path, overrides=FAST_CHECKS) as (broker, addr),
+        RemotingClient(handlers=inbox.handlers(), default_timeout_s=LIMIT) as client,
+    ):
+        odd = await send_half(client, addr, b"odd", extra={prop: "\u00b2"})
+        assert odd.code == ResponseCode.SUCCESS, odd.remark
+        plain = await send_half(client, addr, b"plain")
+        await heartbeat(client, addr, "producer-1")
+        checked = {(await inbox.next()).ext_fields["msgId"] for _ in range(2)}
+        assert checked == {odd.ext_fields["transactionId"], plain.ext_fields["transactionId"]}
+    async with (
+        running_broker(tmp_path, overrides=FAST_CHECKS) as (broker, addr),
+        RemotingClient(handlers=inbox.handlers(), default_timeout_s=LIMIT) as client,
+    ):
+        await heartbeat(client, addr, "producer-2")
+        check = await inbox.next()
+        await end_oneway(client, addr, check_end_fields(check, COMMIT))
+        await wait_until(lambda: len(queue_records(broker, TOPIC)) == 1, "a commit after restart")
+
+
+async def test_a_half_message_with_a_delay_that_is_not_a_number_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Its commit would apply the DELAY: refused at the send, as a plain message is, and never
+    stored to be lost at the commit."""
+    async with (
+        running_broker(tmp_path, overrides=NO_CHECKS) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        resp = await send_half(client, addr, b"paid", extra={MessageConst.DELAY: "1s"})
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "DELAY" in resp.remark
+        assert queue_records(broker, TRANS_HALF_TOPIC) == []
+
+
+async def test_a_group_with_no_producer_left_still_reaches_the_check_limit(
+    tmp_path: Path,
+) -> None:
+    """As in RocketMQ, a round counts whether or not a producer could be asked: a vanished
+    group's half message is moved away in the end instead of holding the progress forever."""
+    overrides = {**FAST_CHECKS, "transactionCheckMax": "3"}
+    async with (
+        running_broker(tmp_path, overrides=overrides) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        await send_half(client, addr, b"orphan", group="gone-pg")
+        later = await send_half(client, addr, b"later")
+        await end_tx(client, addr, end_fields(later, COMMIT))
+        await wait_until(
+            lambda: (
+                [m.body for m in queue_records(broker, TRANS_CHECK_MAX_TIME_TOPIC)] == [b"orphan"]
+            ),
+            "the orphan moved to TRANS_CHECK_MAX_TIME_TOPIC",
+        )
+        moved = queue_records(broker, TRANS_CHECK_MAX_TIME_TOPIC)[0]
+        assert moved.properties[MessageConst.TRANSACTION_CHECK_TIMES] == "3"
+        assert broker.store is not None
+        end = broker.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
+        await wait_until(
+            lambda: (
+                broker.offsets is not None
+                and broker.offsets.query_offset(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0) == end
+            ),
+            "half progress at the queue's end",
+        )
+        assert [m.body for m in queue_records(broker, TOPIC)] == [b"later"]
+
+
+async def test_a_commit_landing_while_its_copy_is_re_stored_is_not_delivered_again_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The producer's COMMIT arrives while a check round re-stores the half message, and a
+    GET_PENDING_HALF_MESSAGES reads the ops meanwhile: the round must not forget that commit
+    while the re-stored copy is still ahead of the progress, or a restart checks (and commits)
+    the transaction once more."""
+    overrides = {**NO_CHECKS, "transactionTimeOut": "0"}
+    async with (
+        running_broker(tmp_path, overrides=overrides) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        service, services = broker.transactions, broker.services
+        assert service is not None
+        assert services is not None
+        sent = await send_half(client, addr, b"pay 10")
+        re_storing, release = trio.Event(), trio.Event()
+        put_message = services.put_message
+
+        async def held_put(msg: MessageRecord) -> PutResult:
+            if msg.topic == TRANS_HALF_TOPIC:  # the check round's copy
+                re_storing.set()
+                await release.wait()
+            return await put_message(msg)
+
+        services.put_message = held_put  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.check_once)
+            await re_storing.wait()
+            resp = await end_tx(client, addr, end_fields(sent, COMMIT))
+            assert (resp.code, resp.remark) == (ResponseCode.SUCCESS, "")
+            await pending(client, addr)
+            release.set()
+        assert len(queue_records(broker, TOPIC)) == 1
+    async with running_broker(tmp_path, overrides=overrides) as (broker, addr):
+        service = broker.transactions
+        assert service is not None
+        assert service.pending() == []
+        await service.check_once()
+        assert service.checks_sent == 0
+        assert [m.body for m in queue_records(broker, TOPIC)] == [b"pay 10"]

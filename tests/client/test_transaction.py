@@ -147,10 +147,15 @@ async def test_invalid_messages_fail_before_any_network_call(msg: Message) -> No
             await producer.send_in_transaction(msg, refuse)
 
 
-async def test_a_delay_level_is_refused() -> None:
+@pytest.mark.parametrize(
+    "msg",
+    [Message(TOPIC, b"x", delay_level=3), Message(TOPIC, b"x", properties={"DELAY": "1s"})],
+    ids=["level", "not-a-number"],
+)
+async def test_a_delay_level_is_refused(msg: Message) -> None:
     async with TransactionProducer("tx-pg", UNREACHABLE, checker=never) as producer:
         with pytest.raises(MessageInvalidError, match="DelayTimeLevel"):
-            await producer.send_in_transaction(Message(TOPIC, b"x", delay_level=3), refuse)
+            await producer.send_in_transaction(msg, refuse)
 
 
 async def test_a_failed_half_send_raises_and_execute_does_not_run() -> None:
