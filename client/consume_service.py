@@ -20,8 +20,9 @@ Orderly rules:
 - One task per queue consumes its messages one batch at a time in offset order, and only while
   the queue is locked to this client at the broker.
 - ``SUCCESS`` commits the batch. A failure puts the batch back and retries it after
-  ``suspend_current_queue_ms``; once a message has been tried ``max_reconsume_times`` times it
-  goes to the dead-letter queue and the queue moves on.
+  ``suspend_current_queue_ms``; a message that fails again after ``max_reconsume_times``
+  retries (``1 + max`` tries; ``-1``, the default, retries for ever, as in RocketMQ) goes to the
+  dead-letter queue and the queue moves on.
 - Before a message reaches the handler, a message from the retry topic gets back its original
   topic (``RETRY_TOPIC`` property).
 """
@@ -316,6 +317,12 @@ class ConcurrentService:
             self.submit(slot, msgs)
 
 
+def orderly_max_reconsume_times(configured: int) -> int:
+    """Retries of an orderly consumer before the dead-letter queue: ``-1`` (any negative) means
+    no limit (RocketMQ's ``Integer.MAX_VALUE``)."""
+    return configured if configured >= 0 else 2**31 - 1
+
+
 class OrderlyService:
     """Per-queue, in-order consumption under the broker's queue lock."""
 
@@ -341,7 +348,8 @@ class OrderlyService:
         if result is ConsumeResult.SUCCESS:
             self._commit(slot)
             return
-        if any(m.reconsume_times + 1 >= self.c.max_reconsume_times for m in msgs):
+        limit = orderly_max_reconsume_times(self.c.max_reconsume_times)
+        if any(m.reconsume_times >= limit for m in msgs):  # checked before counting this try
             for m in msgs:
                 if not await self.c.send_back(m, -1):  # -1: straight to the DLQ
                     log.error("could not move %s of %s to the DLQ; retrying it", m.msg_id, slot.mq)
@@ -367,4 +375,5 @@ __all__ = [
     "Handler",
     "OrderlyService",
     "QueueSlot",
+    "orderly_max_reconsume_times",
 ]

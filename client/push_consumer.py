@@ -133,7 +133,7 @@ class PushConsumer:
         pull_threshold_for_topic: int = -1,
         pull_threshold_size_for_topic_mib: int = -1,
         consume_concurrently_max_span: int = 2000,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = -1,
         suspend_timeout_ms: int = 15_000,
         suspend_current_queue_ms: int = 1000,
         pull_max_idle_ms: int = 120_000,

@@ -17,8 +17,8 @@ Steps, as RocketMQ's:
 3. The new message copies body, flag, sysFlag, born timestamp/host and properties (UNIQ_KEY
    included) with ``reconsumeTimes + 1``; RETRY_TOPIC = the original topic unless already set;
    ORIGIN_MESSAGE_ID = the one already set, else the UNIQ_KEY, else the record's offset id.
-4. When ``reconsumeTimes >= maxReconsumeTimes`` (the group's ``retryMaxTimes``, or the
-   header's when given, >= 0 and smaller) or ``delayLevel < 0`` it goes to ``%DLQ%<group>``
+4. When ``reconsumeTimes >= maxReconsumeTimes`` (the header's when given and >= 0, else the
+   group's ``retryMaxTimes``, as in RocketMQ) or ``delayLevel < 0`` it goes to ``%DLQ%<group>``
    (created on demand: 1 queue, read|write as RocketMQ 4.9+/5.x; DELAY removed). Otherwise to a
    random retry queue with DELAY = ``3 + reconsumeTimes`` when ``delayLevel`` is 0, else
    ``delayLevel`` (then clamped and redirected by :mod:`broker.schedule`).
@@ -137,10 +137,9 @@ class SendBackProcessor:
             return error(
                 request, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
             )
-        # the group's retryMaxTimes (mqadmin updateSubGroup -r) caps what the client asks for
-        max_times = config.retry_max_times
-        if max_reconsume >= 0:
-            max_times = min(max_reconsume, max_times)
+        # the client's maxReconsumeTimes replaces the group's retryMaxTimes (mqadmin
+        # updateSubGroup -r), which applies when the client leaves it at -1, as in RocketMQ
+        max_times = max_reconsume if max_reconsume >= 0 else config.retry_max_times
         msg, dlq_created = self._build(rec, config, retry_config, delay_level, max_times)
         if (created or dlq_created) and self.on_topic_created is not None:
             await self.on_topic_created()

@@ -128,7 +128,11 @@ async def test_dlq_rules_max_times_header_group_and_negative_level(tmp_path: Pat
     with trio.fail_after(30):
         async with running_broker(tmp_path) as (_, addr), RemotingClient() as client:
             offset = await send(client, addr, "T", b"m", reconsume_times=2)
-            # the header's maxReconsumeTimes wins over the group's 16
+            # the header's maxReconsumeTimes replaces the group's 16, smaller or larger
+            tried = await send(client, addr, "T", b"tried", reconsume_times=16)
+            code, _ = await send_back(client, addr, tried, GROUP, max_reconsume_times=20)
+            assert code == ResponseCode.SUCCESS
+            assert await pull_all(client, addr, DLQ) == []  # a retry (level 18) instead
             code, _ = await send_back(client, addr, offset, GROUP, max_reconsume_times=3)
             assert code == ResponseCode.SUCCESS
             assert await pull_all(client, addr, DLQ) == []

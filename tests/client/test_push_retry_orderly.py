@@ -7,10 +7,11 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
 import trio
 
 from client.aio import ConsumeFrom, Producer, PullConsumer, PushConsumer
-from client.consume_service import ConsumeResult
+from client.consume_service import ConsumeResult, orderly_max_reconsume_times
 from client.message import Message, MessageQueue, ReceivedMessage
 from common.topic import dlq_topic
 from tests.broker.inprocess import wait_until
@@ -46,7 +47,9 @@ async def test_failed_messages_come_back_k_times_then_succeed(tmp_path: Path) ->
         assert all(len(v) == 1 for v in ids.values())  # and their original id
 
 
-async def test_a_message_that_always_fails_ends_in_the_dlq(tmp_path: Path) -> None:
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrent", "orderly"])
+async def test_a_message_that_always_fails_ends_in_the_dlq(tmp_path: Path, orderly: bool) -> None:
+    """After ``1 + max_reconsume_times`` tries in either mode, as RocketMQ counts them."""
     async with cluster(tmp_path, brokers=("broker-a",), overrides=FAST_LEVELS) as c:
         attempts: Counter[bytes] = Counter()
 
@@ -55,7 +58,12 @@ async def test_a_message_that_always_fails_ends_in_the_dlq(tmp_path: Path) -> No
             raise RuntimeError("always fails")
 
         consumer = PushConsumer(
-            "dg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, max_reconsume_times=3
+            "dg",
+            c.namesrv,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            max_reconsume_times=3,
+            orderly=orderly,
+            suspend_current_queue_ms=50,
         )
         consumer.subscribe(TOPIC, "*", handle)
         async with consumer, Producer("pg", c.namesrv) as producer:
@@ -135,3 +143,11 @@ async def test_orderly_consumption_keeps_queue_order_and_single_owner(tmp_path: 
         for seq in order.values():
             deduped = [x for i, x in enumerate(seq) if x not in seq[:i]]
             assert deduped == sorted(deduped)  # order kept (re-deliveries only repeat a prefix)
+
+
+def test_an_orderly_consumer_left_at_minus_one_retries_without_limit() -> None:
+    """RocketMQ's default -1 is Integer.MAX_VALUE retries for an orderly consumer (a concurrent
+    one sends -1 and the broker applies the group's retryMaxTimes)."""
+    assert orderly_max_reconsume_times(-1) == 2**31 - 1
+    assert orderly_max_reconsume_times(0) == 0
+    assert orderly_max_reconsume_times(5) == 5
