@@ -20,16 +20,19 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from common.digits import parse_uint
 from common.net import primary_ipv4
 from common.properties import convert_value, format_value, load_properties
-from common.route import PermName
+from common.route import MAX_QUEUE_NUMS, PermName
 from remoting.busy_poll import ENV_VAR as BUSY_POLL_ENV
 from remoting.busy_poll import default_window_us
 from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
 from store.config import StoreConfig
+
+MAX_REGISTER_PERIOD_MS: Final = 60_000
+"""RocketMQ's upper clamp of ``registerNameServerPeriod``: well inside the name servers' 120 s."""
 
 _NO_STORE_KEY = frozenset({"store_host"})
 """StoreConfig fields not settable by key (``store_host``: ``brokerIP1``, advertised port)."""
@@ -171,8 +174,17 @@ class BrokerConfig:
             raise ValueError("serverMaxPendingRequests must be > 0")
         if self.server_max_pending_requests_per_connection <= 0:
             raise ValueError("serverMaxPendingRequestsPerConnection must be > 0")
-        if self.default_topic_queue_nums <= 0:
-            raise ValueError("defaultTopicQueueNums must be > 0")
+        if not 0 < self.default_topic_queue_nums <= MAX_QUEUE_NUMS:
+            raise ValueError(
+                f"defaultTopicQueueNums must be in [1, {MAX_QUEUE_NUMS}], "
+                f"got {self.default_topic_queue_nums}"
+            )
+        if self.register_name_server_period_ms > MAX_REGISTER_PERIOD_MS:
+            raise ValueError(
+                f"registerNameServerPeriod must be at most {MAX_REGISTER_PERIOD_MS} ms (name "
+                "servers drop a broker silent for 120 s), "
+                f"got {self.register_name_server_period_ms}"
+            )
         for key, value in (
             ("flushConsumerOffsetInterval", self.flush_consumer_offset_interval_ms),
             ("registerNameServerPeriod", self.register_name_server_period_ms),

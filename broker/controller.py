@@ -364,10 +364,19 @@ class BrokerController:
                 nursery.start_soon(_call_logged, client, addr, cmd, "unregister")
 
     async def register_loop(self, client: RemotingClient) -> None:
-        """Re-register every ``registerNameServerPeriod`` ms; never returns."""
+        """Re-register every ``registerNameServerPeriod`` ms; never returns.
+
+        The period is read again at least every second, so a shorter one set at runtime
+        (``updateBrokerConfig``) applies without waiting out the longer one."""
+        last = trio.current_time()
         while True:
-            await trio.sleep(self.config.register_name_server_period_ms / 1000)
+            due = last + self.config.register_name_server_period_ms / 1000
+            now = trio.current_time()
+            if now < due:
+                await trio.sleep(min(due - now, 1.0))
+                continue
             await self.register_all(client)
+            last = trio.current_time()
 
     async def persist_loop(self) -> None:
         """Persist changed consumer offsets every ``flushConsumerOffsetInterval`` ms."""

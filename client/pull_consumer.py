@@ -315,12 +315,17 @@ class PullConsumer:
             self._rebalance_wakeup.set()
 
     def _on_offset_reset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
-        """An admin reset the group's offsets: seek the assigned queues among ``offsets``."""
+        """An admin reset the group's offsets: seek the assigned queues among ``offsets``.
+
+        The brokers committed the new offsets already: they become what this consumer last
+        committed, so a commit once it has read back to its old position is still sent.
+        """
         if group != self.group or not self._running:
             return
         for mq, offset in sorted(offsets.items()):
             if mq in self._states:
                 self.seek(mq, offset)
+                self._states[mq].committed = offset
 
     async def do_rebalance(self) -> None:
         """Group mode: one rebalance round; dropped queues commit their position first.

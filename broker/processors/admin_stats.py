@@ -112,8 +112,20 @@ class AdminStatsProcessor:
         return self.store.commitlog.store_timestamp_at(unit[0])
 
     def _queue_ids(self, topic: str) -> range:
+        """The queues producers write (topic stats, as RocketMQ's)."""
         config = self.topics.select(topic)
         return range(config.write_queue_nums if config is not None else 0)
+
+    def _read_queue_ids(self, topic: str) -> range:
+        """The queues consumers read (consume stats, as RocketMQ's): while a topic shrinks
+        (write queues first), the queues no longer written still hold a backlog."""
+        config = self.topics.select(topic)
+        return range(config.read_queue_nums if config is not None else 0)
+
+    def _all_queue_ids(self, topic: str) -> range:
+        """Every queue consumers may hold an offset for (offset resets)."""
+        config = self.topics.select(topic)
+        return range(max(config.read_queue_nums, config.write_queue_nums) if config else 0)
 
     # ------------------------------------------------------------------ stats
 
@@ -153,7 +165,7 @@ class AdminStatsProcessor:
         rows: list[QueueConsumeStats] = []
         for t in sorted(topics):
             committed = self.offsets.query_offsets(group, t)
-            for qid in self._queue_ids(t):
+            for qid in self._read_queue_ids(t):
                 consumer = max(0, committed.get(qid, 0))
                 rows.append(
                     QueueConsumeStats(
@@ -266,7 +278,7 @@ class AdminStatsProcessor:
         if self.topics.select(topic) is None:
             return error(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         entries: list[QueueOffset] = []
-        for qid in self._queue_ids(topic):
+        for qid in self._all_queue_ids(topic):
             if timestamp == -1:
                 offset = self.store.get_max_offset_in_queue(topic, qid)
             else:

@@ -304,7 +304,11 @@ class AdminClient:
         end: int = 2**62,
         unique: bool = False,
     ) -> list[ReceivedMessage]:
-        """QUERY_MESSAGE by key (or UNIQ_KEY with ``unique``) on every broker of ``topic``."""
+        """QUERY_MESSAGE by key (or UNIQ_KEY with ``unique``) on every broker of ``topic``.
+
+        The index answers by hash: as RocketMQ's admin does, only messages whose KEYS hold
+        ``key`` (whose id is ``key`` with ``unique``) are kept.
+        """
         out: list[ReceivedMessage] = []
         for name, addr in await self.topic_masters(topic):
             fields: dict[str, ExtValue] = {
@@ -324,7 +328,9 @@ class AdminClient:
             )
             if resp.code == ResponseCode.SUCCESS:
                 out.extend(self._decode(resp.body, name, addr))
-        return out
+        if unique:
+            return [m for m in out if m.msg_id == key]
+        return [m for m in out if key in m.keys]
 
     async def _broker_name_of(self, addr: str) -> str:
         info = await self.cluster_info()

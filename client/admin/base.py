@@ -6,7 +6,9 @@ stderr).
 
 from __future__ import annotations
 
+import codecs
 import json
+import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -45,6 +47,10 @@ class AdminGroup(click.Group):
         prog_name = prog_name or "mqadmin"
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        # the library's log records stay off stderr, where a failure is one line of ours
+        root = logging.getLogger()
+        if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+            root.addHandler(logging.NullHandler())
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -52,7 +58,10 @@ class AdminGroup(click.Group):
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             ctx = getattr(exc, "ctx", None)
-            name = ctx.info_name if ctx is not None and ctx.info_name != prog_name else ""
+            if ctx is not None:
+                name = ctx.info_name if ctx.info_name != prog_name else ""
+            else:  # a parse error of the command's options carries no context
+                name = self._command_in(sys.argv[1:] if args is None else args)
             where = f"mqadmin {name}".strip()
             hint = f" (see {where} -h)"
             click.echo(f"{where}: {' '.join(exc.format_message().split())}{hint}", err=True)
@@ -61,6 +70,10 @@ class AdminGroup(click.Group):
             click.echo("mqadmin: aborted", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def _command_in(self, args: Sequence[str]) -> str:
+        """The command named on the command line, or ""."""
+        return next((arg for arg in args if arg in self.commands), "")
 
 
 @click.group(cls=AdminGroup, context_settings=CONTEXT)
@@ -196,14 +209,29 @@ def parse_timestamp(text: str) -> int:
 
 
 def progress(description: str) -> Progress:
-    """A transient progress bar on stderr."""
+    """A transient progress bar on stderr, when stderr is a terminal (else nothing, not even
+    the blank line a finished bar leaves)."""
+    err = console(stderr=True)
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        console=console(stderr=True),
+        console=err,
         transient=True,
+        disable=not err.is_terminal,
     )
+
+
+def check_charset(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A ``-c/--charset`` callback: the name of a text encoding Python knows, or BadParameter
+    before anything is read."""
+    try:
+        info = codecs.lookup(value)
+    except LookupError:
+        raise click.BadParameter(f"unknown charset {value!r}") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise click.BadParameter(f"{value!r} is not a text encoding")
+    return value
 
 
 def message_json(msg: ReceivedMessage, charset: str = "utf-8") -> dict[str, Any]:

@@ -433,6 +433,11 @@ def clone_group_offset(
     """Clone offset from other group."""
 
     async def body(admin: AdminClient) -> list[str]:
+        # as RocketMQ's command: a source with nothing to copy (a typo, say) is an error
+        if not any(r.topic == topic for r in await group_stats(admin, src, "")):
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR, f"source group {src} has no offsets on topic {topic}"
+            )
         done = []
         for _, addr in await admin.topic_masters(topic):
             await admin.clone_group_offset(addr, src, dst, topic)

@@ -11,6 +11,7 @@ from client import api
 from client.admin.admin_client import TOOLS_CONSUMER, AdminClient
 from client.admin.base import (
     admin_command,
+    check_charset,
     emit_json,
     fail,
     fmt_time_ms,
@@ -44,7 +45,14 @@ def _show(msgs: list[ReceivedMessage], as_json: bool, charset: str = "utf-8") ->
 @admin_command("queryMsgById")
 @click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id or UNIQ_KEY.")
 @click.option("-t", "--topic", help="Topic (needed to look a UNIQ_KEY up).")
-@click.option("-c", "--charset", default="utf-8", show_default=True, help="Body charset.")
+@click.option(
+    "-c",
+    "--charset",
+    default="utf-8",
+    show_default=True,
+    callback=check_charset,
+    help="Body charset.",
+)
 def query_msg_by_id(
     namesrv: str | None, as_json: bool, msg_id: str, topic: str | None, charset: str
 ) -> None:
@@ -53,13 +61,16 @@ def query_msg_by_id(
     async def body(admin: AdminClient) -> list[ReceivedMessage]:
         if topic:
             found = await admin.query_message(topic, msg_id, unique=True)
-            found = [m for m in found if m.msg_id == msg_id] or found
             if found:
                 return found
         try:
             return [await admin.view_message(msg_id)]
         except ValueError:
-            reason = "not an offset message id; give -t to look a UNIQ_KEY up"
+            reason = (
+                f"no message with this UNIQ_KEY in topic {topic}, and not an offset message id"
+                if topic
+                else "not an offset message id; give -t to look a UNIQ_KEY up"
+            )
             raise MQClientError(ResponseCode.SYSTEM_ERROR, f"{msg_id}: {reason}") from None
 
     _show(run(namesrv, body), as_json, charset)
@@ -187,7 +198,14 @@ def _rows(msgs: list[ReceivedMessage], print_body: bool, charset: str) -> None:
 
 @admin_command("printMsg")
 @click.option("-t", "--topic", required=True, help="Topic name.")
-@click.option("-c", "--charset", default="utf-8", show_default=True, help="Body charset.")
+@click.option(
+    "-c",
+    "--charset",
+    default="utf-8",
+    show_default=True,
+    callback=check_charset,
+    help="Body charset.",
+)
 @click.option("-s", "--subExpression", "expression", default="*", show_default=True)
 @click.option("-b", "--beginTimestamp", "begin", default=None, help="Stored at or after.")
 @click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")

@@ -40,9 +40,9 @@ async def fails(*args: str) -> str:
     result = await mqadmin(*args)
     assert result.exit_code in (1, 2), (args, result.output)
     assert result.stdout == "", result.stdout
+    assert result.stderr.count("\n") == 1, result.stderr  # nothing else, not even a blank line
     err = result.stderr.strip()
     assert err, result.output
-    assert "\n" not in err, err
     assert err.startswith("mqadmin "), err
     return err
 

@@ -96,6 +96,8 @@ async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:
             assert [x["clientId"] for x in pc["connectionSet"]] == [producer.instance.client_id]
 
             await ok("cloneGroupOffset", *n, "-s", "cg", "-d", "cg2", "-t", TOPIC)
+            err = await fails("cloneGroupOffset", *n, "-s", "nosuchgroup", "-d", "cg3", "-t", TOPIC)
+            assert "source group nosuchgroup has no offsets" in err
             cloned = await as_json("consumerProgress", *n, "-g", "cg2", "-t", TOPIC)
             assert [q["consumerOffset"] for q in cloned["queues"]] == [
                 q["consumerOffset"] for q in stats["queues"]
@@ -192,6 +194,7 @@ async def test_reset_offset_seeks_a_pull_consumer(tmp_path: Path) -> None:
                 return len(got) >= 16
 
             await wait_until(drained, "first pass")
+            await pc.commit()
             await ok("resetOffsetByTime", "-n", c.namesrv, "-g", "pc", "-t", TOPIC, "-s", "0")
             again: list[ReceivedMessage] = []
 
@@ -205,6 +208,10 @@ async def test_reset_offset_seeks_a_pull_consumer(tmp_path: Path) -> None:
                 pc.position(MessageQueue(TOPIC, q.broker_name, q.queue_id)) is not None
                 for q in queues
             )
+            # back where it was before the reset: the commit still reaches the brokers
+            await pc.commit()
+            stats = await as_json("consumerProgress", "-n", c.namesrv, "-g", "pc", "-t", TOPIC)
+            assert stats["diffTotal"] == 0
 
 
 async def test_retry_max_times_sends_to_dlq_after_one_retry(tmp_path: Path) -> None:
@@ -231,3 +238,23 @@ async def test_retry_max_times_sends_to_dlq_after_one_retry(tmp_path: Path) -> N
 
             await wait_until(in_dlq, "the message in the DLQ")
             assert calls == [0, 1]
+
+
+async def test_progress_counts_the_queues_consumers_read_while_a_topic_shrinks(
+    tmp_path: Path,
+) -> None:
+    """Shrinking a topic lowers its write queues first; the others still hold a backlog, and
+    consumerProgress must keep showing it (RocketMQ counts read queues there)."""
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        broker = ("-b", c.brokers["broker-a"])
+        await ok("updateTopic", *n, *broker, "-t", "Shrink", "-r", "8", "-w", "8")
+        async with Producer("pg", c.namesrv) as producer:
+            for i in range(16):
+                await producer.send(Message("Shrink", b"m%d" % i))
+        await ok("resetOffsetByTime", *n, "-g", "gs", "-t", "Shrink", "-s", "0")
+        before = await as_json("consumerProgress", *n, "-g", "gs", "-t", "Shrink")
+        assert (before["diffTotal"], len(before["queues"])) == (16, 8)
+        await ok("updateTopic", *n, *broker, "-t", "Shrink", "-r", "8", "-w", "4")
+        after = await as_json("consumerProgress", *n, "-g", "gs", "-t", "Shrink")
+        assert (after["diffTotal"], len(after["queues"])) == (16, 8)

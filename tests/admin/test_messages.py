@@ -32,6 +32,10 @@ async def test_send_and_query_messages(tmp_path: Path) -> None:
         assert "Keys:" in text
         by_uniq = await as_json("queryMsgById", *n, "-i", sent["msgId"], "-t", TOPIC)
         assert [m["msgId"] for m in by_uniq] == [sent["msgId"]]
+        # an id is not a key, nor a key an id (the index shares one hash table)
+        err = await fails("queryMsgById", *n, "-i", "k2", "-t", TOPIC)
+        assert f"no message with this UNIQ_KEY in topic {TOPIC}" in err
+        assert await as_json("queryMsgByKey", *n, "-t", TOPIC, "-k", sent["msgId"]) == []
 
         text = await ok("queryMsgByKey", *n, "-t", TOPIC, "-k", "k1")
         assert headers_in(text, "#Message ID", "#QID", "#Offset")
@@ -58,6 +62,10 @@ async def test_send_and_query_messages(tmp_path: Path) -> None:
         assert "no message at offset 99" in err
         err = await fails("queryMsgById", *n, "-i", "nonsense")
         assert "nonsense" in err
+        for charset, reason in (("nosuchcharset", "unknown charset"), ("base64", "not a text")):
+            for command in (("printMsg", "-t", TOPIC), ("queryMsgById", "-i", "x")):
+                err = await fails(*command, *n, "-c", charset)
+                assert reason in err
 
 
 async def test_print_and_consume_messages(tmp_path: Path) -> None:
@@ -103,3 +111,8 @@ async def test_print_and_consume_messages(tmp_path: Path) -> None:
         assert [m["body"] for m in one] == [q["body"]]
         text = await ok("consumeMessage", *n, "-t", TOPIC, "-c", "3")
         assert "Consumed 3 message(s)." in text
+        # a failure while reading is one line too (no progress bar left on a non-terminal)
+        err = await fails(
+            "consumeMessage", *n, "-t", TOPIC, "-b", "broker-a", "-i", "0", "-o", "-3"
+        )
+        assert "illegal" in err

@@ -70,6 +70,13 @@ async def test_broker_config_get_and_update(tmp_path: Path) -> None:
             "updateBrokerConfig", *n, "-b", addr, "-k", "defaultTopicQueueNums", "-v", "-2"
         )
         assert "defaultTopicQueueNums" in err
+        # values a route cannot carry, or a period the name servers would expire the broker in
+        for key, value in (
+            ("defaultTopicQueueNums", "100000"),
+            ("registerNameServerPeriod", "3600000"),
+        ):
+            err = await fails("updateBrokerConfig", *n, "-b", addr, "-k", key, "-v", value)
+            assert key in err
         err = await fails("getBrokerConfig", *n)
         assert "-b brokerAddr or -c clusterName" in err
 
@@ -132,6 +139,8 @@ async def test_unreachable_name_server_and_missing_address(tmp_path: Path) -> No
     assert "no name server answered" in err
     err = await fails("topicList", "-n", "not-an-address")
     assert "illegal name server address" in err
+    err = await fails("topicRoute", "-t")  # an option without its value names the command
+    assert err.startswith("mqadmin topicRoute: Option '-t' requires an argument")
 
 
 async def test_cluster_list_shows_a_broker_that_does_not_answer(tmp_path: Path) -> None:

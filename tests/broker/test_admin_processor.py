@@ -8,6 +8,7 @@ import msgpack
 import trio
 
 from common.properties import parse_properties
+from common.route import TopicConfig
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -193,3 +194,31 @@ async def test_runtime_info_says_why_sends_are_refused(tmp_path: Path) -> None:
 
             await wait_until(refused, "the disk watch to refuse writes")
             assert await refusal() == "the disk is full"
+
+
+async def test_a_shorter_registration_period_set_at_runtime_applies_at_once(
+    tmp_path: Path,
+) -> None:
+    """updateBrokerConfig registerNameServerPeriod: the loop does not wait out the old period
+    (the next registration is what routes a topic the broker took in quietly)."""
+    with trio.fail_after(30):
+        async with (
+            running_namesrv() as ns_addr,
+            running_broker(tmp_path, ns_addr, overrides={"registerNameServerPeriod": "60000"}) as (
+                broker,
+                addr,
+            ),
+            RemotingClient() as client,
+        ):
+            assert broker.topics is not None
+            broker.topics.create_or_update(TopicConfig("Quiet", 2, 2, 6))  # no registration
+            route_req = req(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Quiet")
+            assert (await client.invoke(ns_addr, route_req)).code == ResponseCode.TOPIC_NOT_EXIST
+            body = b"registerNameServerPeriod=200\n"
+            resp = await client.invoke(addr, req(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+            while True:  # within the fail_after: 60 s away without the fix
+                if (await client.invoke(ns_addr, route_req)).code == ResponseCode.SUCCESS:
+                    break
+                await trio.sleep(0.05)

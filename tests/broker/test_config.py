@@ -82,6 +82,9 @@ def test_namesrv_addrs_split() -> None:
         ("autoCreateTopicEnable", "yes"),
         ("brokerPermission", "9"),
         ("defaultTopicQueueNums", "0"),
+        ("defaultTopicQueueNums", "1025"),  # past what a route may carry
+        ("registerNameServerPeriod", "60001"),  # name servers drop a broker after 120 s
+        ("namesrvAddr", "127.0.0.1:\u00b2"),
         ("flushDiskType", "SOMETIMES"),
         ("mappedFileSizeCommitLog", "12"),
         ("mappedFileSizeConsumeQueue", "21"),
