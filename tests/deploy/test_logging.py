@@ -15,6 +15,9 @@ import trio
 from tests.processes import NAMESRV_BOOT, REPO, read_log, run_cli, start_process, stop_process
 
 CONFIGURING_CALLS = {"basicConfig", "dictConfig", "fileConfig", "addHandler", "setLevel"}
+PROGRAMS = {"client/admin/base.py"}
+"""Where a command-line program's ``main`` lives (``mqadmin``): a program owns its process's
+logging, and mqadmin keeps library records off the one line a failure prints."""
 
 
 async def test_namesrv_logs_to_stderr_and_file(tmp_path: Path) -> None:
@@ -70,7 +73,10 @@ def test_client_library_never_configures_logging() -> None:
     """No logging configuration in client/ (checked in the source), and importing the client in
     a fresh interpreter leaves every logger without handlers."""
     offenders = [
-        hit for path in sorted((REPO / "client").rglob("*.py")) for hit in _logging_calls(path)
+        hit
+        for path in sorted((REPO / "client").rglob("*.py"))
+        if str(path.relative_to(REPO)) not in PROGRAMS
+        for hit in _logging_calls(path)
     ]
     assert offenders == []
     code = (
