@@ -23,13 +23,19 @@ def maybe_compress(
     threshold: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
     level: int = DEFAULT_COMPRESS_LEVEL,
 ) -> tuple[bytes, int]:
-    """Return ``(body, sys_flag_bits)``: compressed with its bits when ``len(body) >= threshold``.
+    """Return ``(body, sys_flag_bits)``: compressed with its bits when ``len(body) >= threshold``
+    and compressing makes it smaller.
 
-    Like RocketMQ, the compressed body is used even if it is not smaller.
+    RocketMQ uses the compressed body even when it is larger; minimq sends such a body (random
+    or already compressed data) as it is, so a body the size check let through never grows
+    past the broker's message size limit on the wire.
     """
     if len(body) < threshold:
         return body, 0
-    return zlib.compress(body, level), ZLIB_SYS_FLAG
+    compressed = zlib.compress(body, level)
+    if len(compressed) >= len(body):
+        return body, 0
+    return compressed, ZLIB_SYS_FLAG
 
 
 def is_compressed(sys_flag: int) -> bool:

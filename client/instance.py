@@ -293,10 +293,14 @@ class ClientInstance:
             return route
 
     def _set_route(self, topic: str, route: TopicRouteData) -> None:
-        if self._routes.get(topic) == route:
+        """Cache a route just fetched. It goes last, so its brokers' addresses win over those
+        of older routes (a vanished topic's keeps a broker's address from before it moved)."""
+        if self._routes.get(topic) != route:
+            self._publish[topic] = publish_queues(topic, route)
+        elif next(reversed(self._routes)) == topic:
             return
+        self._routes.pop(topic, None)
         self._routes[topic] = route
-        self._publish[topic] = publish_queues(topic, route)
         old = set(self.broker_addresses())
         self._rebuild_broker_addrs()
         if set(self.broker_addresses()) - old:
@@ -309,10 +313,12 @@ class ClientInstance:
         self._rebuild_broker_addrs()
 
     def _rebuild_broker_addrs(self) -> None:
+        """Each broker's addresses from the newest route naming it (routes are kept oldest
+        fetched first)."""
         table: dict[str, dict[int, str]] = {}
         for route in self._routes.values():
             for bd in route.broker_datas:
-                table.setdefault(bd.broker_name, {}).update(bd.broker_addrs)
+                table[bd.broker_name] = dict(bd.broker_addrs)
         self._broker_addrs = table
 
     async def publish_queues(self, topic: str) -> list[MessageQueue]:
@@ -384,13 +390,14 @@ class ClientInstance:
         self._producer_groups[group] = self._producer_groups.get(group, 0) + 1
         self.heartbeat_soon()
 
-    def unregister_producer(self, group: str) -> None:
-        """Forget one producer of ``group``."""
+    def unregister_producer(self, group: str) -> bool:
+        """Forget one producer of ``group``; True when it was the group's last one here."""
         left = self._producer_groups.get(group, 0) - 1
         if left > 0:
             self._producer_groups[group] = left
-        else:
-            self._producer_groups.pop(group, None)
+            return False
+        self._producer_groups.pop(group, None)
+        return True
 
     def register_consumer(self, group: str, describe: Callable[[], ConsumerData]) -> None:
         """Add a consumer group; ``describe`` gives its current subscriptions for heartbeats."""

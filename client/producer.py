@@ -14,6 +14,11 @@ Rules (``sendDefaultImpl``):
 - ``send_orderly`` sends to the queue its sharding key (or selector) picks and never moves to
   another queue; ``send_oneway`` sends once and waits for nothing; ``send_batch`` sends messages
   of one topic in one request to one queue.
+- A send whose every attempt failed raises the last failure as its cause; when that was a
+  timeout it is a :class:`RequestTimeoutError` (the outcome is unknown: the message may be
+  stored), otherwise an :class:`MQClientError`.
+- ``send_async`` validates the message when called; every send it accepts calls back exactly
+  once, and leaving the producer waits (up to ``send_timeout``) for them to end.
 """
 
 from __future__ import annotations
@@ -115,6 +120,9 @@ class Producer:
         self._fault = MQFaultStrategy(enabled=latency_fault_tolerance)
         self._selectors: dict[str, RoundRobinSelector] = {}
         self._running = False
+        self._async_sends = 0
+        self._async_idle = trio.Event()
+        self._async_idle.set()
 
     @property
     def instance(self) -> ClientInstance:
@@ -134,11 +142,13 @@ class Producer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        with trio.move_on_after(self.send_timeout):  # the accepted send_async calls end
+            await self._async_idle.wait()
         self._running = False
-        self._instance.unregister_producer(self.group)
+        last_of_group = self._instance.unregister_producer(self.group)
         if self._own_instance:
             await self._instance.__aexit__(exc_type, exc, tb)
-        else:
+        elif last_of_group:  # another producer of the group in this process still sends
             with trio.CancelScope(shield=True):
                 await self._instance.unregister_client(producer_group=self.group)
 
@@ -186,7 +196,16 @@ class Producer:
         Retries included, the call takes at most ``send_timeout`` seconds; wrap it in
         ``trio.fail_after`` for a shorter bound.
         """
-        uniq, body, sys_flag = self._prepare(msg)
+        if queue is not None and queue.topic != msg.topic:
+            raise MQClientError(
+                CLIENT_ERROR, f"message's topic {msg.topic} not equal mq's topic {queue.topic}"
+            )
+        return await self._send_prepared(msg, self._prepare(msg), queue)
+
+    async def _send_prepared(
+        self, msg: Message, prepared: tuple[str, bytes, int], queue: MessageQueue | None
+    ) -> SendResult:
+        uniq, body, sys_flag = prepared
         if queue is not None:
             await self._queues(msg.topic)  # a new topic: learn the brokers from TBW102's route
             return await self._send_to(queue, msg, uniq, body, sys_flag, self.send_timeout)
@@ -201,6 +220,7 @@ class Producer:
         selector = self._selector(msg.topic)
         last_broker: str | None = None
         errors: list[str] = []
+        last: MQClientError | None = None
         for _ in range(1 + self.retry_times):
             remaining = deadline - trio.current_time()
             if remaining <= 0:
@@ -212,20 +232,23 @@ class Producer:
             except (RemotingFailedError, RequestTimeoutError) as exc:
                 self._record_fault(mq, started, isolation=True, reachable=False)
                 errors.append(f"{mq.broker_name}: {exc}")
+                last = exc
             except MQBrokerError as exc:
                 if exc.code not in api.RETRIABLE_SEND_CODES:
                     raise
                 self._record_fault(mq, started, isolation=True)
                 errors.append(f"{mq.broker_name}: {exc}")
+                last = exc
             else:
                 self._record_fault(mq, started, isolation=False)
                 return result
             last_broker = mq.broker_name
-        raise MQClientError(
-            CLIENT_ERROR,
+        raise _exhausted(
             f"Send [{len(errors)}] times, still failed, cost "
             f"[{int((trio.current_time() - deadline + budget_s) * 1000)}]ms, "
             f"Topic: {msg.topic}, errors: {'; '.join(errors) or 'timed out'}",
+            last,
+            budget_s,
         )
 
     def _record_fault(
@@ -290,7 +313,7 @@ class Producer:
         queues = await self._queues(carrier.topic)
         selector = self._selector(carrier.topic)
         last_broker: str | None = None
-        error: BaseException | None = None
+        error: MQClientError | None = None
         for _ in range(1 + self.retry_times):
             remaining = deadline - trio.current_time()
             if remaining <= 0:
@@ -307,7 +330,11 @@ class Producer:
                     raise
                 error = exc
             last_broker = mq.broker_name
-        raise MQClientError(CLIENT_ERROR, f"batch send to {carrier.topic} failed: {error}")
+        raise _exhausted(
+            f"batch send to {carrier.topic} failed: {error or 'timed out'}",
+            error,
+            self.send_timeout,
+        )
 
     async def send_oneway(self, msg: Message) -> None:
         """Send once without waiting for an answer (no retry; errors reaching the broker are
@@ -362,18 +389,45 @@ class Producer:
 
     def send_async(self, msg: Message, callback: SendCallback) -> None:
         """Send in a background task of the client instance; ``callback(result, error)`` runs
-        in the event loop when the send ends (keep it short)."""
-        if not self._running:
-            raise ClientClosedError(f"producer {self.group}")
-        self._instance.start_soon(self._send_and_call_back, msg, callback)
+        in the event loop when the send ends (keep it short).
 
-    async def _send_and_call_back(self, msg: Message, callback: SendCallback) -> None:
+        The message is validated (and given its UNIQ_KEY) here, raising as :meth:`send` would;
+        once accepted, the callback runs exactly once, with ClientClosedError if the producer
+        closed before the send ended.
+        """
+        prepared = self._prepare(msg)
+        self._instance.start_soon(self._send_and_call_back, msg, prepared, callback)
+        self._async_sends += 1
+        self._async_idle = trio.Event()
+
+    async def _send_and_call_back(
+        self, msg: Message, prepared: tuple[str, bytes, int], callback: SendCallback
+    ) -> None:
         try:
-            result = await self.send(msg)
-        except MQClientError as exc:
+            result = await self._send_prepared(msg, prepared, None)
+        except trio.Cancelled:
+            _call(callback, None, ClientClosedError(f"producer {self.group}"))
+            raise
+        except Exception as exc:  # noqa: BLE001 (never into the instance's nursery)
             _call(callback, None, exc)
         else:
             _call(callback, result, None)
+        finally:
+            self._async_sends -= 1
+            if self._async_sends == 0:
+                self._async_idle.set()
+
+
+def _exhausted(what: str, last: MQClientError | None, timeout_s: float) -> MQClientError:
+    """The error of a send whose every attempt failed, ``last`` chained as its cause: a
+    RequestTimeoutError when the last attempt timed out or none had time to run (the outcome
+    is unknown), else an MQClientError."""
+    if last is None or isinstance(last, RequestTimeoutError):
+        error: MQClientError = RequestTimeoutError(what, timeout_s)
+    else:
+        error = MQClientError(CLIENT_ERROR, what)
+    error.__cause__ = last
+    return error
 
 
 def _call(callback: SendCallback, result: SendResult | None, error: BaseException | None) -> None:

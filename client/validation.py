@@ -4,7 +4,10 @@
   may not send to its reserved system topics.
 - The body is non-empty and at most ``max_message_size`` bytes (4 MiB by default).
 - Property names and values must not contain ``\\x01`` or ``\\x02``: they are the separators of
-  the encoded properties and would corrupt the record. Names must not be empty.
+  the encoded properties and would corrupt the record. Names must not be empty, and both must
+  be encodable as UTF-8 (no lone surrogates).
+- The encoded properties fit the broker's 32767 bytes with the ``UNIQ_KEY`` the producer adds
+  to a message that has none.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Final, NoReturn
 
 from client.errors import NO_PERMISSION, GroupInvalidError, MessageInvalidError
 from client.message import Message
+from common.message import MessageConst
 from common.record import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
@@ -27,6 +31,8 @@ _BYTES: Final = {bytes}
 _INT: Final = {int}
 _INT_MIN: Final = -(2**31)
 _INT_MAX: Final = 2**31 - 1
+UNIQ_KEY_RESERVE: Final = len(MessageConst.UNIQ_KEY) + 32 + 2
+"""Encoded bytes of the ``UNIQ_KEY`` property (32 hex digits) the producer adds."""
 
 
 def validate_topic(topic: str) -> None:
@@ -85,11 +91,23 @@ def validate_message_content(msg: Message, max_message_size: int = MAX_MESSAGE_S
     if names.isascii() and values.isascii():
         props_len = len(names) + len(values) + 2 * len(props)
     else:
-        props_len = len(names.encode()) + len(values.encode()) + 2 * len(props)
+        props_len = _utf8_len(topic, names) + _utf8_len(topic, values) + 2 * len(props)
+    if MessageConst.UNIQ_KEY not in props:
+        props_len += UNIQ_KEY_RESERVE
     if props_len > MAX_PROPERTIES_LENGTH:
         raise MessageInvalidError(
             topic, f"the message properties length {props_len} exceeds {MAX_PROPERTIES_LENGTH}"
         )
+
+
+def _utf8_len(topic: str, text: str) -> int:
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end]
+        raise MessageInvalidError(
+            topic, f"a property holds {bad!r}, which is not valid UTF-8 (a lone surrogate)"
+        ) from None
 
 
 def validate_batch_contents(
@@ -116,7 +134,7 @@ def _plainly_legal(messages: Sequence[Message], max_message_size: int) -> bool:
     flags = [m.flag for m in messages]
     if set(map(type, flags)) != _INT or min(flags) < _INT_MIN or max(flags) > _INT_MAX:
         return False
-    return plain_properties_fit([m.properties for m in messages])
+    return plain_properties_fit([m.properties for m in messages], UNIQ_KEY_RESERVE)
 
 
 def _raise_for_property(topic: str, props: dict[str, str]) -> NoReturn:

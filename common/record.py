@@ -90,11 +90,12 @@ def encode_properties(props: dict[str, str]) -> bytes:
     return "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
 
 
-def plain_properties_fit(maps: Sequence[dict[Any, Any]]) -> bool:
+def plain_properties_fit(maps: Sequence[dict[Any, Any]], reserve_each: int = 0) -> bool:
     """True if every map in ``maps`` is plainly legal (str names and values, no empty name,
-    no separator, all ASCII) and all of them encoded together fit MAX_PROPERTIES_LENGTH, so
-    each one does. A few C-level passes over every name and value at once: the batch checks
-    of producer and broker. False is no verdict: check such maps one by one."""
+    no separator, all ASCII) and all of them encoded together, with ``reserve_each`` bytes
+    more for each, fit MAX_PROPERTIES_LENGTH, so each one does. A few C-level passes over
+    every name and value at once: the batch checks of producer and broker. False is no
+    verdict: check such maps one by one."""
     try:
         names = "".join(chain.from_iterable(maps))
         values = "".join(chain.from_iterable(map(dict.values, maps)))
@@ -109,7 +110,8 @@ def plain_properties_fit(maps: Sequence[dict[Any, Any]]) -> bool:
         or not (names.isascii() and values.isascii())
     ):
         return False
-    return len(names) + len(values) + 2 * sum(map(len, maps)) <= MAX_PROPERTIES_LENGTH
+    total = len(names) + len(values) + 2 * sum(map(len, maps)) + reserve_each * len(maps)
+    return total <= MAX_PROPERTIES_LENGTH
 
 
 PROPERTY_CRC32: Final = "__CRC32#"

@@ -238,3 +238,101 @@ async def test_invalid_batches_fail_before_any_network_call_and_stamp_nothing() 
         keys = [m.properties[MessageConst.UNIQ_KEY] for m in good]
         assert len(set(keys)) == 2  # stamped once validated, fresh keys each
         assert keyed.properties[MessageConst.UNIQ_KEY] == "ABC"  # a key of its own is kept
+
+
+async def test_a_broker_back_at_a_new_address_is_reached_despite_a_vanished_topic(
+    tmp_path: Path,
+) -> None:
+    """A deleted topic keeps its cached route (as RocketMQ's client does), with the broker's
+    address from before; the routes fetched since must win, or the moved broker is never
+    reached again."""
+    async with cluster(tmp_path, brokers=("broker-a",)) as c:
+        await c.create_topic("Doomed", 2)
+        async with Producer("pg", c.namesrv) as producer:
+            await producer.send(Message(TOPIC, b"first"))
+            await producer.send(Message("Doomed", b"first"))  # cached after TOPIC's route
+            old = c.brokers["broker-a"]
+            async with RemotingClient() as rc:
+                for addr, code in ((old, RequestCode.DELETE_TOPIC_IN_BROKER),
+                                   (c.namesrv, RequestCode.DELETE_TOPIC_IN_NAMESRV)):  # fmt: skip
+                    resp = await rc.invoke(addr, req(code, topic="Doomed"))
+                    assert resp.code == ResponseCode.SUCCESS, resp.remark
+            await c.stop_broker("broker-a")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(c.run_broker, tmp_path, "broker-a", None)
+                assert c.brokers["broker-a"] != old
+                await producer.instance.refresh_routes()
+                assert producer.instance.broker_addr("broker-a") == c.brokers["broker-a"]
+                result = await producer.send(Message(TOPIC, b"after"))
+                assert result.status is SendStatus.SEND_OK
+                nursery.cancel_scope.cancel()
+
+
+async def test_send_async_calls_back_for_every_message_accepted_before_the_close(
+    tmp_path: Path,
+) -> None:
+    """Leaving the producer waits for the sends it accepted: every callback runs, every
+    message is stored."""
+    async with cluster(tmp_path) as c:
+        outcomes: list[BaseException | None] = []
+        async with Producer("pg", c.namesrv) as producer:
+            await producer.send(Message(TOPIC, b"warm"))
+            for i in range(50):
+                producer.send_async(Message(TOPIC, b"a%d" % i), lambda r, e: outcomes.append(e))
+        assert outcomes == [None] * 50
+        async with first_offset_consumer(c.namesrv) as consumer:
+            consumer.assign(await consumer.fetch_queues(TOPIC))
+            got = await read_all(consumer, 51)
+        assert sorted(m.body for m in got if m.body != b"warm") == sorted(
+            b"a%d" % i for i in range(50)
+        )
+
+
+async def test_a_bad_character_is_a_validation_error_and_send_async_survives_it() -> None:
+    """A lone surrogate cannot be encoded: a MessageInvalidError, never an exception that
+    escapes a background send into the instance (and the caller's) task tree."""
+    config = ClientConfig(namesrv_addrs=("127.0.0.1:1",), client_ip="127.0.0.1")
+    errors: list[BaseException | None] = []
+    async with ClientInstance(config) as instance, Producer("pg", instance=instance) as p:
+        for msg in (
+            Message(TOPIC, b"x", tags="bad\ud800"),
+            Message(TOPIC, b"x", properties={"k\ud800": "v"}),
+            Message(TOPIC, b"x", keys=["\udcff"]),
+        ):
+            with pytest.raises(MessageInvalidError):
+                await p.send(msg)
+            with pytest.raises(MessageInvalidError):  # checked when called, as send's are
+                p.send_async(msg, lambda r, e: errors.append(e))
+    assert errors == []  # refused at the call: no background send, no callback
+
+
+async def test_a_queue_of_another_topic_is_refused() -> None:
+    config = ClientConfig(namesrv_addrs=("127.0.0.1:1",), client_ip="127.0.0.1")
+    async with ClientInstance(config) as instance, Producer("pg", instance=instance) as p:
+        with pytest.raises(MQClientError, match="topic"):
+            await p.send(Message(TOPIC, b"x"), queue=MessageQueue("Other", "broker-a", 0))
+
+
+async def test_properties_that_fit_only_without_the_unique_key_are_refused_by_the_client() -> None:
+    """The producer adds UNIQ_KEY before the broker checks the properties' size: the client
+    must count it too, and refuse before any network call."""
+    config = ClientConfig(namesrv_addrs=("127.0.0.1:1",), client_ip="127.0.0.1")
+    async with ClientInstance(config) as instance, Producer("pg", instance=instance) as p:
+        # "k\x01" + value + "\x02" = 32767 bytes: the limit, before UNIQ_KEY is added
+        msg = Message(TOPIC, b"x", properties={"k": "v" * (32767 - 3)})
+        with pytest.raises(MessageInvalidError, match="propert"):
+            await p.send(msg)
+
+
+async def test_only_the_last_producer_of_a_group_unregisters_it() -> None:
+    """Closing one of two producers of a group in one instance must not send UNREGISTER_CLIENT
+    for the group: the brokers would forget the other until its next heartbeat."""
+    config = ClientConfig(namesrv_addrs=("127.0.0.1:1",), client_ip="127.0.0.1")
+    async with ClientInstance(config) as instance:
+        async with Producer("pg", instance=instance), Producer("pg", instance=instance):
+            assert instance.heartbeat_data().producer_groups == ("pg",)
+        assert instance.heartbeat_data().producer_groups == ()
+        instance.register_producer("pg")
+        instance.register_producer("pg")
+        assert instance.unregister_producer("pg") is False
+        assert instance.unregister_producer("pg") is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import pytest
@@ -26,9 +27,16 @@ def test_at_threshold_compressed_with_zlib_bits() -> None:
 
 
 def test_custom_threshold_and_level() -> None:
-    out, bits = maybe_compress(b"abc", threshold=1, level=9)
+    body = b"abc" * 10
+    out, bits = maybe_compress(body, threshold=1, level=9)
     assert bits & MessageSysFlag.COMPRESSED_FLAG
-    assert zlib.decompress(out) == b"abc"
+    assert zlib.decompress(out) == body
+
+
+def test_a_body_compression_would_grow_is_sent_as_it_is() -> None:
+    """Random data grows under zlib: a body of 4 MiB would then be refused by the broker."""
+    for data in (b"abc", os.urandom(4 * 1024 * 1024)):
+        assert maybe_compress(data, threshold=1) == (data, 0)
 
 
 @given(st.binary(max_size=20_000))

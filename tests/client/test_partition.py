@@ -45,7 +45,7 @@ from client.aio import (
     PushConsumer,
 )
 from client.consume_service import ConsumeResult
-from client.errors import MQClientError
+from client.errors import MQClientError, RequestTimeoutError
 from client.message import Message, MessageQueue, ReceivedMessage, SendStatus
 from common.message_id import decode_offset_msg_id
 from remoting.client import RemotingClient
@@ -271,6 +271,27 @@ async def test_lost_responses_are_unknown_outcomes_and_the_requests_are_stored(
             stored = await stored_messages(cluster, len(history.attempted))
             reconcile(history, stored)
             assert set(stored.bodies) == set(history.attempted)
+
+
+async def test_a_send_that_timed_out_everywhere_says_its_outcome_is_unknown(
+    tmp_path: Path,
+) -> None:
+    """No answer to any attempt: the message may be stored, which the caller must be able to
+    tell from a refusal: a RequestTimeoutError with the last failure as its cause."""
+    with trio.fail_after(60):
+        async with brokers(tmp_path, {"broker-a": True}) as cluster:
+            namesrv, (a, proxy) = cluster.namesrv, cluster.proxied()
+            async with Producer("pg", namesrv, send_timeout=SEND_TIMEOUT_S) as producer:
+                await producer.send(Message(TOPIC, b"before"))
+                proxy.blackhole("responses")
+                with pytest.raises(RequestTimeoutError) as single:
+                    await producer.send(Message(TOPIC, b"single"))
+                assert isinstance(single.value.__cause__, RequestTimeoutError)
+                with pytest.raises(RequestTimeoutError) as batch:
+                    await producer.send_batch([Message(TOPIC, b"b1"), Message(TOPIC, b"b2")])
+                assert isinstance(batch.value.__cause__, RequestTimeoutError)
+                await wait_until(lambda: a.stored() == 4, "the unanswered sends stored")
+                proxy.heal()
 
 
 async def test_a_push_consumer_rides_out_resets_and_a_blackhole(tmp_path: Path) -> None:

@@ -82,10 +82,15 @@ def test_properties_must_map_str_to_str(props: dict[object, object]) -> None:
 
 
 def test_properties_length_counts_encoded_bytes() -> None:
-    """``k\x01<value>\x02``: 3 bytes plus the value's UTF-8, two bytes per "é"."""
-    validate_message(Message("T", b"x", properties={"k": "é" * 16382}))  # 32,767 bytes
+    """``k\x01<value>\x02``: 3 bytes plus the value's UTF-8, two bytes per "é"; and the 42
+    bytes of the UNIQ_KEY the producer adds to a message without one."""
+    uniq = {"UNIQ_KEY": "0" * 32}
+    validate_message(Message("T", b"x", properties={**uniq, "k": "é" * (16382 - 21)}))
     with pytest.raises(MessageInvalidError, match="properties length 32769"):
-        validate_message(Message("T", b"x", properties={"k": "é" * 16383}))
+        validate_message(Message("T", b"x", properties={**uniq, "k": "é" * (16383 - 21)}))
+    validate_message(Message("T", b"x", properties={"k": "é" * (16382 - 21)}))
+    with pytest.raises(MessageInvalidError, match="properties length 32769"):
+        validate_message(Message("T", b"x", properties={"k": "é" * (16383 - 21)}))
 
 
 def test_errors_are_client_errors() -> None:
