@@ -3,21 +3,61 @@
 Coroutines run against a :class:`~client.instance.ClientInstance` (through
 :meth:`client.blocking.SharedInstance.call`): the topics' readable queues with their min and
 max offsets, offsets by store timestamp, and consumer-group progress commits.
+
+Each queue is asked on its own: a failing queue never cancels the others, and failures come
+back as data (:class:`Probe`, :func:`commit_group`) or as one :class:`OffsetsUnavailableError`
+naming the brokers, never as a bare trio ``ExceptionGroup``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import trio
 
 from client import api
+from client.errors import CLIENT_ERROR, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from client.spark.offsets import QueueKey
 from remoting.codes import RequestCode
 
 Bounds = dict[QueueKey, tuple[int, int]]
+Failures = dict[QueueKey, MQClientError]
+
+
+class OffsetsUnavailableError(MQClientError):
+    """Brokers did not answer offset requests; the message names each broker and why."""
+
+    def __init__(self, what: str, failures: Mapping[QueueKey, MQClientError]) -> None:
+        super().__init__(CLIENT_ERROR, f"{what}: {describe(failures)}")
+        self.brokers = sorted({broker for _, broker, _ in failures})
+
+
+@dataclass
+class Probe:
+    """What :func:`probe_bounds` learned: ``{queue: (min, max)}`` of the queues that answered,
+    and the error of each queue that did not."""
+
+    bounds: Bounds = field(default_factory=dict)
+    failures: Failures = field(default_factory=dict)
+
+
+def describe(failures: Mapping[QueueKey, MQClientError]) -> str:
+    """``broker broker-b (queues T/0, T/1): <its first error>; ...``: one entry per broker."""
+    by_broker: dict[str, list[QueueKey]] = {}
+    for key in sorted(failures):
+        by_broker.setdefault(key[1], []).append(key)
+    parts = []
+    for broker, keys in by_broker.items():
+        queues = ", ".join(f"{t}/{q}" for t, _, q in keys)
+        parts.append(f"broker {broker} (queues {queues}): {_reason(failures[keys[0]])}")
+    return "; ".join(parts)
+
+
+def _reason(exc: MQClientError) -> str:
+    return exc.reason if exc.code == CLIENT_ERROR else str(exc)
 
 
 def _mq(key: QueueKey) -> MessageQueue:
@@ -33,46 +73,77 @@ async def queues(instance: ClientInstance, topics: Sequence[str]) -> list[QueueK
     return sorted(out)
 
 
-async def _each(
-    instance: ClientInstance, keys: Sequence[QueueKey], code: RequestCode, ts: int = 0
-) -> dict[QueueKey, int]:
+async def _gather(
+    keys: Sequence[QueueKey], fn: Callable[[QueueKey], Awaitable[int]]
+) -> tuple[dict[QueueKey, int], Failures]:
+    """``fn`` of every key concurrently: the results, and the MQClientError of each failure."""
     out: dict[QueueKey, int] = {}
+    failed: Failures = {}
 
     async def one(key: QueueKey) -> None:
-        out[key] = await instance.broker_offset(code, _mq(key), ts)
+        try:
+            out[key] = await fn(key)
+        except MQClientError as exc:
+            failed[key] = exc
 
     async with trio.open_nursery() as nursery:
         for key in keys:
             nursery.start_soon(one, key)
-    return out
+    return out, failed
+
+
+async def _offsets(
+    instance: ClientInstance, keys: Sequence[QueueKey], code: RequestCode, ts: int = 0
+) -> tuple[dict[QueueKey, int], Failures]:
+    async def one(key: QueueKey) -> int:
+        return await instance.broker_offset(code, _mq(key), ts)
+
+    return await _gather(keys, one)
+
+
+async def probe_bounds(instance: ClientInstance, topics: Sequence[str]) -> Probe:
+    """The min and max offsets of every readable queue of ``topics`` whose broker answers;
+    the queues that failed are in :attr:`Probe.failures` (route errors propagate)."""
+    keys = await queues(instance, topics)
+    lo, failed = await _offsets(instance, keys, RequestCode.GET_MIN_OFFSET)
+    hi, failed_hi = await _offsets(instance, sorted(lo), RequestCode.GET_MAX_OFFSET)
+    failed.update(failed_hi)
+    return Probe({k: (lo[k], hi[k]) for k in keys if k in hi}, failed)
 
 
 async def queue_bounds(instance: ClientInstance, topics: Sequence[str]) -> Bounds:
-    """``{queue: (min offset, max offset)}`` of every readable queue of ``topics``."""
-    keys = await queues(instance, topics)
-    lo = await _each(instance, keys, RequestCode.GET_MIN_OFFSET)
-    hi = await _each(instance, keys, RequestCode.GET_MAX_OFFSET)
-    return {k: (lo[k], hi[k]) for k in keys}
+    """``{queue: (min offset, max offset)}`` of every readable queue of ``topics``;
+    OffsetsUnavailableError naming the brokers if any queue did not answer."""
+    probe = await probe_bounds(instance, topics)
+    if probe.failures:
+        raise OffsetsUnavailableError("could not get the queues' offsets", probe.failures)
+    return probe.bounds
 
 
 async def offsets_for_time(
     instance: ClientInstance, keys: Sequence[QueueKey], timestamp_ms: int
 ) -> dict[QueueKey, int]:
-    """The first offset stored at or after ``timestamp_ms`` in each queue."""
-    return await _each(instance, keys, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp_ms)
+    """The first offset stored at or after ``timestamp_ms`` in each queue
+    (OffsetsUnavailableError naming the brokers if any queue did not answer)."""
+    code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+    out, failed = await _offsets(instance, keys, code, timestamp_ms)
+    if failed:
+        raise OffsetsUnavailableError("could not search offsets by timestamp", failed)
+    return out
 
 
 async def commit_group(
     instance: ClientInstance, group: str, offsets: Mapping[QueueKey, int]
-) -> None:
-    """Store ``offsets`` as ``group``'s consumer offsets on the brokers."""
+) -> Failures:
+    """Store ``offsets`` as ``group``'s consumer offsets on the brokers, each queue on its own;
+    returns the queues whose commit failed (never raises MQClientError)."""
 
-    async def one(key: QueueKey, offset: int) -> None:
+    async def one(key: QueueKey) -> int:
         mq = _mq(key)
         addr = await instance.find_broker_addr(mq)
-        resp = await instance.invoke(addr, api.update_offset_request(group, mq, offset))
+        resp = await instance.invoke(addr, api.update_offset_request(group, mq, offsets[key]))
         api.check_success(resp, addr)
+        return offsets[key]
 
-    async with trio.open_nursery() as nursery:
-        for key, offset in offsets.items():
-            nursery.start_soon(one, key, offset)
+    _, failed = await _gather(sorted(offsets), one)
+    return failed

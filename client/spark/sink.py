@@ -1,9 +1,11 @@
 """The sink: ``df.write.format("minimq")`` and ``df.writeStream.format("minimq")``.
 
-Columns: ``body`` (binary or string, required), and optionally ``topic`` (overrides the
-``topic`` option per row), ``tags``, ``keys`` (string; several keys space-separated) and
-``properties`` (map<string,string>). Each task sends its rows in batches (``batchSize``) per
-topic with one blocking producer; a failed send fails the task.
+Columns: ``body`` (binary or string, required), and optionally ``topic`` (the row's topic
+when there is no ``topic`` option: the option, when given, overrides the column as in Spark's
+Kafka sink), ``tags``, ``keys`` (string; several keys space-separated) and ``properties``
+(map<string,string>). Each task sends its rows in batches per topic with one blocking
+producer: at most ``batchSize`` messages and :data:`MAX_BATCH_BYTES` encoded bytes a batch; a
+message too big to share a batch is sent alone. A failed send fails the task.
 """
 
 from __future__ import annotations
@@ -19,8 +21,17 @@ from client.blocking import Producer
 from client.errors import MQClientError
 from client.message import Message
 from client.spark.options import OptionError, WriteOptions
+from client.validation import MAX_MESSAGE_SIZE
 
 SINK_COLUMNS = ("body", "topic", "tags", "keys", "properties")
+MAX_BATCH_BYTES = MAX_MESSAGE_SIZE - 64 * 1024
+"""Encoded bytes of one batch send at most: the producer refuses a batch over
+``MAX_MESSAGE_SIZE`` (4 MiB); the headroom covers the estimate's slack."""
+MESSAGE_OVERHEAD = 256
+"""Bytes a message adds to a batch besides its body and properties: msgpack framing, the
+flag, and the UNIQ_KEY property the producer stamps (generous: an upper bound)."""
+PROPERTY_OVERHEAD = 10
+"""msgpack framing of one property's name and value, at most."""
 
 
 class SinkError(RuntimeError):
@@ -61,9 +72,10 @@ def check_schema(schema: StructType, opts: WriteOptions) -> None:
 
 
 def to_message(row: Any, default_topic: str | None) -> Message:
-    """A row as a :class:`Message` (SinkError for a row without body or topic)."""
+    """A row as a :class:`Message` (SinkError for a row without body or topic, or with a body
+    over the 4 MiB message limit). The ``topic`` option, when given, overrides the row's."""
     d: Mapping[str, Any] = row.asDict() if hasattr(row, "asDict") else row
-    topic = d.get("topic") or default_topic
+    topic = default_topic or d.get("topic")
     if not topic:
         raise SinkError(f"a row has no topic and the sink has no 'topic' option: {d!r}")
     body = d.get("body")
@@ -71,6 +83,11 @@ def to_message(row: Any, default_topic: str | None) -> Message:
         raise SinkError(f"a row for topic {topic} has a null body")
     if isinstance(body, str):
         body = body.encode()
+    if len(body) > MAX_MESSAGE_SIZE:
+        raise SinkError(
+            f"a row for topic {topic} has a body of {len(body)} bytes, over the message size "
+            f"limit of {MAX_MESSAGE_SIZE} bytes"
+        )
     keys = d.get("keys")
     return Message(
         topic,
@@ -81,35 +98,73 @@ def to_message(row: Any, default_topic: str | None) -> Message:
     )
 
 
+def batch_size_of(msg: Message) -> int:
+    """An upper bound of what ``msg`` adds to an encoded batch (body, properties, framing)."""
+    props = sum(len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
+    return len(msg.body) + props + PROPERTY_OVERHEAD * len(msg.properties) + MESSAGE_OVERHEAD
+
+
+class _Batches:
+    """Per-topic batches of one task, flushed by count (``batchSize``) and by bytes."""
+
+    def __init__(self, opts: WriteOptions, producer: Producer) -> None:
+        self.opts = opts
+        self.producer = producer
+        self.pending: dict[str, list[Message]] = {}
+        self.pending_bytes: dict[str, int] = {}
+        self.sent = 0
+
+    def add(self, msg: Message) -> None:
+        """Queue ``msg``; send its topic's batch first if ``msg`` would take it over the byte
+        limit, and after if it reached ``batchSize``. A message that alone passes the byte
+        limit is sent by itself."""
+        size = batch_size_of(msg)
+        topic = msg.topic
+        if size > MAX_BATCH_BYTES:
+            self.flush(topic)  # keep the topic's messages in row order
+            self._send([msg], single=True)
+            return
+        if self.pending_bytes.get(topic, 0) + size > MAX_BATCH_BYTES:
+            self.flush(topic)
+        self.pending.setdefault(topic, []).append(msg)
+        self.pending_bytes[topic] = self.pending_bytes.get(topic, 0) + size
+        if len(self.pending[topic]) >= self.opts.batch_size:
+            self.flush(topic)
+
+    def flush(self, topic: str) -> None:
+        """Send ``topic``'s pending batch, if any."""
+        self.pending_bytes.pop(topic, None)
+        batch = self.pending.pop(topic, [])
+        if batch:
+            self._send(batch)
+
+    def flush_all(self) -> None:
+        """Send every pending batch."""
+        for topic in list(self.pending):
+            self.flush(topic)
+
+    def _send(self, batch: list[Message], *, single: bool = False) -> None:
+        try:
+            if single:
+                self.producer.send(batch[0])
+            else:
+                self.producer.send_batch(batch)
+        except MQClientError as exc:
+            raise SinkError(
+                f"minimq sink: sending {len(batch)} message(s) to topic {batch[0].topic} "
+                f"via {self.opts.namesrv} failed: {exc}"
+            ) from exc
+        self.sent += len(batch)
+
+
 def send_rows(opts: WriteOptions, rows: Iterator[Any]) -> int:
     """Send ``rows`` in batches per topic; the number sent."""
-    pending: dict[str, list[Message]] = {}
-    sent = 0
     with Producer(group=opts.group, namesrv=opts.namesrv) as producer:
-
-        def flush(topic: str) -> None:
-            nonlocal sent
-            batch = pending.pop(topic, [])
-            if not batch:
-                return
-            try:
-                producer.send_batch(batch)
-            except MQClientError as exc:
-                raise SinkError(
-                    f"minimq sink: sending {len(batch)} messages to topic {topic} "
-                    f"via {opts.namesrv} failed: {exc}"
-                ) from exc
-            sent += len(batch)
-
+        batches = _Batches(opts, producer)
         for row in rows:
-            msg = to_message(row, opts.topic)
-            batch = pending.setdefault(msg.topic, [])
-            batch.append(msg)
-            if len(batch) >= opts.batch_size:
-                flush(msg.topic)
-        for topic in list(pending):
-            flush(topic)
-    return sent
+            batches.add(to_message(row, opts.topic))
+        batches.flush_all()
+    return batches.sent
 
 
 class BatchWriter(DataSourceWriter):

@@ -9,10 +9,20 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from client.spark.batch import BatchReader
-from client.spark.options import parse_read, parse_write
+from client.spark.options import OptionError, parse_read, parse_write
 from client.spark.sink import BatchWriter, StreamWriter, check_schema
 from client.spark.stream import StreamReader
 
@@ -23,6 +33,35 @@ SCHEMA = (
     "store_timestamp timestamp, reconsume_times int"
 )
 """The fixed schema of the source's rows."""
+
+_FIELDS: tuple[tuple[str, DataType], ...] = (
+    ("topic", StringType()),
+    ("broker", StringType()),
+    ("queue_id", IntegerType()),
+    ("queue_offset", LongType()),
+    ("msg_id", StringType()),
+    ("tags", StringType()),
+    ("keys", StringType()),
+    ("body", BinaryType()),
+    ("properties", MapType(StringType(), StringType())),
+    ("born_timestamp", TimestampType()),
+    ("store_timestamp", TimestampType()),
+    ("reconsume_times", IntegerType()),
+)
+SCHEMA_STRUCT = StructType([StructField(name, t) for name, t in _FIELDS])
+""":data:`SCHEMA` as a StructType (built here: parsing DDL needs a SparkContext, which Spark's
+Python planner processes do not have)."""
+
+
+def check_fixed_schema(schema: StructType) -> None:
+    """OptionError unless ``schema`` (Spark's, or the user's ``.schema(...)``) is
+    :data:`SCHEMA`: the source's schema is fixed, as Kafka's is."""
+    if schema.simpleString() != SCHEMA_STRUCT.simpleString():
+        raise OptionError(
+            "the minimq source has a fixed schema and cannot be set with a custom one "
+            f"(.schema(...)); got {schema.simpleString()}, the schema is {SCHEMA}. "
+            "Select or cast columns after load() instead"
+        )
 
 
 class MinimqDataSource(DataSource):
@@ -41,11 +80,13 @@ class MinimqDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A batch reader."""
+        """A batch reader (OptionError for a user-specified schema that is not the fixed one)."""
+        check_fixed_schema(schema)
         return BatchReader(parse_read(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """A micro-batch stream reader."""
+        """A micro-batch stream reader (OptionError for a schema that is not the fixed one)."""
+        check_fixed_schema(schema)
         return StreamReader(parse_read(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -9,6 +9,7 @@ instance until :meth:`StreamReader.stop`; the reader pickled to executors carrie
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,7 +22,6 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from client.blocking import SharedInstance
-from client.errors import MQClientError
 from client.spark import brokers
 from client.spark.batch import (
     DRIVER_TIMEOUT_S,
@@ -30,10 +30,29 @@ from client.spark.batch import (
     read_partition,
     starting_offsets,
 )
-from client.spark.offsets import NestedOffsets, OffsetMap, from_nested, split_limit, to_nested
+from client.spark.offsets import (
+    NestedOffsets,
+    OffsetMap,
+    QueueKey,
+    from_nested,
+    split_limit,
+    to_nested,
+)
 from client.spark.options import ReadOptions
+from client.spark.pulling import DataLossError
 
 log = logging.getLogger(__name__)
+
+FETCH_ATTEMPTS = 3
+"""Tries of a trigger's offset requests when no broker answers (Kafka's fetchOffset.numRetries
+counts retries the same way, plus one)."""
+RETRY_INTERVAL_S = 1.0
+"""Pause between those tries."""
+
+
+class SourceUnavailableError(RuntimeError):
+    """No broker of the query's topics answered a trigger's offset requests (the message names
+    each broker and its error); the query fails with this."""
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -55,14 +74,39 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = SharedInstance(self.opts.namesrv).start()
         return self._client
 
-    def _bounds(self) -> brokers.Bounds:
+    def _probe(self) -> brokers.Probe:
         return self._c().call(
-            brokers.queue_bounds, list(self.opts.topics), timeout=DRIVER_TIMEOUT_S
+            brokers.probe_bounds, list(self.opts.topics), timeout=DRIVER_TIMEOUT_S
+        )
+
+    def _live_bounds(self) -> brokers.Bounds:
+        """The bounds of the queues whose brokers answer. A queue that does not answer is
+        left out with a warning, so it keeps its offset for this trigger; when no queue
+        answers, retry ``FETCH_ATTEMPTS`` times, then :class:`SourceUnavailableError`."""
+        for attempt in range(1, FETCH_ATTEMPTS + 1):
+            probe = self._probe()
+            if probe.bounds or not probe.failures:
+                if probe.failures:
+                    log.warning(
+                        "minimq source: leaving out queues that did not answer, they keep "
+                        "their offsets for this trigger: %s",
+                        brokers.describe(probe.failures),
+                    )
+                return probe.bounds
+            if attempt < FETCH_ATTEMPTS:
+                time.sleep(RETRY_INTERVAL_S)
+        raise SourceUnavailableError(
+            f"minimq source: no broker of topic(s) {', '.join(self.opts.topics)} answered "
+            f"({FETCH_ATTEMPTS} attempts, {RETRY_INTERVAL_S:g} s apart): "
+            f"{brokers.describe(probe.failures)}"
         )
 
     def initialOffset(self) -> NestedOffsets:
-        """startingOffsets (default latest) or startingTimestamp, resolved now."""
-        bounds = self._bounds()
+        """startingOffsets (default latest) or startingTimestamp, resolved now (every broker
+        of the topics must answer: OffsetsUnavailableError names those that do not)."""
+        bounds = self._c().call(
+            brokers.queue_bounds, list(self.opts.topics), timeout=DRIVER_TIMEOUT_S
+        )
         return to_nested(starting_offsets(self._c(), self.opts, bounds, "latest"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -72,17 +116,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Remember the max offsets now: an availableNow query reads up to them and stops."""
-        self._targets = {k: hi for k, (_, hi) in self._bounds().items()}
+        self._targets = {k: hi for k, (_, hi) in self._live_bounds().items()}
 
     def latestOffset(self, start: NestedOffsets, limit: ReadLimit) -> NestedOffsets:
         """The end of the next micro-batch: the queues' max offsets (capped by the
-        availableNow targets), admitted by ``limit``; new queues start at their min offset."""
+        availableNow targets), admitted by ``limit``; new queues start at their min offset.
+
+        Queues that do not answer keep their start offset. A queue whose max offset went
+        below its start offset (topic deleted and recreated) is data loss: DataLossError, or
+        with failOnDataLoss=false a warning and a restart at its min offset (its end offset
+        is then below its start offset, which :meth:`partitions` reads as such a restart).
+        """
         begin = from_nested(start, "start offset")
-        bounds = self._bounds()
         base: OffsetMap = dict(begin)
         latest: OffsetMap = dict(begin)
-        for key, (lo, hi) in bounds.items():
+        for key, (lo, hi) in self._live_bounds().items():
             first = begin.get(key, lo)
+            if hi < first:
+                first = self._offsets_went_back(key, first, lo, hi)
             base[key] = first
             top = hi if self._targets is None else min(hi, self._targets.get(key, first))
             latest[key] = max(first, top)
@@ -90,14 +141,30 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = split_limit(base, latest, limit.max_rows)
         return to_nested(latest)
 
+    def _offsets_went_back(self, key: QueueKey, was: int, lo: int, hi: int) -> int:
+        """Report a queue whose max offset ``hi`` is below its start ``was``; its new start."""
+        topic, broker, qid = key
+        text = (
+            f"minimq: the offsets of topic {topic} broker {broker} queue {qid} went back "
+            f"from {was} to {hi} (the topic was deleted and recreated, or the broker's store "
+            f"was replaced): messages may have been missed"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{text}. Set failOnDataLoss=false to restart the queue at its earliest offset."
+            )
+        log.warning("%s; restarting the queue at its earliest offset %d", text, lo)
+        return lo
+
     def partitions(self, start: NestedOffsets, end: NestedOffsets) -> Sequence[QueuePartition]:
-        """One partition per queue that moved; a queue new since ``start`` starts at its min."""
+        """One partition per queue that moved. A queue new since ``start``, or whose end is
+        below its start (restarted by :meth:`latestOffset`), is read from its min offset."""
         begin = from_nested(start, "start offset")
         finish = from_nested(end, "end offset")
-        new = [k for k in finish if k not in begin]
-        if new:
-            lows = {k: lo for k, (lo, _) in self._bounds().items()}
-            for key in new:
+        restart = [k for k, hi in finish.items() if k not in begin or hi < begin[k]]
+        if restart:
+            lows = {k: lo for k, (lo, _) in self._live_bounds().items()}
+            for key in restart:
                 begin[key] = lows.get(key, 0)
         return [
             QueuePartition(_range(key, begin[key], hi))
@@ -110,18 +177,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(self.opts, partition)
 
     def commit(self, end: NestedOffsets) -> None:
-        """Advisory: store ``end`` as the ``group`` option's consumer offsets (lags a batch)."""
-        if self.opts.group is None:
+        """Advisory: store ``end`` as the ``group`` option's consumer offsets (lags a batch).
+        A failure (a broker down, a refused update) is logged and never fails the query."""
+        group = self.opts.group
+        if group is None:
             return
         try:
-            self._c().call(
+            failed = self._c().call(
                 brokers.commit_group,
-                self.opts.group,
+                group,
                 from_nested(end, "end offset"),
                 timeout=DRIVER_TIMEOUT_S,
             )
-        except MQClientError as exc:
-            log.warning("committing the progress of group %s failed: %s", self.opts.group, exc)
+        except Exception as exc:  # noqa: BLE001 - advisory: the checkpoint is the truth
+            log.warning("minimq source: committing the progress of group %s failed: %s", group, exc)
+            return
+        if failed:
+            log.warning(
+                "minimq source: committing the progress of group %s failed for %s",
+                group,
+                brokers.describe(failed),
+            )
 
     def stop(self) -> None:
         """Close the driver-side client."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +33,7 @@ class SyncCluster:
     namesrv: str = ""
     brokers: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    by_name: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start_namesrv(self) -> None:
         """Start ``mqnamesrv`` on an ephemeral port."""
@@ -53,8 +56,18 @@ class SyncCluster:
         argv += itertools.chain.from_iterable((f"--{k}", v) for k, v in settings.items())
         proc, m = _start(argv, f"mqbroker {name}", self.root / f"{name}.log", BROKER_BOOT)
         self.procs.append(proc)
+        self.by_name[name] = proc
         self.brokers[name] = f"127.0.0.1:{m[2]}"
         return self.brokers[name]
+
+    def stop_broker(self, name: str, *, kill: bool = False) -> None:
+        """Stop broker ``name`` by pid: SIGTERM (it unregisters from the name server), or
+        with ``kill`` SIGKILL (its route stays at the name server until it expires)."""
+        proc = self.by_name[name]
+        if kill and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(LIMIT)
+        stop_process(proc)
 
     def create_topic(self, topic: str, queues: Mapping[str, int]) -> None:
         """Create ``topic`` with ``queues[broker]`` queues on each named broker."""

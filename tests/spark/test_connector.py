@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,8 @@ def test_starting_offsets_latest(spark: Any, cluster: SyncCluster, tmp_path: Pat
 def test_sink_round_trip_batch_and_streaming(
     spark: Any, cluster: SyncCluster, tmp_path: Path
 ) -> None:
+    """Rows to topics and back. The ``topic`` option overrides a ``topic`` column (as in
+    Spark's Kafka sink); without the option each row goes to its column's topic."""
     out, other = "SparkSinkOut", "SparkSinkOther"
     cluster.create_topic(out, {"broker-a": 2, "broker-b": 2})
     cluster.create_topic(other, {"broker-b": 1})
@@ -196,18 +199,22 @@ def test_sink_round_trip_batch_and_streaming(
         "append"
     ).save()
     got = read(spark, cluster.namesrv, out)
-    assert sorted(bytes(r.body).decode() for r in got) == sorted(
-        b for b, *_, t in rows if t is None
-    )
+    assert sorted(bytes(r.body).decode() for r in got) == sorted(b for b, *_ in rows)
     hello = next(r for r in got if bytes(r.body) == b"hello")
     assert (hello.tags, hello.keys, hello.properties["x"]) == ("TA", "k1 k2", "1")
+    assert read(spark, cluster.namesrv, other) == []
+    # no topic option: the column names each row's topic
+    df.where("topic is not null").write.format("minimq").option("namesrv", cluster.namesrv).mode(
+        "append"
+    ).save()
     (elsewhere,) = read(spark, cluster.namesrv, other)
     assert (bytes(elsewhere.body), elsewhere.keys, elsewhere.properties["y"]) == (
         b"elsewhere",
         "k3",
         "2",
     )
-    # streaming: topic -> upper-cased bodies -> another topic
+    # streaming: topic -> upper-cased bodies -> another topic; the source's own topic column
+    # is passed on, and the option still wins (the copy does not feed on itself)
     copy = "SparkSinkCopy"
     cluster.create_topic(copy, {"broker-a": 1})
     src = (
@@ -218,7 +225,7 @@ def test_sink_round_trip_batch_and_streaming(
         .load()
     )
     q = (
-        src.selectExpr("upper(cast(body as string)) as body", "tags")
+        src.selectExpr("topic", "upper(cast(body as string)) as body", "tags")
         .writeStream.format("minimq")
         .option("namesrv", cluster.namesrv)
         .option("topic", copy)
@@ -229,9 +236,57 @@ def test_sink_round_trip_batch_and_streaming(
     q.awaitTermination(60)
     assert q.exception() is None
     copied = read(spark, cluster.namesrv, copy)
-    assert sorted(bytes(r.body).decode() for r in copied) == sorted(
-        b.upper() for b, *_, t in rows if t is None
-    )
+    assert sorted(bytes(r.body).decode() for r in copied) == sorted(b.upper() for b, *_ in rows)
+    assert len(read(spark, cluster.namesrv, out)) == len(rows)
+
+
+BIG_STORE = {"mappedFileSizeCommitLog": str(16 * 1024 * 1024)}
+"""Commitlog files that hold a 4 MiB batch (SMALL_STORE's 1 MiB files cannot)."""
+
+
+def test_sink_splits_batches_by_bytes_and_refuses_a_message_over_the_limit(
+    spark: Any, tmp_path: Path
+) -> None:
+    """40 rows of 200 KB (too big for one 4 MiB batch at the default batchSize 32) and one
+    incompressible row of almost 4 MiB (the producer's zlib adds a little to a random body)
+    are all written; a row one byte over 4 MiB fails with a clear error."""
+    from client.validation import MAX_MESSAGE_SIZE
+
+    topic = "SparkSinkBig"
+    with sync_cluster(tmp_path / "c", {"broker-big": BIG_STORE}) as c:
+        c.create_topic(topic, {"broker-big": 2})
+        bodies = [bytes([i]) * 200_000 for i in range(40)] + [
+            os.urandom(MAX_MESSAGE_SIZE - 32 * 1024)
+        ]
+        df = spark.createDataFrame([(b,) for b in bodies], "body binary").coalesce(1)
+        writer = df.write.format("minimq").option("namesrv", c.namesrv).option("topic", topic)
+        writer.mode("append").save()
+        got = spark.read.format("minimq").option("namesrv", c.namesrv).option("topic", topic)
+        lengths = got.load().selectExpr("length(body) as n").collect()
+        assert sorted(r.n for r in lengths) == sorted(len(b) for b in bodies)
+        too_big = spark.createDataFrame([(b"x" * (MAX_MESSAGE_SIZE + 1),)], "body binary")
+        with pytest.raises(Exception, match=r"body of 4194305 bytes, over the message size"):
+            too_big.write.format("minimq").option("namesrv", c.namesrv).option("topic", topic).mode(
+                "append"
+            ).save()
+
+
+def test_sink_batch_size_estimate_bounds_the_encoded_batch() -> None:
+    """What the sink counts per message is at least what it adds to the encoded batch,
+    UNIQ_KEY included (the producer stamps it after the sink counted)."""
+    from client.producer import encode_batch
+    from client.spark.sink import batch_size_of
+
+    messages = [
+        Message("T", b"x" * n, tags="tag", keys=["k1", "k2"], properties=props)
+        for n in (1, 100, 70_000)
+        for props in ({}, {"a": "b"}, {"ключ": "значение" * 50})
+    ]
+    for msg in messages:
+        estimate = batch_size_of(msg)
+        msg.properties["UNIQ_KEY"] = "0" * 32
+        assert estimate >= len(encode_batch([msg]))
+    assert sum(map(batch_size_of, messages)) >= len(encode_batch(messages))
 
 
 def test_bad_options_fail_at_query_start_naming_the_option(
@@ -336,3 +391,37 @@ def test_queues_added_while_a_query_runs_are_read_from_their_start(
     newest = produce(cluster.namesrv, topic, {("broker-a", 3): 2, ("broker-b", 1): 2})
     second = stream_once(spark, cluster.namesrv, topic, ckpt, startingOffsets="earliest")
     assert sorted(r.msg_id for b in second for r in b) == sorted(newest)
+
+
+def test_a_user_schema_other_than_the_fixed_one_is_refused_at_start(
+    spark: Any, cluster: SyncCluster, tmp_path: Path
+) -> None:
+    """``.schema(...)`` that is not the source's fixed schema fails when the query starts,
+    saying so (not with a schema mismatch while reading); the fixed schema itself is fine."""
+    from client.spark import SCHEMA
+
+    topic = "SparkSchema"
+    cluster.create_topic(topic, {"broker-a": 1})
+    produce(cluster.namesrv, topic, {("broker-a", 0): 2})
+
+    def source(reader: Any, schema: str) -> Any:
+        opts = {"namesrv": cluster.namesrv, "topic": topic, "startingOffsets": "earliest"}
+        return reader.format("minimq").schema(schema).options(**opts).load()
+
+    assert source(spark.read, SCHEMA).count() == 2
+    fixed = "fixed schema and cannot be set with a custom one"
+    with pytest.raises(Exception, match=fixed):
+        source(spark.read, "topic string, body binary").collect()
+    stream = source(spark.readStream, "topic string, body binary").writeStream.foreachBatch(
+        lambda df, _id: None
+    )
+
+    def run() -> None:
+        q = stream.option("checkpointLocation", str(tmp_path / "ckpt")).start()
+        try:
+            q.awaitTermination(60)
+        finally:
+            q.stop()
+
+    with pytest.raises(Exception, match=fixed):
+        run()
