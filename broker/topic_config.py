@@ -115,8 +115,12 @@ class TopicConfigManager:
             self._changed()
         return removed
 
-    def create_on_send(self, topic: str) -> TopicConfig | None:
-        """The topic's config, auto-creating it with the default queue count if enabled.
+    def create_on_send(
+        self, topic: str, client_queue_nums: int | None = None
+    ) -> TopicConfig | None:
+        """The topic's config, auto-creating it if enabled: with the default queue count, or
+        ``min(client_queue_nums, TBW102's write queues)`` when the producer sent its
+        ``defaultTopicQueueNums`` (RocketMQ's ``createTopicInSendMessageMethod``).
 
         None when the topic is absent and auto-creation is off, or the name is invalid or one
         clients may not send to.
@@ -129,6 +133,9 @@ class TopicConfigManager:
         if topic_problem(topic) is not None or is_not_allowed_send_topic(topic):
             return None
         n = self.default_queue_nums
+        if client_queue_nums is not None and client_queue_nums > 0:
+            template = self._table.get(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            n = min(client_queue_nums, template.write_queue_nums if template else n)
         config = TopicConfig(topic, n, n, PermName.PERM_READ | PermName.PERM_WRITE)
         self._table[topic] = config
         self._changed()

@@ -133,7 +133,7 @@ def send_request(
     flag: int,
     born_timestamp: int,
     batch: bool = False,
-    default_topic_queue_nums: int = 4,
+    default_topic_queue_nums: int = 8,
 ) -> RemotingCommand:
     """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE with ``batch``), RocketMQ's short header names."""
     header: dict[str, ExtValue] = {

@@ -10,7 +10,8 @@ Rules (``sendDefaultImpl``):
   broker while one exists. The whole call, retries included, stays within ``timeout``.
 - A topic the name servers do not know is sent through the auto-create route (``TBW102``) with
   ``default_topic_queue_nums`` queues, as RocketMQ does; brokers with ``autoCreateTopicEnable``
-  create it on the first message.
+  create it on the first message, with that many queues (at most TBW102's). The default is 8,
+  the broker's ``defaultTopicQueueNums`` (RocketMQ's producer says 4).
 - ``send_orderly`` sends to the queue its sharding key (or selector) picks and never moves to
   another queue; ``send_oneway`` sends once and waits for nothing; ``send_batch`` sends messages
   of one topic in one request to one queue.
@@ -103,7 +104,7 @@ class Producer:
         retry_times: int = 2,
         compress_over: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
         max_message_size: int = MAX_MESSAGE_SIZE,
-        default_topic_queue_nums: int = 4,
+        default_topic_queue_nums: int = 8,
         latency_fault_tolerance: bool = False,
     ) -> None:
         validate_group(group)

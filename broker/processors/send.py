@@ -46,6 +46,7 @@ from broker.processors.send_checks import (
 )
 from broker.status_codes import put_response_code
 from broker.topic_config import TopicConfigManager
+from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import offset_msg_id_of_packed
 from common.record import MessageRecord, pack_host
@@ -160,6 +161,14 @@ class _SendHeader(NamedTuple):
         return cls(topic, queue_id, sys_flag, born, flag, props, reconsume, batch)
 
 
+def _queue_nums(request: RemotingCommand) -> int | None:
+    """The producer's ``defaultTopicQueueNums`` (V1 or V2 name), when an int."""
+    raw = request.ext_fields.get("d", request.ext_fields.get("defaultTopicQueueNums"))
+    if isinstance(raw, str):
+        return parse_uint(raw, max_digits=4)
+    return raw if type(raw) is int else None
+
+
 def _header_of(request: RemotingCommand) -> _SendHeader:
     """The send header of a V1 or V2 request (BadRequestError names a missing or bad field)."""
     if request.code not in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
@@ -229,7 +238,7 @@ class SendProcessor:
                 f"Sending message to topic[{topic}] is forbidden.",
             )
         known = topic in self.topic_config
-        config = self.topic_config.create_on_send(topic)
+        config = self.topic_config.create_on_send(topic, None if known else _queue_nums(request))
         if config is not None and not known and self.on_topic_created is not None:
             # RocketMQ registers with the name servers at once, before answering, so the new
             # topic's route exists when the producer learns its message was stored

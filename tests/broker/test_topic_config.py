@@ -96,6 +96,9 @@ def test_auto_create_on(tmp_path: Path) -> None:
     assert manager.create_on_send("RMQ_SYS_TRANS_HALF_TOPIC") is not None  # exists already
     manager.delete("RMQ_SYS_TRANS_HALF_TOPIC")
     assert manager.create_on_send("RMQ_SYS_TRANS_HALF_TOPIC") is None
+    # the producer's defaultTopicQueueNums, at most TBW102's write queues (RocketMQ's rule)
+    assert manager.create_on_send("Fewer", 3) == TopicConfig("Fewer", 3, 3, 6)
+    assert manager.create_on_send("More", 64) == TopicConfig("More", 8, 8, 6)
 
 
 def test_auto_create_off(tmp_path: Path) -> None:

@@ -336,3 +336,16 @@ async def test_only_the_last_producer_of_a_group_unregisters_it() -> None:
         instance.register_producer("pg")
         assert instance.unregister_producer("pg") is False
         assert instance.unregister_producer("pg") is True
+
+
+async def test_an_auto_created_topic_gets_the_producers_queue_count(tmp_path: Path) -> None:
+    """RocketMQ's rule: min(the producer's defaultTopicQueueNums, TBW102's write queues)."""
+    async with cluster(tmp_path, brokers=("broker-a",)) as c:
+        async with Producer("pg", c.namesrv, default_topic_queue_nums=3) as producer:
+            results = [await producer.send(Message("BrandNew", b"%d" % i)) for i in range(6)]
+        topics = c.controllers["broker-a"].topics
+        assert topics is not None
+        config = topics.select("BrandNew")
+        assert config is not None
+        assert (config.read_queue_nums, config.write_queue_nums) == (3, 3)
+        assert {r.queue.queue_id for r in results} <= {0, 1, 2}
