@@ -44,6 +44,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -70,6 +71,7 @@ from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.transaction import TransactionService, to_half_message
 from common.record import MessageRecord
+from common.route import PermName, TopicConfig
 from common.topic import retry_topic
 from remoting.busy_poll import BusyPoll
 from remoting.client import RemotingClient
@@ -83,6 +85,7 @@ from store.message_store import ArrivalListener, MessageStore
 from store.services import StoreServices
 
 log = logging.getLogger(__name__)
+_READ_WRITE = PermName.PERM_READ | PermName.PERM_WRITE
 
 REGISTER_TIMEOUT_S = 3.0
 """Upper bound of one REGISTER_BROKER call (connect + response)."""
@@ -231,11 +234,18 @@ class BrokerController:
                 long_polling=self.config.long_polling_enable,
                 check_interval_s=self.hold_check_interval_s,
                 groups=self.groups,
+                broker_config=self.config,
             ),
             **self.clients.handlers(),
             **admin.handlers(),
             **AdminStatsProcessor(
-                self.store, self.topics, self.offsets, self.groups, self.clients, self.config
+                self.store,
+                self.topics,
+                self.offsets,
+                self.groups,
+                self.clients,
+                self.config,
+                on_permission_changed=self.register_now,
             ).handlers(),
             **send_back.handlers(),
             **GroupAdminProcessor(self.groups).handlers(),
@@ -333,12 +343,22 @@ class BrokerController:
     async def register_all(self, client: RemotingClient) -> None:
         """One REGISTER_BROKER round to every name server, concurrently; failures are logged."""
         assert self.topics is not None
-        body = encode_register_body(self.topics.topics())
+        body = encode_register_body(self._advertised_topics())
         header = {**self._header(), "haServerAddr": ""}
         async with trio.open_nursery() as nursery:
             for addr in self.config.namesrv_addrs:
                 cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body, opaque=0)
                 nursery.start_soon(_call_logged, client, addr, cmd, "register")
+
+    def _advertised_topics(self) -> dict[str, TopicConfig]:
+        """The topic table as routed: each topic's perm within ``brokerPermission`` (a broker
+        drained with ``updateBrokerConfig -k brokerPermission -v 4`` takes no new sends)."""
+        assert self.topics is not None
+        table = self.topics.topics()
+        mask = self.config.broker_permission
+        if mask & _READ_WRITE == _READ_WRITE:
+            return table
+        return {name: dataclasses.replace(c, perm=c.perm & mask) for name, c in table.items()}
 
     async def register_now(self) -> None:
         """One registration round now (after a topic change); no-op when not serving."""

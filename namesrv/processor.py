@@ -33,7 +33,7 @@ from namesrv.route_info import RegisterResult, RouteInfoManager
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
-from remoting.headers import guarded, header_int, header_str
+from remoting.headers import guarded, header_int, header_str, opt_str
 from remoting.route_bodies import (
     decode_register_body,
     encode_cluster_info_body,
@@ -66,6 +66,8 @@ class NamesrvProcessor:
     def __init__(self, route_info: RouteInfoManager, now_ms: Callable[[], int]) -> None:
         self.route_info = route_info
         self.now_ms = now_ms
+        self._registered_over: dict[str, Channel] = {}
+        """Broker address -> the connection of its latest registration."""
 
     def handlers(self) -> dict[int, Handler]:
         """The ``{request code: handler}`` table for :class:`~remoting.server.RemotingServer`."""
@@ -78,7 +80,23 @@ class NamesrvProcessor:
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
         }
-        return {int(code): _guarded(fn) for code, fn in table.items()}
+        out = {int(code): _guarded(fn) for code, fn in table.items()}
+        out[int(RequestCode.REGISTER_BROKER)] = guarded(self._register_over)
+        return out
+
+    async def _register_over(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        response = self.register_broker(request)
+        self._registered_over[header_str(request, "brokerAddr")] = channel
+        return response
+
+    def channel_closed(self, channel: Channel) -> None:
+        """A connection ended: the brokers whose latest registration came over it are gone
+        now, not 120 s later (RocketMQ's ``BrokerHousekeepingService``)."""
+        gone = [addr for addr, ch in self._registered_over.items() if ch is channel]
+        for addr in gone:
+            del self._registered_over[addr]
+            self.route_info.on_channel_destroy(addr)
+            log.info("broker %s: its connection closed; removed from the routes", addr)
 
     def register_broker(self, request: RemotingCommand) -> RemotingCommand:
         """REGISTER_BROKER: record the heartbeat and (from a master) the topics."""
@@ -112,6 +130,7 @@ class NamesrvProcessor:
         broker_name = header_str(request, "brokerName")
         broker_id = header_int(request, "brokerId")
         self.route_info.unregister_broker(cluster, broker_addr, broker_name, broker_id)
+        self._registered_over.pop(broker_addr, None)
         log.info(
             "unregistered broker %s (%s id=%d) of %s", broker_addr, broker_name, broker_id, cluster
         )
@@ -148,9 +167,11 @@ class NamesrvProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     def delete_topic(self, request: RemotingCommand) -> RemotingCommand:
-        """DELETE_TOPIC_IN_NAMESRV: drop the topic's route (SUCCESS even when absent)."""
+        """DELETE_TOPIC_IN_NAMESRV: drop the topic's route, or with ``clusterName`` only that
+        cluster's part of it (SUCCESS even when absent)."""
         topic = header_str(request, "topic")
-        self.route_info.delete_topic(topic)
+        cluster = opt_str(request, "clusterName", "") or None
+        self.route_info.delete_topic(topic, cluster)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 

@@ -17,7 +17,12 @@ Rules:
   topic, topics left without queue data go, and the name leaves its cluster. Unregister and
   expiry share this path.
 - A broker is expired when ``last_update_ms + broker_channel_expired_time_ms < now_ms``
-  (strictly older than the window, as RocketMQ's ``scanNotActiveBroker``).
+  (strictly older than the window, as RocketMQ's ``scanNotActiveBroker``); the server also
+  drops it at once when the connection it registered over closes (``on_channel_destroy``).
+- One address is one broker: a registration takes its address away from any other broker
+  name (a broker restarted on the same address under another name), and a broker name lives
+  in one cluster. An unregister forgets the address it names, never another id's address (a
+  replacement already registered under the same id stays).
 """
 
 from __future__ import annotations
@@ -84,9 +89,12 @@ class RouteInfoManager:
         filter_server_list: list[str] | None = None,
     ) -> RegisterResult:
         """Record a broker's heartbeat and (from a master) its topics' queue data."""
+        self._release_address(broker_addr, broker_name)
+        old = self.broker_addr_table.get(broker_name)
+        if old is not None and old.cluster != cluster:
+            self._leave_cluster(old.cluster, broker_name)
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
 
-        old = self.broker_addr_table.get(broker_name)
         addrs = dict(old.broker_addrs) if old is not None else {}
         # One address holds one id: a slave promoted to master drops its old <id, addr> entry.
         for other_id, addr in list(addrs.items()):
@@ -114,6 +122,12 @@ class RouteInfoManager:
                     return RegisterResult(master_addr, master_live.ha_server_addr)
         return RegisterResult()
 
+    def _release_address(self, broker_addr: str, keeper: str) -> None:
+        """Take ``broker_addr`` away from every broker name but ``keeper``."""
+        for data in list(self.broker_addr_table.values()):
+            if data.broker_name != keeper and broker_addr in data.broker_addrs.values():
+                self._forget_address(data, broker_addr)
+
     def _update_queue_data(self, topic: str, broker_name: str, config: TopicConfig) -> None:
         self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(
             broker_name=broker_name,
@@ -126,25 +140,35 @@ class RouteInfoManager:
     def unregister_broker(
         self, cluster: str, broker_addr: str, broker_name: str, broker_id: int
     ) -> None:
-        """Forget one broker address; the broker name goes with its last address."""
+        """Forget the broker address ``broker_addr``; the broker name goes with its last
+        address. ``broker_id`` is not used to find it: another process may hold that id now."""
         self.broker_live_table.pop(broker_addr, None)
         self.filter_server_table.pop(broker_addr, None)
         data = self.broker_addr_table.get(broker_name)
-        if data is None:
-            return
-        addrs = {k: v for k, v in data.broker_addrs.items() if k != broker_id}
-        if addrs:
-            self.broker_addr_table[broker_name] = BrokerData(data.cluster, broker_name, addrs)
-            return
-        del self.broker_addr_table[broker_name]
-        self._remove_broker_name(cluster, broker_name)
+        if data is not None:
+            self._forget_address(data, broker_addr)
 
-    def _remove_broker_name(self, cluster: str, broker_name: str) -> None:
+    def _forget_address(self, data: BrokerData, broker_addr: str) -> None:
+        addrs = {k: v for k, v in data.broker_addrs.items() if v != broker_addr}
+        if len(addrs) == len(data.broker_addrs):
+            return
+        if addrs:
+            self.broker_addr_table[data.broker_name] = BrokerData(
+                data.cluster, data.broker_name, addrs
+            )
+            return
+        del self.broker_addr_table[data.broker_name]
+        self._remove_broker_name(data.cluster, data.broker_name)
+
+    def _leave_cluster(self, cluster: str, broker_name: str) -> None:
         names = self.cluster_addr_table.get(cluster)
         if names is not None:
             names.discard(broker_name)
             if not names:
                 del self.cluster_addr_table[cluster]
+
+    def _remove_broker_name(self, cluster: str, broker_name: str) -> None:
+        self._leave_cluster(cluster, broker_name)
         for topic in list(self.topic_queue_table):
             queue_datas = self.topic_queue_table[topic]
             queue_datas.pop(broker_name, None)
@@ -170,10 +194,8 @@ class RouteInfoManager:
     def on_channel_destroy(self, broker_addr: str) -> None:
         """Unregister ``broker_addr`` knowing only the address (lost connection or expiry)."""
         for data in list(self.broker_addr_table.values()):
-            for broker_id, addr in data.broker_addrs.items():
-                if addr == broker_addr:
-                    self.unregister_broker(data.cluster, addr, data.broker_name, broker_id)
-                    break
+            if broker_addr in data.broker_addrs.values():
+                self._forget_address(data, broker_addr)
         self.broker_live_table.pop(broker_addr, None)
         self.filter_server_table.pop(broker_addr, None)
 
@@ -219,6 +241,17 @@ class RouteInfoManager:
             if any(name in names for name in queue_map)
         )
 
-    def delete_topic(self, topic: str) -> bool:
-        """Drop ``topic`` from the route tables; True when it was there."""
-        return self.topic_queue_table.pop(topic, None) is not None
+    def delete_topic(self, topic: str, cluster: str | None = None) -> bool:
+        """Drop ``topic`` from the route tables (only the queue data of ``cluster``'s brokers
+        when given, as RocketMQ 5); True when there was something to drop."""
+        if cluster is None:
+            return self.topic_queue_table.pop(topic, None) is not None
+        queue_map = self.topic_queue_table.get(topic)
+        names = self.cluster_addr_table.get(cluster, set())
+        if queue_map is None or not names & queue_map.keys():
+            return False
+        for name in names:
+            queue_map.pop(name, None)
+        if not queue_map:
+            del self.topic_queue_table[topic]
+        return True

@@ -68,6 +68,7 @@ class NameServer:
             self.processor.handlers(),
             host=self.config.bind_address,
             port=self.config.listen_port,
+            on_close=self.processor.channel_closed,
         )
         async with trio.open_nursery() as nursery:
             port: int = await nursery.start(server.run)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import trio
@@ -76,6 +77,7 @@ LIVE_KEYS: Final = {
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
     "registerNameServerPeriod": "register_name_server_period_ms",
     "channelExpiredTimeout": "channel_expired_timeout_ms",
+    "brokerPermission": "broker_permission",
 }
 """Broker keys UPDATE_BROKER_CONFIG changes at runtime -> BrokerConfig field."""
 RESET_NOTIFY_TIMEOUT_S: Final = 3.0
@@ -93,7 +95,11 @@ class AdminStatsProcessor:
         groups: SubscriptionGroupManager,
         clients: ClientService,
         config: BrokerConfig,
+        *,
+        on_permission_changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self.on_permission_changed = on_permission_changed
+        """Re-registers with the name servers: routes carry ``brokerPermission``."""
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -255,6 +261,8 @@ class AdminStatsProcessor:
             return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
         self._apply(changes)
         log.info("broker config updated at runtime: %s", props)
+        if "broker_permission" in changes and self.on_permission_changed is not None:
+            await self.on_permission_changed()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def _apply(self, changes: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable, hold, suspend_seconds
 from broker.status_codes import pull_response_code
@@ -73,9 +74,13 @@ class PullProcessor:
         long_polling: bool = True,
         check_interval_s: float = CHECK_INTERVAL_S,
         groups: SubscriptionGroupManager | None = None,
+        broker_config: BrokerConfig | None = None,
     ) -> None:
         self.groups = groups
         """Subscription groups checked before a pull (None: no group check)."""
+        self.broker_config = broker_config
+        """Its ``brokerPermission`` (read at each pull: it changes at runtime) must allow
+        reads (None: no check)."""
         self.store = store
         self.offsets = offsets
         self.topics = topics
@@ -164,6 +169,13 @@ class PullProcessor:
         self, request: RemotingCommand, topic: str, queue_id: int, group: str
     ) -> RemotingCommand | None:
         """The refusal of a pull from an unknown / unreadable topic or queue, else None."""
+        broker = self.broker_config
+        if broker is not None and not broker.broker_permission & PermName.PERM_READ:
+            return error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.broker_ip1}] pulling message is forbidden",
+            )
         config = self.topics.select(topic)
         if config is None:
             return error(
@@ -335,6 +347,7 @@ def make_pull_handlers(
     long_polling: bool = True,
     check_interval_s: float = CHECK_INTERVAL_S,
     groups: SubscriptionGroupManager | None = None,
+    broker_config: BrokerConfig | None = None,
 ) -> dict[int, Handler]:
     """The pull/offset/query handler table over the real store, offsets and topic table.
 
@@ -350,5 +363,6 @@ def make_pull_handlers(
         long_polling=long_polling,
         check_interval_s=check_interval_s,
         groups=groups,
+        broker_config=broker_config,
     )
     return processor.handlers()

@@ -272,6 +272,12 @@ class SendProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{topic}] not exist, apply first please!",
             )
+        if not self.broker_config.broker_permission & PermName.PERM_WRITE:
+            return error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.broker_config.broker_ip1}] sending message is forbidden",
+            )
         if not config.perm & PermName.PERM_WRITE:
             return error(
                 request,

@@ -106,10 +106,25 @@ class AdminClient:
                 raise TopicRouteError(topic) from None
             raise
 
-    async def delete_topic_in_namesrv(self, topic: str) -> None:
-        """DELETE_TOPIC_IN_NAMESRV on every name server."""
+    async def delete_topic_in_namesrv(self, topic: str, cluster: str | None = None) -> None:
+        """DELETE_TOPIC_IN_NAMESRV on every name server (only ``cluster``'s part of the route
+        when given); each is asked even when another fails, then MQClientError names those
+        that failed."""
+        fields: dict[str, ExtValue] = {"topic": topic}
+        if cluster is not None:
+            fields["clusterName"] = cluster
+        failed: list[str] = []
         for addr in self.instance.config.namesrv_addrs:
-            await self.call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+            try:
+                await self.call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, fields)
+            except MQClientError as exc:
+                failed.append(f"{addr}: {exc}")
+        if failed:
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR,
+                f"the topic was not deleted on name server(s) {'; '.join(failed)}; "
+                "run the command again when they answer",
+            )
 
     async def masters(
         self, *, cluster: str | None = None, broker_addr: str | None = None

@@ -137,7 +137,7 @@ def delete_topic(namesrv: str | None, as_json: bool, cluster: str | None, topic:
             targets = await admin.topic_masters(topic)
         for _, addr in targets:
             await admin.delete_topic_in_broker(addr, topic)
-        await admin.delete_topic_in_namesrv(topic)
+        await admin.delete_topic_in_namesrv(topic, cluster)
         return [addr for _, addr in targets]
 
     done = run(namesrv, body)

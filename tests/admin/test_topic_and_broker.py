@@ -165,3 +165,14 @@ async def test_cluster_list_shows_a_broker_that_does_not_answer(tmp_path: Path) 
         assert "error" not in rows["broker-a"]
         assert rows["broker-b"]["runtime"] == {}
         assert str(dead) in rows["broker-b"]["error"]
+
+
+async def test_delete_topic_tells_every_name_server_it_can_reach(tmp_path: Path) -> None:
+    """One name server down: the others still drop the route (or they would serve it for as
+    long as they run), and the command fails naming the one it could not reach."""
+    async with cluster(tmp_path) as c:
+        both = ("-n", f"127.0.0.1:1;{c.namesrv}")
+        await ok("updateTopic", "-n", c.namesrv, "-c", "DefaultCluster", "-t", "Gone", "-r", "2")
+        err = await fails("deleteTopic", *both, "-t", "Gone")
+        assert "127.0.0.1:1" in err
+        await fails("topicRoute", "-n", c.namesrv, "-t", "Gone")

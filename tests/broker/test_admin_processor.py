@@ -222,3 +222,49 @@ async def test_a_shorter_registration_period_set_at_runtime_applies_at_once(
                 if (await client.invoke(ns_addr, route_req)).code == ResponseCode.SUCCESS:
                     break
                 await trio.sleep(0.05)
+
+
+async def test_broker_permission_drains_a_broker_at_runtime(tmp_path: Path) -> None:
+    """brokerPermission 4 (read only), RocketMQ's way to drain a broker: routes carry the
+    topics' perm within it at once, sends are refused, pulls go on; 6 takes sends again."""
+    with trio.fail_after(30):
+        async with (
+            running_namesrv() as ns_addr,
+            running_broker(tmp_path, ns_addr, overrides={"registerNameServerPeriod": "60000"}) as (
+                _,
+                addr,
+            ),
+            RemotingClient() as client,
+        ):
+            assert (await client.invoke(addr, create_req(TOPIC))).code == ResponseCode.SUCCESS
+            route_req = req(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)
+
+            async def set_permission(perm: int) -> list[int]:
+                body = f"brokerPermission={perm}\n".encode()
+                resp = await client.invoke(addr, req(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+                route = decode_route_body((await client.invoke(ns_addr, route_req)).body)
+                return [q.perm for q in route.queue_datas]
+
+            assert await set_permission(4) == [4]
+            refused = await client.invoke(addr, send_req(TOPIC, b"x"))
+            assert refused.code == ResponseCode.NO_PERMISSION
+            assert "sending message is forbidden" in refused.remark
+            assert await set_permission(2) == [2]
+            pull = req(
+                RequestCode.PULL_MESSAGE,
+                consumerGroup="cg",
+                topic=TOPIC,
+                queueId="0",
+                queueOffset="0",
+                maxMsgNums="1",
+                sysFlag="0",
+                commitOffset="0",
+                suspendTimeoutMillis="0",
+                subVersion="0",
+            )
+            refused = await client.invoke(addr, pull)
+            assert refused.code == ResponseCode.NO_PERMISSION
+            assert "pulling message is forbidden" in refused.remark
+            assert await set_permission(6) == [6]
+            assert (await client.invoke(addr, send_req(TOPIC, b"x"))).code == ResponseCode.SUCCESS

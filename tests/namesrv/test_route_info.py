@@ -185,3 +185,43 @@ def test_filter_servers_in_route() -> None:
     route = rim.pick_topic_route("T")
     assert route is not None
     assert route.filter_server_table == {}
+
+
+def test_unregister_forgets_the_address_it_names_not_a_replacement() -> None:
+    """The old process of a broker moved to a new address unregisters after the new one
+    registered under the same id: the live address stays (RocketMQ 5 matches addresses)."""
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 8, 8)))
+    register(rim, A_SLAVE, "broker-a", configs=topics(TopicConfig("T", 8, 8)))  # moved, id 0
+    rim.unregister_broker(CLUSTER, A_MASTER, "broker-a", 0)
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert route.broker_datas == [BrokerData(CLUSTER, "broker-a", {0: A_SLAVE})]
+    assert rim.cluster_addr_table == {CLUSTER: {"broker-a"}}
+
+
+def test_an_address_registered_under_another_name_leaves_the_old_name() -> None:
+    """Killed (no unregister) and started again on the same address as another broker name,
+    or in another cluster: the old name's routes and cluster entry go at once."""
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-old", configs=topics(TopicConfig("OldT", 4, 4)))
+    register(rim, A_MASTER, "broker-new", configs=topics(TopicConfig("NewT", 4, 4)))
+    assert rim.pick_topic_route("OldT") is None
+    assert set(rim.broker_addr_table) == {"broker-new"}
+    assert rim.cluster_addr_table == {CLUSTER: {"broker-new"}}
+    register(rim, A_MASTER, "broker-new", configs=topics(TopicConfig("NewT", 4, 4)), cluster="C2")
+    assert rim.cluster_addr_table == {"C2": {"broker-new"}}
+    assert rim.get_topics_by_cluster(CLUSTER) == []
+
+
+def test_deleting_a_topic_in_one_cluster_keeps_the_other_clusters_part() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 4, 4)), cluster="C1")
+    register(rim, B_MASTER, "broker-b", configs=topics(TopicConfig("T", 4, 4)), cluster="C2")
+    assert rim.delete_topic("T", "C1")
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    assert [q.broker_name for q in route.queue_datas] == ["broker-b"]
+    assert not rim.delete_topic("T", "C1")  # nothing of C1 left
+    assert rim.delete_topic("T", "C2")
+    assert rim.pick_topic_route("T") is None

@@ -33,6 +33,7 @@ from remoting.route_bodies import (
     decode_topic_list_body,
     encode_register_body,
 )
+from tests.broker.inprocess import wait_until
 from tests.processes import NAMESRV_BOOT, read_log, run_cli, start_process, stop_process
 
 LIMIT = 10
@@ -287,3 +288,36 @@ def test_port_in_use_exits_one() -> None:
         out = run_cli("namesrv", "--listenPort", str(port), "--bindAddress", "127.0.0.1")
     assert out.returncode == 1
     assert "cannot start" in out.stderr.strip().splitlines()[-1]
+
+
+async def test_a_broker_whose_connection_closes_leaves_the_routes_at_once() -> None:
+    """As RocketMQ's BrokerHousekeepingService: a killed broker's connection closes and its
+    routes go then, not after the 120 s expiry; a broker whose latest registration came over
+    another connection stays until that one closes."""
+    a_addr, b_addr = "127.0.0.1:10911", "127.0.0.1:10921"
+    route_req = req(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)
+    async with running_namesrv() as (server, client, addr):
+
+        async def routed_brokers() -> list[str]:
+            resp = await client.invoke(addr, route_req)
+            if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                return []
+            return [bd.broker_name for bd in decode_route_body(resp.body).broker_datas]
+
+        async with RemotingClient() as b_latest:
+            async with RemotingClient() as a_conn, RemotingClient() as b_first:
+                assert (await a_conn.invoke(addr, register_req("broker-a", a_addr))).code == 0
+                assert (await b_first.invoke(addr, register_req("broker-b", b_addr))).code == 0
+                assert (await b_latest.invoke(addr, register_req("broker-b", b_addr))).code == 0
+                assert await routed_brokers() == ["broker-a", "broker-b"]
+
+            async def only_b() -> bool:
+                return await routed_brokers() == ["broker-b"]
+
+            await wait_until(only_b, "broker-a dropped once its connection closed")
+            assert server.route_info.broker_live_table.keys() == {b_addr}
+
+        async def none_left() -> bool:
+            return await routed_brokers() == []
+
+        await wait_until(none_left, "broker-b dropped once its latest connection closed")
