@@ -169,6 +169,7 @@ class LocalFileOffsetStore:
         self.path = base / safe_id / group / "offsets.json"
         self.table: dict[MessageQueue, int] = {}
         self._loaded = False
+        self._write_lock = trio.Lock()
 
     def load(self) -> None:
         """Read the file (or its ``.bak``); a missing file means no offsets yet."""
@@ -195,10 +196,16 @@ class LocalFileOffsetStore:
             self.table[mq] = offset
 
     async def persist(self, mqs: Iterable[MessageQueue]) -> None:
-        """Write the whole table (``mqs`` are all in it) atomically, off the event loop."""
+        """Write the whole table (``mqs`` are all in it) atomically, off the event loop.
+
+        One write at a time (a periodic persist, a dropped queue's and the closing one may
+        overlap): two worker threads would share the temporary files, and an older table
+        could land last. The table is read once the lock is held, so the last write is the
+        newest."""
         del mqs
-        doc = {"offsetTable": {_key(mq): off for mq, off in sorted(self.table.items())}}
-        await trio.to_thread.run_sync(self._write, doc)
+        async with self._write_lock:
+            doc = {"offsetTable": {_key(mq): off for mq, off in sorted(self.table.items())}}
+            await trio.to_thread.run_sync(self._write, doc)
 
     def _write(self, doc: dict[str, dict[str, int]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
+
 from client.config import ClientConfig
 from client.instance import ClientInstance
 from client.message import MessageQueue
@@ -61,3 +63,18 @@ async def test_a_local_offset_is_overtaken_only_by_a_higher_committed_one(tmp_pa
     broadcasting = LocalFileOffsetStore("127.0.0.1@x", "cg", tmp_path / "offsets")
     broadcasting.update(mq, 1)
     assert not await broadcasting.overtaken(mq)
+
+
+async def test_overlapping_persists_write_one_at_a_time_and_the_newest_last(
+    tmp_path: Path,
+) -> None:
+    """A periodic persist, a dropped queue's and the closing one may overlap: they must not
+    share the temporary files (FileNotFoundError), and the file ends with the newest table."""
+    store = LocalFileOffsetStore("c", "g", tmp_path)
+    mq = MessageQueue("T", "broker-a", 0)
+    async with trio.open_nursery() as nursery:
+        for offset in range(1, 41):
+            store.update(mq, offset)
+            nursery.start_soon(store.persist, [mq])
+    again = LocalFileOffsetStore("c", "g", tmp_path)
+    assert await again.read(mq) == 40
