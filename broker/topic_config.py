@@ -118,9 +118,10 @@ class TopicConfigManager:
     def create_on_send(
         self, topic: str, client_queue_nums: int | None = None
     ) -> TopicConfig | None:
-        """The topic's config, auto-creating it if enabled: with the default queue count, or
-        ``min(client_queue_nums, TBW102's write queues)`` when the producer sent its
-        ``defaultTopicQueueNums`` (RocketMQ's ``createTopicInSendMessageMethod``).
+        """The topic's config, auto-creating it if enabled: with the default queue count, at
+        most ``client_queue_nums`` and TBW102's write queues when the producer sent its
+        ``defaultTopicQueueNums`` (RocketMQ's ``createTopicInSendMessageMethod``; the default,
+        which ``updateBrokerConfig`` changes at runtime, caps it too).
 
         None when the topic is absent and auto-creation is off, or the name is invalid or one
         clients may not send to.
@@ -135,7 +136,7 @@ class TopicConfigManager:
         n = self.default_queue_nums
         if client_queue_nums is not None and client_queue_nums > 0:
             template = self._table.get(AUTO_CREATE_TOPIC_KEY_TOPIC)
-            n = min(client_queue_nums, template.write_queue_nums if template else n)
+            n = min(client_queue_nums, n, template.write_queue_nums if template else n)
         config = TopicConfig(topic, n, n, PermName.PERM_READ | PermName.PERM_WRITE)
         self._table[topic] = config
         self._changed()

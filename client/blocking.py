@@ -65,20 +65,21 @@ SLACK_S = 1.0
 
 @dataclass(eq=False)
 class _Shared:
-    key: tuple[str, ...] | ClientConfig
+    key: tuple[str, ...] | int
     loop: LoopThread
     instance: ClientInstance
     users: int = 0
 
 
-_shared: dict[tuple[str, ...] | ClientConfig, _Shared] = {}
+_shared: dict[tuple[str, ...] | int, _Shared] = {}
+"""By name-server list, or by the identity of a ClientConfig (alive while its instance is)."""
 _shared_lock = threading.Lock()
 
 
 def _acquire(namesrv: str | Sequence[str] | None, config: ClientConfig | None) -> _Shared:
     """The process's loop thread and client instance for this name-server list, or for this
     client config (+1 user)."""
-    key: tuple[str, ...] | ClientConfig = config or parse_namesrv(namesrv)
+    key: tuple[str, ...] | int = id(config) if config is not None else parse_namesrv(namesrv)
     with _shared_lock:
         shared = _shared.get(key)
         if shared is None or not shared.loop.running:

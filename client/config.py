@@ -46,7 +46,8 @@ def _default_busy_poll_us() -> int:
         raise MQClientError(CLIENT_ERROR, str(exc)) from None
 
 
-def _default_instance_name() -> str:
+def default_instance_name() -> str:
+    """A fresh ``pid#monotonic_ns``: unique per client instance, and per process."""
     return f"{os.getpid()}#{time.monotonic_ns()}"
 
 
@@ -56,7 +57,11 @@ class ClientConfig:
 
     namesrv_addrs: tuple[str, ...]
     client_ip: str = field(default_factory=primary_ipv4)
-    instance_name: str = field(default_factory=_default_instance_name)
+    instance_name: str = ""
+    """The part of the client id after ``ip@``; empty (the default): a fresh ``pid#n`` for each
+    client instance, taken again when it starts in another process than it was made in (a
+    config built before a fork, or pickled to worker processes, must not give every worker
+    one id: the brokers would see one member)."""
     poll_name_server_interval_s: float = 30.0
     heartbeat_broker_interval_s: float = 30.0
     request_timeout_s: float = 3.0
@@ -70,10 +75,9 @@ class ClientConfig:
         if self.busy_poll_us < 0:
             raise MQClientError(CLIENT_ERROR, f"busy_poll_us must be >= 0, got {self.busy_poll_us}")
 
-    @property
     def client_id(self) -> str:
-        """``clientIP@instanceName``."""
-        return f"{self.client_ip}@{self.instance_name}"
+        """``clientIP@instanceName``, a fresh default name each call when none is set."""
+        return f"{self.client_ip}@{self.instance_name or default_instance_name()}"
 
     @classmethod
     def create(cls, namesrv: str | Sequence[str] | None = None, **kwargs: object) -> ClientConfig:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -73,7 +74,8 @@ class ClientInstance:
         self, config: ClientConfig, *, handlers: Mapping[int, Handler] | None = None
     ) -> None:
         self.config = config
-        self.client_id = config.client_id
+        self.client_id = config.client_id()
+        self._made_in_pid = os.getpid()
         self.consumer_ids_changed: list[Callable[[str], None]] = []
         """Called with the group when a broker says its member list changed (rebalance)."""
         self.offset_reset: list[Callable[[str, str, dict[MessageQueue, int]], None]] = []
@@ -112,6 +114,8 @@ class ClientInstance:
     async def __aenter__(self) -> ClientInstance:
         if self._nursery_cm is not None:
             raise RuntimeError("a ClientInstance can be entered only once")
+        if not self.config.instance_name and os.getpid() != self._made_in_pid:
+            self.client_id = self.config.client_id()  # made before a fork: an id of its own
         await self._remoting.__aenter__()
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()

@@ -65,7 +65,7 @@ def test_a_client_config_gets_an_instance_of_its_own(silent_namesrv: str) -> Non
         PullConsumer("cg", client_config=config),
     ):
         assert len(_loop_threads()) == 2
-        tuned = blocking._shared[config]
+        tuned = blocking._shared[id(config)]
         assert tuned.users == 2
         assert tuned.instance.config.heartbeat_broker_interval_s == 0.5
         plain = blocking._shared[(silent_namesrv,)]
