@@ -62,12 +62,19 @@ class SyncCluster:
 
     def stop_broker(self, name: str, *, kill: bool = False) -> None:
         """Stop broker ``name`` by pid: SIGTERM (it unregisters from the name server), or
-        with ``kill`` SIGKILL (its route stays at the name server until it expires)."""
+        with ``kill`` SIGKILL (the name server drops it when its connection closes)."""
         proc = self.by_name[name]
         if kill and proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(LIMIT)
         stop_process(proc)
+
+    def freeze_broker(self, name: str, *, frozen: bool = True) -> None:
+        """SIGSTOP broker ``name`` (SIGCONT with ``frozen=False``): its connections stay open,
+        so its route stays at the name server while nothing answers, as in a partition."""
+        proc = self.by_name[name]
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
 
     def create_topic(self, topic: str, queues: Mapping[str, int]) -> None:
         """Create ``topic`` with ``queues[broker]`` queues on each named broker."""
@@ -75,8 +82,10 @@ class SyncCluster:
             trio.run(create_topic, self.brokers[broker], topic, n)
 
     def close(self) -> None:
-        """Stop every process by pid."""
+        """Stop every process by pid (a frozen one is let go on first)."""
         for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
             stop_process(proc)
 
 

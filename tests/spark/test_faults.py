@@ -96,12 +96,13 @@ def test_offsets_going_back_are_data_loss_or_a_restart_at_earliest(
     assert sorted(r.msg_id for b in third for r in b) == sorted(newer)
 
 
-def test_a_killed_broker_does_not_stop_the_query_until_no_broker_answers(
+def test_a_broker_that_does_not_answer_does_not_stop_the_query_until_none_answers(
     spark: Any, tmp_path: Path
 ) -> None:
-    """broker-b is SIGKILLed (its route stays at the name server): the query keeps reading
-    broker-a, and broker-b's queue keeps its offset. A batch read fails naming broker-b. Once
-    broker-a is killed too, the query fails with a message naming both brokers."""
+    """broker-b is frozen (SIGSTOP: its connections stay open, so its route stays at the name
+    server, as in a partition): the query keeps reading broker-a, and broker-b's queue keeps
+    its offset. A batch read fails naming broker-b. Once broker-a is frozen too, the query
+    fails with a message naming both brokers."""
     topic = "SparkKilled"
     with sync_cluster(tmp_path / "c", {"broker-a": {}, "broker-b": {}}) as c:
         c.create_topic(topic, {"broker-a": 1, "broker-b": 1})
@@ -120,7 +121,7 @@ def test_a_killed_broker_does_not_stop_the_query_until_no_broker_answers(
         )
         try:
             wait_for(lambda: len(seen) >= 10, "the first 10 rows", 60)
-            c.stop_broker("broker-b", kill=True)
+            c.freeze_broker("broker-b")
             more = produce(c.namesrv, topic, {("broker-a", 0): 5})
             wait_for(lambda: len(seen) >= 15 or not q.isActive, "broker-a's 5 new rows", 60)
             assert q.exception() is None
@@ -132,9 +133,11 @@ def test_a_killed_broker_does_not_stop_the_query_until_no_broker_answers(
                 read(spark, c.namesrv, topic)
             assert NURSERY not in str(info.value)
 
-            c.stop_broker("broker-a", kill=True)
+            c.freeze_broker("broker-a")
             wait_for(lambda: not q.isActive, "the query to fail", 60)
         finally:
+            c.freeze_broker("broker-a", frozen=False)
+            c.freeze_broker("broker-b", frozen=False)
             q.stop()
         message = str(q.exception())
         assert f"no broker of topic(s) {topic} answered" in message
