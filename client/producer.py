@@ -398,8 +398,9 @@ class Producer:
         """
         prepared = self._prepare(msg)
         self._instance.start_soon(self._send_and_call_back, msg, prepared, callback)
+        if self._async_sends == 0:  # a close may be waiting on the current event: keep it
+            self._async_idle = trio.Event()
         self._async_sends += 1
-        self._async_idle = trio.Event()
 
     async def _send_and_call_back(
         self, msg: Message, prepared: tuple[str, bytes, int], callback: SendCallback
