@@ -102,6 +102,11 @@ class _Queue:
     next_offset: int
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     lock_changed: trio.Event = field(default_factory=trio.Event)
+    pull_scope: trio.CancelScope | None = None
+    """The pull in flight (cancelled when the topic's subscription changes)."""
+    owned: bool = False
+    """Orderly: this member has held the queue's broker lock since it was added; only then is
+    its offset its own to record and write back."""
     stalled: bool = False
     """Its pulls stalled past ``pull_max_idle_ms``: pulling stopped, offset not persisted,
     re-created by the next rebalance (see the module docstring)."""
@@ -187,6 +192,9 @@ class PushConsumer:
             )
         self._subs: dict[str, tuple[SubscriptionData, Handler | None]] = {}
         self._queues: dict[MessageQueue, _Queue] = {}
+        self._busy_dropped: dict[MessageQueue, _Queue] = {}
+        """Orderly: queues dropped while a handler still runs on them; their broker locks are
+        renewed until it returns, and a queue assigned again waits for it."""
         self._rebalance_wakeup = trio.Event()
         self._rebalance_lock = trio.Lock()
         self._offsets: OffsetStore
@@ -223,6 +231,9 @@ class PushConsumer:
             raise MQClientError(CLIENT_ERROR, f"subscribe({topic!r}) needs a handler")
         self._subs[topic] = (build_subscription(topic, expression, _now_ms_safe()), handler)
         if self._running:
+            for mq, q in self._queues.items():  # pulls in flight filter with the old expression
+                if mq.topic == topic and q.pull_scope is not None:
+                    q.pull_scope.cancel()
             self._instance.heartbeat_soon()
             self.rebalance_soon()
 
@@ -447,10 +458,13 @@ class PushConsumer:
         sub, _ = self._subs[mq.topic]
         pq = ProcessQueue(_now_ms())
         pq.locked, pq.last_lock_ms = locked, _now_ms()
-        slot = QueueSlot(mq, pq, trio.Event(), trio.Lock())
-        q = _Queue(slot, sub, offset)
+        busy = self._busy_dropped.get(mq)  # its old handler still runs: share its lock
+        consuming = busy.slot.consuming if busy is not None else trio.Lock()
+        slot = QueueSlot(mq, pq, trio.Event(), consuming)
+        q = _Queue(slot, sub, offset, owned=locked or not self.orderly)
         self._queues[mq] = q
-        self._offsets.update(mq, offset, increase_only=False)
+        if q.owned:  # an orderly queue not locked yet: the owner's offset, not ours
+            self._offsets.update(mq, offset, increase_only=False)
         nursery.start_soon(self._queue_tasks, q)
         log.info("%s: consuming %s from offset %d", self.group, mq, offset)
 
@@ -475,10 +489,15 @@ class PushConsumer:
         idle = True
         if self.orderly:
             idle = False
+            self._busy_dropped[mq] = q  # its lock is renewed while we wait for the handler
             with trio.move_on_after(DROP_WAIT_S):
                 async with q.slot.consuming:
                     idle = True
-        if stalled and await self._offsets.overtaken(mq):
+            if idle:
+                del self._busy_dropped[mq]
+        if not q.owned:
+            pass  # orderly, never locked here: the offset is the owner's to write
+        elif stalled and await self._offsets.overtaken(mq):
             log.warning(
                 "%s: another member consumed %s past this one meanwhile; keeping its offset",
                 self.group,
@@ -490,8 +509,8 @@ class PushConsumer:
         if idle and self.orderly:
             await self._unlock([mq])
         elif self.orderly and self._nursery is not None:
-            # a handler is still on this queue: keep the broker lock until it returns (as
-            # RocketMQ does), or the new owner would consume the queue at the same time
+            # a handler is still on this queue: keep (and renew) the broker lock until it
+            # returns, as RocketMQ does, or the new owner would consume the queue meanwhile
             self._nursery.start_soon(self._unlock_when_idle, q)
         log.info("%s: released %s", self.group, mq)
 
@@ -499,8 +518,11 @@ class PushConsumer:
         """Orderly: unlock a dropped queue once its in-flight handler has returned."""
         async with q.slot.consuming:
             pass
-        if q.slot.mq not in self._queues:  # not assigned to us again meanwhile
-            await self._unlock([q.slot.mq])
+        mq = q.slot.mq
+        if self._busy_dropped.get(mq) is q:
+            del self._busy_dropped[mq]
+        if mq not in self._queues:  # not assigned to us again meanwhile
+            await self._unlock([mq])
 
     # ------------------------------------------------------------------ pulling
 
@@ -560,6 +582,9 @@ class PushConsumer:
         if self.orderly and not self._locked(q):
             await self._try_lock(q)
             return
+        entry = self._subs.get(slot.mq.topic)
+        if entry is not None:
+            q.subscription = entry[0]  # the current expression: subscribe() may change it
         addr = await self._instance.find_broker_addr(slot.mq)
         cmd = api.pull_request(
             group=self.group,
@@ -570,7 +595,12 @@ class PushConsumer:
             suspend_timeout_ms=self.suspend_timeout_ms,
         )
         timeout = self.suspend_timeout_ms / 1000 + self._instance.config.request_timeout_s
-        resp = await self._instance.invoke(addr, cmd, timeout)
+        with trio.CancelScope() as scope:
+            q.pull_scope = scope
+            resp = await self._instance.invoke(addr, cmd, timeout)
+        q.pull_scope = None
+        if scope.cancelled_caught:
+            return  # the subscription changed: pull again from the same offset
         answered = _now_ms()
         if answered - issued > self.pull_max_idle_ms:  # longer than any pull can: maybe stale
             self._stall(q, f"was answered after {answered - issued} ms")
@@ -627,7 +657,15 @@ class PushConsumer:
 
     async def _lock(self, mqs: Sequence[MessageQueue]) -> set[MessageQueue]:
         """LOCK_BATCH_MQ at each queue's broker; the queues now locked to us."""
+        return (await self._lock_answered(mqs))[0]
+
+    async def _lock_answered(
+        self, mqs: Sequence[MessageQueue]
+    ) -> tuple[set[MessageQueue], set[MessageQueue]]:
+        """:meth:`_lock`, and the queues whose broker answered (a request that failed says
+        nothing about a lock: RocketMQ leaves such queues' lock state as it was)."""
         locked: set[MessageQueue] = set()
+        answered: set[MessageQueue] = set()
         for broker, group in _by_broker(mqs).items():
             addr = self._instance.broker_addr(broker)
             if addr is None:
@@ -639,7 +677,9 @@ class PushConsumer:
                 locked |= api.parse_lock_batch(await self._instance.invoke(addr, cmd), addr)
             except MQClientError as exc:
                 log.warning("locking queues on %s failed: %s", broker, exc)
-        return locked
+                continue
+            answered.update(group)
+        return locked, answered
 
     async def _unlock(self, mqs: Sequence[MessageQueue]) -> None:
         for broker, group in _by_broker(mqs).items():
@@ -657,14 +697,21 @@ class PushConsumer:
     async def _try_lock(self, q: _Queue) -> None:
         """Orderly: lock one queue now (a previous owner may still hold it); pause if refused."""
         if q.slot.mq in await self._lock([q.slot.mq]):
-            # the previous owner may have committed more since we read the offset
-            q.next_offset = await self._start_offset(q.slot.mq)
-            self._offsets.update(q.slot.mq, q.next_offset, increase_only=False)
+            if not q.owned:
+                await self._take_over(q)
             q.slot.pq.locked, q.slot.pq.last_lock_ms = True, _now_ms()
             q.slot.wakeup.set()
             return
         with trio.move_on_after(LOCK_RETRY_S):
             await q.lock_changed.wait()
+
+    async def _take_over(self, q: _Queue) -> None:
+        """Orderly: the queue's first lock here. The previous owner may have committed more
+        since the offset was read: start from the stored one (RocketMQ's
+        ``previouslyLocked``); later re-locks keep the position consumed here."""
+        q.next_offset = await self._start_offset(q.slot.mq)
+        self._offsets.update(q.slot.mq, q.next_offset, increase_only=False)
+        q.owned = True
 
     async def lock_loop(self) -> None:
         """Orderly: renew the locks of every assigned queue every 20 s; never returns."""
@@ -673,13 +720,19 @@ class PushConsumer:
             await self.lock_all()
 
     async def lock_all(self) -> None:
-        """Lock (or renew) every assigned queue; queues refused are paused."""
+        """Lock (or renew) every assigned queue, and the dropped ones a handler still runs on;
+        queues refused are paused. A broker that did not answer changes nothing."""
         queues = dict(self._queues)
-        locked = await self._lock(list(queues))
+        busy = [mq for mq in self._busy_dropped if mq not in queues]
+        locked, answered = await self._lock_answered([*queues, *busy])
         now = _now_ms()
         for mq, q in queues.items():
+            if mq not in answered:
+                continue
             pq = q.slot.pq
             was = self._locked(q)
+            if mq in locked and not q.owned:
+                await self._take_over(q)
             pq.locked = mq in locked
             if pq.locked:
                 pq.last_lock_ms = now

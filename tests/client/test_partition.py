@@ -23,6 +23,7 @@ Real name server and brokers in process, real sockets on 127.0.0.1, short but re
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -292,6 +293,52 @@ async def test_a_send_that_timed_out_everywhere_says_its_outcome_is_unknown(
                 assert isinstance(batch.value.__cause__, RequestTimeoutError)
                 await wait_until(lambda: a.stored() == 4, "the unanswered sends stored")
                 proxy.heal()
+
+
+async def test_an_orderly_lock_renewal_that_gets_no_answer_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A renewal the broker did not answer says nothing about the locks (RocketMQ leaves their
+    state alone): a queue with messages pulled and not consumed yet keeps its position, and
+    is not started again from the broker's older stored offset (they would come twice)."""
+    with trio.fail_after(90):
+        async with brokers(tmp_path, {"broker-a": True}) as cluster:
+            namesrv, (_, proxy) = cluster.namesrv, cluster.proxied()
+            mq = MessageQueue(TOPIC, "broker-a", 0)
+            got: list[bytes] = []
+            entered, release = threading.Event(), threading.Event()
+
+            def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+                if not got:
+                    entered.set()
+                    release.wait(LIMIT)
+                got.extend(m.body for m in msgs)
+                return ConsumeResult.SUCCESS
+
+            consumer = PushConsumer(
+                "og",
+                namesrv,
+                orderly=True,
+                consume_from=ConsumeFrom.FIRST_OFFSET,
+                persist_interval=3600,  # the broker keeps the start offset meanwhile
+            )
+            consumer.subscribe(TOPIC, "*", handle)
+            async with consumer, Producer("pg", namesrv) as producer:
+                await producer.send(Message(TOPIC, b"m0"), queue=mq)
+                await wait_until(entered.is_set, "m0 in the handler")
+                for i in range(1, 6):
+                    await producer.send(Message(TOPIC, b"m%d" % i), queue=mq)
+                pq = consumer._queues[mq].slot.pq  # waiting for the pulls
+                await wait_until(lambda: pq.count >= 5, "m1..m5 pulled, waiting")
+                proxy.blackhole()
+                await consumer.lock_all()  # no answer: a timeout
+                proxy.heal()
+                release.set()
+                await wait_until(lambda: len(got) >= 6, "all six")
+                await consumer.lock_all()
+                await producer.send(Message(TOPIC, b"m6"), queue=mq)
+                await wait_until(lambda: b"m6" in got, "m6")
+            assert got == [b"m%d" % i for i in range(7)]  # in order, nothing twice
 
 
 async def test_a_push_consumer_rides_out_resets_and_a_blackhole(tmp_path: Path) -> None:

@@ -137,3 +137,25 @@ def test_pull_max_idle_must_outlast_the_longest_pull_twice() -> None:
     with pytest.raises(ValueError, match="pull_max_idle_ms"):
         PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=37_999)
     PushConsumer("cg", "127.0.0.1:9876", suspend_timeout_ms=15_000, pull_max_idle_ms=38_000)
+
+
+async def test_a_new_tag_expression_applies_to_the_queues_at_once(tmp_path: Path) -> None:
+    """subscribe() again with another expression: the pull parked with the old one is
+    dropped, and the next pulls filter with the new one (they used the old one for ever, and
+    the broker skipped the new tag's messages)."""
+    async with cluster(tmp_path, brokers=("broker-a",), queues=1) as c:
+        tags: list[str | None] = []
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            tags.extend(m.tags for m in msgs)
+            return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        consumer.subscribe(TOPIC, "A", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            await producer.send(Message(TOPIC, b"a", tags="A"))
+            await wait_until(lambda: tags == ["A"], "the A message")  # the next pull parks
+            consumer.subscribe(TOPIC, "B", handle)
+            for i in range(4):
+                await producer.send(Message(TOPIC, b"b%d" % i, tags="B"))
+            await wait_until(lambda: tags.count("B") == 4, "the B messages")

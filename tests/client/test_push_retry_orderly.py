@@ -3,17 +3,22 @@ topic, the dead-letter queue, delayed messages, and orderly consumption under qu
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from client.aio import ConsumeFrom, Producer, PullConsumer, PushConsumer
-from client.consume_service import ConsumeResult, orderly_max_reconsume_times
+from client.config import ClientConfig
+from client.consume_service import ConsumeResult, Handler, orderly_max_reconsume_times
+from client.instance import ClientInstance
 from client.message import Message, MessageQueue, ReceivedMessage
 from common.topic import dlq_topic
+from remoting.client_bodies import LockedQueue
 from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import LIMIT, TOPIC, cluster
 
@@ -151,3 +156,101 @@ def test_an_orderly_consumer_left_at_minus_one_retries_without_limit() -> None:
     assert orderly_max_reconsume_times(-1) == 2**31 - 1
     assert orderly_max_reconsume_times(0) == 0
     assert orderly_max_reconsume_times(5) == 5
+
+
+class _Held:
+    """An orderly handler for one queue whose first call on ``m0`` waits for :attr:`release`
+    (in its worker thread); records every call and whether two ever overlapped."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.bodies: list[bytes] = []
+        self.overlap = False
+        self._inside = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, msgs: list[ReceivedMessage]) -> ConsumeResult:
+        with self._lock:
+            self._inside += 1
+            self.overlap |= self._inside > 1
+            first = not self.bodies
+            self.bodies += [m.body for m in msgs]
+        if first:
+            self.entered.set()
+            self.release.wait(LIMIT)
+        with self._lock:
+            self._inside -= 1
+        return ConsumeResult.SUCCESS
+
+
+def _orderly(namesrv: str, instance_name: str, handler: Handler, **kw: Any) -> PushConsumer:
+    consumer = PushConsumer(
+        "og",
+        instance=ClientInstance(ClientConfig.create(namesrv, instance_name=instance_name)),
+        orderly=True,
+        **kw,
+    )
+    consumer.subscribe(TOPIC, "*", handler)
+    return consumer
+
+
+async def test_an_orderly_queue_handed_over_and_back_during_a_long_handler(tmp_path: Path) -> None:
+    """A new member takes the queue while the owner's handler runs, never gets its lock, and
+    leaves: it must not write the offset it never owned over the group's (a new group: it
+    would skip to the end), and the owner, taking the queue back, must not consume it a second
+    time while the first call still runs."""
+    async with cluster(tmp_path, brokers=("broker-a",), queues=1) as c:
+        mq0 = MessageQueue(TOPIC, "broker-a", 0)
+        held = _Held()
+        # client ids sort "@a-new" before "@b-old": the newcomer is given the only queue
+        a = _orderly(c.namesrv, "b-old", held)
+        async with a.instance, a, Producer("pg", c.namesrv) as producer:
+            await wait_until(lambda: mq0 in a.assignment(), "a owns the queue")
+            for i in range(3):
+                await producer.send(Message(TOPIC, b"m%d" % i), queue=mq0)
+            await wait_until(held.entered.is_set, "a inside m0's handler")
+            b = _orderly(c.namesrv, "a-new", lambda msgs: ConsumeResult.SUCCESS)
+            async with b.instance, b:
+                await wait_until(
+                    lambda: mq0 in b.assignment() and mq0 not in a.assignment(), "b takes it"
+                )
+            await wait_until(lambda: mq0 in a.assignment(), "a takes it back")
+            held.release.set()
+            await wait_until(lambda: {b"m1", b"m2"} <= set(held.bodies), "m1 and m2 consumed")
+        assert not held.overlap
+        firsts = [b for i, b in enumerate(held.bodies) if b not in held.bodies[:i]]
+        assert firsts == [b"m0", b"m1", b"m2"]
+
+
+async def test_a_dropped_queue_keeps_its_lock_renewed_while_its_handler_runs(
+    tmp_path: Path,
+) -> None:
+    """The old owner keeps renewing the broker lock of a queue handed over while its handler
+    runs (past the 60 s expiry), so the new owner cannot consume the queue meanwhile."""
+    async with cluster(tmp_path, brokers=("broker-a",), queues=1) as c:
+        mq0 = MessageQueue(TOPIC, "broker-a", 0)
+        key = LockedQueue(TOPIC, "broker-a", 0)
+        locks = c.controllers["broker-a"].locks
+        now = [locks.clock_ms()]
+        locks.clock_ms = lambda: now[0]  # the broker's lock clock, moved by the test
+        held, taken = _Held(), _Held()
+        a = _orderly(c.namesrv, "b-old", held, consume_from=ConsumeFrom.FIRST_OFFSET)
+        b = _orderly(c.namesrv, "a-new", taken, consume_from=ConsumeFrom.FIRST_OFFSET)
+        taken.release.set()
+        async with a.instance, a, Producer("pg", c.namesrv) as producer:
+            await producer.send(Message(TOPIC, b"m0"), queue=mq0)
+            await wait_until(held.entered.is_set, "a inside m0's handler")
+            async with b.instance, b:
+                await wait_until(
+                    lambda: mq0 in b.assignment() and mq0 not in a.assignment(), "b takes it"
+                )
+                for _ in range(3):  # 150 s of the broker's lock clock, a renewal every 50 s
+                    now[0] += 50_000
+                    await a.lock_all()
+                    await b.lock_all()
+                    assert locks.holder("og", key) == a.instance.client_id
+                assert taken.bodies == []
+                held.release.set()
+                await wait_until(lambda: bool(taken.bodies), "b consumes once a's handler returned")
+        assert held.bodies == [b"m0"]
