@@ -103,11 +103,16 @@ async def hold(
 ) -> T:
     """Park until ``ready(read())`` or ``suspend_s`` elapsed; return the last ``read()``.
 
-    ``read`` is re-run on every wake-up and every ``check_interval_s`` (the safety net).
+    ``read`` runs once right after parking (a message stored between the caller's read and
+    the park woke nobody), then on every wake-up and every ``check_interval_s`` (the safety
+    net).
     """
     deadline = trio.current_time() + suspend_s
     pull = table.park(topic, queue_id, offset)
     try:
+        result = read()
+        if ready(result):
+            return result
         while True:
             with trio.move_on_at(min(deadline, trio.current_time() + check_interval_s)):
                 await pull.wakeup.wait()

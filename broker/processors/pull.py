@@ -121,7 +121,9 @@ class PullProcessor:
         result = read()
         code = pull_response_code(result.status, offset)
         if commit_offset >= 0:
-            self.offsets.commit_offset(group, topic, queue_id, commit_offset)
+            self.offsets.commit_offset(
+                group, topic, queue_id, self._within_queue(topic, queue_id, commit_offset)
+            )
         suspend_s = suspend_seconds(suspend_ms, long_polling=self.long_polling)
         if code == ResponseCode.PULL_NOT_FOUND and suspend_s > 0:
             return self._answer_when_held(request, topic, queue_id, offset, suspend_s, read)
@@ -211,6 +213,11 @@ class PullProcessor:
             offset = 0
         return _offset_response(request, offset)
 
+    def _within_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        """``offset``, at most the queue's max offset: an offset committed past the end would
+        skip, unread, the messages the queue gets later up to it."""
+        return min(offset, self.store.get_max_offset_in_queue(topic, queue_id))
+
     def update_consumer_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """UPDATE_CONSUMER_OFFSET."""
         group = header_str(request, "consumerGroup")
@@ -228,7 +235,9 @@ class PullProcessor:
                 f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{group}]",
             )
         try:
-            self.offsets.commit_offset(group, topic, queue_id, offset)
+            self.offsets.commit_offset(
+                group, topic, queue_id, self._within_queue(topic, queue_id, offset)
+            )
         except ValueError as exc:
             return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)

@@ -294,6 +294,21 @@ async def test_hold_answers_the_last_read_at_the_deadline(autojump_clock: trio.a
         reads.append(1)
         return len(reads)
 
-    assert await hold(table, "t", 0, 0, 12.0, read, lambda n: False, 5.0) == 3  # 5, 10, 12 s
+    # at once (after parking), then at 5, 10 and 12 s
+    assert await hold(table, "t", 0, 0, 12.0, read, lambda n: False, 5.0) == 4
     assert trio.current_time() - start == pytest.approx(12.0)
+    assert table.parked_count() == 0
+
+
+async def test_a_message_stored_before_the_pull_parks_is_answered_at_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The pull's own read found nothing; a message stored before it parked woke nobody (the
+    arrival came while nothing was parked): it is read right after parking, not at the next
+    safety re-check 5 s later."""
+    table = PullHoldTable()
+    table.notify("t", 0, 1)  # the arrival, with nobody parked yet
+    start = trio.current_time()
+    assert await hold(table, "t", 0, 0, 60.0, lambda: True, bool, 5.0) is True
+    assert trio.current_time() - start == 0
     assert table.parked_count() == 0

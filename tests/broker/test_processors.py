@@ -352,6 +352,15 @@ async def test_consumer_offsets(tmp_path: Path) -> None:
         resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="-5", **query)
         assert resp.code == ResponseCode.SYSTEM_ERROR
 
+        # past the queue's end (5): kept at the end, or the messages the queue gets later up to
+        # that offset would be skipped unread
+        resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="1000", **query)
+        assert resp.code == ResponseCode.SUCCESS
+        assert b.offsets.query_offset(GROUP, TOPIC, 0) == 5
+        await b.pull(4, commitOffset="999")
+        assert b.offsets.query_offset(GROUP, TOPIC, 0) == 5
+        resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="4", **query)
+
         # offsets of a topic or a queue that does not exist are refused, not kept
         no_topic = {**query, "topic": "NoSuchTopic"}
         resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="1", **no_topic)
