@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 import trio
 
@@ -25,6 +25,7 @@ from client import api
 from client.errors import MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
+from common.clock import wall_clock_ms
 from common.digits import parse_uint
 from common.json_store import load_json, write_json_atomic
 from remoting.client_bodies import ConsumeFromWhere
@@ -128,6 +129,15 @@ class RemoteOffsetStore:
             log.warning("cannot check the committed offset of %s for %s: %s", mq, self.group, exc)
             return False
         return theirs is not None and theirs > ours
+
+
+CONSUME_TIMESTAMP_BACK_MS: Final = 30 * 60 * 1000
+"""RocketMQ's default ``consumeTimestamp``: half an hour before the consumer was made."""
+
+
+def default_consume_timestamp_ms(given: int | None) -> int:
+    """``given``, or half an hour ago (for ``CONSUME_FROM_TIMESTAMP`` without a timestamp)."""
+    return wall_clock_ms() - CONSUME_TIMESTAMP_BACK_MS if given is None else given
 
 
 async def offset_from_where(

@@ -62,7 +62,7 @@ from client.config import ClientConfig
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage
-from client.offset_store import offset_from_where
+from client.offset_store import default_consume_timestamp_ms, offset_from_where
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
@@ -120,7 +120,7 @@ class PullConsumer:
         *,
         instance: ClientInstance | None = None,
         consume_from: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-        consume_timestamp_ms: int = 0,
+        consume_timestamp_ms: int | None = None,
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
         max_poll_records: int = 500,
@@ -144,7 +144,7 @@ class PullConsumer:
             raise ValueError("max_poll_records and pull_threshold_for_queue must be > 0")
         self.group = group
         self.consume_from = consume_from
-        self.consume_timestamp_ms = consume_timestamp_ms
+        self.consume_timestamp_ms = default_consume_timestamp_ms(consume_timestamp_ms)
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.max_poll_records = max_poll_records

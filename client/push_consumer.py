@@ -67,6 +67,7 @@ from client.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
     RemoteOffsetStore,
+    default_consume_timestamp_ms,
     offset_from_where,
 )
 from client.process_queue import ProcessQueue
@@ -126,7 +127,7 @@ class PushConsumer:
         *,
         instance: ClientInstance | None = None,
         consume_from: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-        consume_timestamp_ms: int = 0,
+        consume_timestamp_ms: int | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         orderly: bool = False,
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
@@ -152,7 +153,7 @@ class PushConsumer:
             raise ValueError("consume_thread_max and consume_message_batch_max_size must be > 0")
         self.group = group
         self.consume_from = consume_from
-        self.consume_timestamp_ms = consume_timestamp_ms
+        self.consume_timestamp_ms = default_consume_timestamp_ms(consume_timestamp_ms)
         self.message_model = message_model
         self.orderly = orderly
         self.strategy: AllocateMessageQueueStrategy = (

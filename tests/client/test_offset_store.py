@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import trio
 
+from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
 from client.config import ClientConfig
 from client.instance import ClientInstance
 from client.message import MessageQueue
@@ -47,6 +49,9 @@ async def test_a_local_offset_is_overtaken_only_by_a_higher_committed_one(tmp_pa
     ):
         await instance.topic_route(TOPIC)
         mq = MessageQueue(TOPIC, "broker-a", 0)
+        async with Producer("pg", instance=instance) as producer:  # offsets up to 12 exist
+            for i in range(12):
+                await producer.send(Message(TOPIC, b"%d" % i), queue=mq)
         ours = RemoteOffsetStore(instance, "cg")
         theirs = RemoteOffsetStore(instance, "cg")  # another member of the group
         assert not await ours.overtaken(mq)  # nothing recorded here, nothing committed there
@@ -78,3 +83,16 @@ async def test_overlapping_persists_write_one_at_a_time_and_the_newest_last(
             nursery.start_soon(store.persist, [mq])
     again = LocalFileOffsetStore("c", "g", tmp_path)
     assert await again.read(mq) == 40
+
+
+def test_consume_from_timestamp_defaults_to_half_an_hour_ago() -> None:
+    """RocketMQ's default consumeTimestamp: a group new to a queue starts half an hour back,
+    not at the queue's first message."""
+    half_hour = 30 * 60 * 1000
+    for make in (PushConsumer, PullConsumer):
+        before = time.time_ns() // 1_000_000
+        consumer = make("g", "127.0.0.1:9876", consume_from=ConsumeFrom.TIMESTAMP)
+        after = time.time_ns() // 1_000_000
+        assert before - half_hour <= consumer.consume_timestamp_ms <= after - half_hour
+    given = PushConsumer("g", "127.0.0.1:9876", consume_timestamp_ms=1234)
+    assert given.consume_timestamp_ms == 1234
