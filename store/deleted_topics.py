@@ -46,8 +46,9 @@ class DeletedTopics:
         """Record that ``topic`` was deleted when the commitlog ended at ``cut``; durable on
         return."""
         with self._lock:
-            self.cuts[topic] = max(cut, self.cuts.get(topic, 0))
-            self._save()
+            cuts = {**self.cuts, topic: max(cut, self.cuts.get(topic, 0))}
+            self._save(cuts)  # raises (a full disk) with nothing changed
+            self.cuts = cuts
 
     def clamp_to(self, commitlog_end: int) -> int:
         """Recovery cut the commitlog at ``commitlog_end``: no cut may lie past it. Records of
@@ -58,7 +59,7 @@ class DeletedTopics:
             for topic in moved:
                 self.cuts[topic] = commitlog_end
             if moved:
-                self._save()
+                self._save(self.cuts)
         return len(moved)
 
     def forget_below(self, commitlog_min_offset: int) -> int:
@@ -68,8 +69,8 @@ class DeletedTopics:
             for topic in gone:
                 del self.cuts[topic]
             if gone:
-                self._save()
+                self._save(self.cuts)
         return len(gone)
 
-    def _save(self) -> None:
-        write_json_atomic(self.path, dict(sorted(self.cuts.items())))  # fsynced, then renamed
+    def _save(self, cuts: dict[str, int]) -> None:
+        write_json_atomic(self.path, dict(sorted(cuts.items())))  # fsynced, then renamed

@@ -66,11 +66,21 @@ class MappedFileQueue:
 
     @property
     def flushed_offset(self) -> int:
-        """Offset up to which every file is flushed."""
-        for mf in self.files:
-            if mf.flushed_position < mf.wrote_position:
-                return mf.file_from_offset + mf.flushed_position
-        return self.max_offset
+        """Offset up to which every file is flushed.
+
+        Read from the flushed positions only: the write position of the last file may grow
+        (an append from another thread) after it was compared, and what it added is not
+        flushed.
+        """
+        files = self.files
+        for mf in files:
+            flushed = mf.flushed_position
+            if flushed < mf.wrote_position:
+                return mf.file_from_offset + flushed
+        if not files:
+            return 0
+        last = files[-1]
+        return last.file_from_offset + last.flushed_position
 
     def last_file(self) -> MappedFile | None:
         """The file being written, if any."""

@@ -79,6 +79,9 @@ class MessageStore:
         self.put_listener: Callable[[], None] | None = None
         self.running = False
         self.disk_full = False
+        self.logics_cleaned_below = 0
+        """The commitlog minimum the consume queues and index were last cleaned below
+        (:func:`store.retention.clean_logics_if_moved`)."""
         self.flush_error: str | None = None
         """Why a commitlog flush failed (an ``OSError`` of ``fdatasync``), once one has: from
         then on puts are refused until a restart, because what the page cache held may never
@@ -246,11 +249,14 @@ class MessageStore:
         with self._dispatch_lock:
             table = self.commitlog.topic_queue_table
             queues = [k for k in self.cq_table if k[0] == topic]
-            with self.commitlog.lock:
+            with self.commitlog.lock:  # no append between the cut and the offsets' reset
                 cut = self.commitlog.max_offset
+                # durable first: if it cannot be written (a full disk), nothing changed, and
+                # sends to the topic go on at its offsets instead of restarting at 0 over the
+                # queues still there
+                self.deleted_topics.add(topic, cut)
                 for key in [k for k in table if k[0] == topic]:
                     del table[key]
-            self.deleted_topics.add(topic, cut)
             units = sum(self.cq_table[k].max_offset for k in queues)
             self._units_deleted += units
             self.checkpoint.logics_unit_count = max(0, self.checkpoint.logics_unit_count - units)

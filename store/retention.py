@@ -5,7 +5,9 @@ RocketMQ's ``CleanCommitLogService`` rules: expired files (modified more than
 is fuller than ``diskMaxUsedSpaceRatio``; past ``diskSpaceCleanForciblyRatio`` files go even if
 not expired. Past ``diskSpaceWarningLevelRatio`` the store refuses puts until space is back.
 The file being written is never deleted. Consume-queue and index files that only point below the
-commitlog's new minimum go next.
+commitlog's new minimum go next, and on every pass once that minimum moved, at any hour
+(RocketMQ's ``CleanConsumeQueueService``): a crash between the two halves of a pass, or a
+restart, leaves no queue starting in deleted data until the next delete hour.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def clean_once(store: MessageStore, *, manual: bool = False) -> int:
     space_to_delete = ratio * 100 > cfg.disk_max_used_space_ratio
     forcibly = ratio * 100 > cfg.disk_space_clean_forcibly_ratio
     if not (manual or space_to_delete or is_delete_hour(cfg.delete_when, now)):
-        return 0
+        return clean_logics_if_moved(store)
     reserved_ms = cfg.file_reserved_time * 3600 * 1000
 
     def expired(mf: MappedFile) -> bool:
@@ -76,8 +78,18 @@ def clean_once(store: MessageStore, *, manual: bool = False) -> int:
             deleted,
             store.commitlog.min_offset,
         )
-    deleted += delete_logics_below(store, store.commitlog.min_offset)
-    store.deleted_topics.forget_below(store.commitlog.min_offset)
+    return deleted + clean_logics_if_moved(store)
+
+
+def clean_logics_if_moved(store: MessageStore) -> int:
+    """Delete what points below the commitlog's minimum when it moved since the last time
+    (a restart starts from 0); return how many files went."""
+    low = store.commitlog.min_offset
+    if low <= store.logics_cleaned_below:
+        return 0
+    deleted = delete_logics_below(store, low)
+    store.deleted_topics.forget_below(low)
+    store.logics_cleaned_below = low
     return deleted
 
 

@@ -250,3 +250,27 @@ def test_a_topic_deleted_while_the_queues_flush_is_not_counted_back(
     with MessageStore(small_store_config(copy)) as crashed:
         assert crashed.recovered_range[0] > 0  # no re-dispatch of the whole log
         assert check_store(crashed) == []
+
+
+def test_a_deletion_that_cannot_be_written_changes_nothing(
+    small_config: Callable[..., StoreConfig], manual_clock: ManualClock
+) -> None:
+    """The deletion file cannot be written (a full disk): the deletion fails as a whole. The
+    topic's offsets were reset first, so later sends were stored at 0, 1, ... while its old
+    queues stayed, and dispatch skipped them as already there: acknowledged, never readable."""
+    cfg = small_config()
+    with MessageStore(cfg, clock_ms=manual_clock) as store:
+        fill_and_flush(store)
+        blocker = cfg.store_path_root_dir / (FILE_NAME + ".tmp")
+        blocker.mkdir()  # where the file is written before its rename
+        with pytest.raises(IsADirectoryError):
+            store.delete_topic(GONE)
+        assert store.deleted_topics.cuts == {}
+        assert put(store, GONE, 0, 1, tag="after") == [7]  # the queue goes on
+        drain_dispatch(store)
+        assert queue_bodies(store, GONE, 0)[-1] == b"Gone-0"  # the new one, at 7
+        assert len(queue_bodies(store, GONE, 0)) == 8
+        assert check_store(store) == []
+        blocker.rmdir()
+        assert store.delete_topic(GONE) == 2
+        assert store.find_consume_queue(GONE, 0) is None

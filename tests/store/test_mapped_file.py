@@ -319,3 +319,33 @@ def test_destroy_queue(queue: MappedFileQueue) -> None:
     queue.destroy()
     assert queue.files == []
     assert names(queue.directory) == []
+
+
+class _AppendedRightAfterRead(MappedFile):
+    """A file another thread appends to right after its write position is read once."""
+
+    @property  # type: ignore[override]
+    def wrote_position(self) -> int:
+        value: int = self.__dict__["wrote_position"]
+        if self.__dict__.pop("append_after_read", False):
+            self.__dict__["wrote_position"] = value + 100
+        return value
+
+    @wrote_position.setter
+    def wrote_position(self, value: int) -> None:
+        self.__dict__["wrote_position"] = value
+
+
+def test_flushed_offset_never_counts_an_append_that_came_after_the_flush(
+    queue: MappedFileQueue,
+) -> None:
+    """The flusher reports what it synced: an append landing while it reads the positions
+    must not count as flushed (the checkpoint would vouch for bytes never synced)."""
+    fill(queue, SIZE + 200)
+    for mf in queue.files:
+        mf.flush()
+    last = queue.files[-1]
+    last.__class__ = _AppendedRightAfterRead
+    last.__dict__["append_after_read"] = True
+    assert queue.flushed_offset == SIZE + 200
+    assert queue.max_offset == SIZE + 300

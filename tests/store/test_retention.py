@@ -419,3 +419,24 @@ def test_disk_usage_ratio_of_a_real_directory(tmp_path: Path) -> None:
     used = st.f_blocks - st.f_bfree
     expected = used / (used + st.f_bavail)
     assert disk_usage_ratio(tmp_path) == pytest.approx(expected, abs=0.01)  # others write too
+
+
+def test_queues_left_by_a_crash_mid_pass_are_cleaned_outside_the_delete_hour(
+    env_factory: EnvFactory,
+) -> None:
+    """A pass deletes commitlog files, then the consume-queue and index files below them; a
+    crash between the two left queues starting in deleted data until the next delete hour.
+    Once the commitlog's minimum moved, any pass cleans them (a restart counts as moved)."""
+    env = env_factory(at_delete_hour=False)
+    store = env.store
+    env.age(3)
+    with store.commitlog.lock:  # the first half of a pass, then the crash
+        store.commitlog.queue.delete_first_files(lambda mf: True, 3)
+    store.close()
+    reopened = MessageStore(store.config, clock_ms=lambda: env.now[0], disk_usage=lambda _: 0.1)
+    with reopened:
+        env.store = reopened
+        assert check_store(reopened) != []  # queues still start in deleted data
+        assert reopened.clean_expired_files() > 0  # not the delete hour, low usage
+        assert check_store(reopened) == []
+        assert reopened.clean_expired_files() == 0
