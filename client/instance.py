@@ -114,6 +114,13 @@ class ClientInstance:
     async def __aenter__(self) -> ClientInstance:
         if self._nursery_cm is not None:
             raise RuntimeError("a ClientInstance can be entered only once")
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            raise RuntimeError(
+                "client.aio runs under trio (trio.run); from asyncio or plain code use the "
+                "blocking client (from client import Producer, PushConsumer, ...)"
+            ) from None
         if not self.config.instance_name and os.getpid() != self._made_in_pid:
             self.client_id = self.config.client_id()  # made before a fork: an id of its own
         await self._remoting.__aenter__()

@@ -59,7 +59,9 @@ async def wanted_queues(
         try:
             mq_all = api.subscribe_queues(topic, await instance.topic_route(topic))
         except MQClientError as exc:
-            log.debug("rebalance of %s skipped: %s", topic, exc)
+            # every round, as RocketMQ's "the topic[..] not exist": a misspelt topic or a
+            # wrong name server must not look like a consumer that merely has no messages
+            log.warning("rebalance of %s skipped: %s", topic, exc)
             wanted |= mine
             continue
         if not clustering:

@@ -152,10 +152,27 @@ def get_broker_config(
         lines(*(f"{k:<50}=  {v}" for k, v in config.items()))
 
 
+RUNTIME_BROKER_KEYS = (
+    "autoCreateTopicEnable",
+    "defaultTopicQueueNums",
+    "autoCreateSubscriptionGroup",
+    "flushConsumerOffsetInterval",
+    "registerNameServerPeriod",
+    "channelExpiredTimeout",
+    "brokerPermission",
+)
+"""The keys the broker changes at runtime (its ``LIVE_KEYS``), for ``updateBrokerConfig -h``."""
+
+
 @admin_command("updateBrokerConfig")
 @click.option("-b", "--brokerAddr", "broker", help="Broker address (host:port).")
 @click.option("-c", "--clusterName", "cluster", help="Every broker of this cluster.")
-@click.option("-k", "--key", required=True, help="Config key (runtime keys only).")
+@click.option(
+    "-k",
+    "--key",
+    required=True,
+    help="Config key, one of the runtime keys: " + ", ".join(RUNTIME_BROKER_KEYS) + ".",
+)
 @click.option("-v", "--value", required=True, help="New value.")
 def update_broker_config(
     namesrv: str | None,

@@ -220,7 +220,7 @@ def _broker_pid(cluster: LocalCluster | None) -> int | None:
     return None if cluster is None else cluster.broker_pid
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """minimq benchmarks: clients against a cluster (produce, consume, latency, backlog, push,
     rebalance); the message store alone (store ...); py-spy profile summaries (stacks)."""

@@ -72,3 +72,10 @@ BAD_BODIES = [
 def test_bad_bodies_raise_bad_request(body: bytes) -> None:
     with pytest.raises(BadRequestError):
         b.decode_reset_offset(body)
+
+
+def test_update_broker_config_help_names_the_brokers_runtime_keys() -> None:
+    from broker.processors.admin_stats import LIVE_KEYS
+    from client.admin.cmd_broker import RUNTIME_BROKER_KEYS
+
+    assert set(RUNTIME_BROKER_KEYS) == set(LIVE_KEYS)

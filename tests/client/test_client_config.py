@@ -43,3 +43,16 @@ def test_instances_of_one_config_get_client_ids_of_their_own() -> None:
     assert all(i.startswith(f"10.0.0.1@{os.getpid()}#") for i in ids)
     named = ClientConfig(namesrv_addrs=("127.0.0.1:9876",), client_ip="10.0.0.1", instance_name="w")
     assert ClientInstance(named).client_id == ClientInstance(named).client_id == "10.0.0.1@w"
+
+
+def test_the_trio_client_under_asyncio_says_what_to_use_instead() -> None:
+    """client.aio is trio-native: from asyncio a clear error, not trio's internals."""
+    import asyncio
+
+    async def under_asyncio() -> None:
+        config = ClientConfig(namesrv_addrs=("127.0.0.1:1",), client_ip="127.0.0.1")
+        async with ClientInstance(config):
+            pass
+
+    with pytest.raises(RuntimeError, match="blocking client"):
+        asyncio.run(under_asyncio())

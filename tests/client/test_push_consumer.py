@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 
@@ -159,3 +160,18 @@ async def test_a_new_tag_expression_applies_to_the_queues_at_once(tmp_path: Path
             for i in range(4):
                 await producer.send(Message(TOPIC, b"b%d" % i, tags="B"))
             await wait_until(lambda: tags.count("B") == 4, "the B messages")
+
+
+async def test_a_topic_nobody_knows_is_a_warning_not_silence(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misspelt topic (or a wrong name server) must not look like a consumer that merely
+    has no messages: each rebalance round warns."""
+    async with cluster(tmp_path, brokers=("broker-a",), queues=1) as c:
+        consumer = PushConsumer("cg", c.namesrv)
+        consumer.subscribe("Ordres", "*", lambda msgs: ConsumeResult.SUCCESS)
+        with caplog.at_level(logging.WARNING, logger="client.rebalance"):
+            async with consumer:
+                await wait_until(
+                    lambda: "rebalance of Ordres skipped" in caplog.text, "the warning"
+                )
