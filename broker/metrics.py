@@ -67,6 +67,7 @@ from broker.consumer_offset import ConsumerOffsetManager
 from broker.processors.client import ClientService
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from common.version import minimq_version
 from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
@@ -78,7 +79,7 @@ from store.services import StoreServices
 
 log = logging.getLogger(__name__)
 
-VERSION = "minimq-0.1.0"
+VERSION = f"minimq-{minimq_version()}"
 """The ``version`` label of ``rocketmq_broker_info``."""
 REQUEST_TIMEOUT_S = 10.0
 """A scrape connection must send its request head within this time."""

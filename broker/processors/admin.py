@@ -33,6 +33,7 @@ from broker.topic_config import TopicConfigManager
 from common.clock import wall_clock_ms
 from common.route import TopicConfig
 from common.topic import is_system_topic, topic_problem
+from common.version import minimq_version
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -48,7 +49,7 @@ from remoting.headers import (
 )
 from store import MessageStore
 
-VERSION_DESC = "minimq-0.1.0"
+VERSION_DESC = f"minimq-{minimq_version()}"
 """What ``brokerVersionDesc`` reports."""
 
 

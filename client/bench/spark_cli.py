@@ -31,7 +31,9 @@ def _session(master: str) -> Any:
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
-        raise click.ClickException("pyspark is missing: pip install 'minimq[spark]'") from exc
+        raise click.ClickException(
+            "pyspark is missing: pip install '.[spark]' in the minimq checkout"
+        ) from exc
     from client.spark import register
 
     spark = (

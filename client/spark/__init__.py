@@ -1,4 +1,4 @@
-"""Spark connector: ``format("minimq")`` for PySpark (>= 4.2; ``pip install minimq[spark]``).
+"""Spark connector: ``format("minimq")`` for PySpark >= 4.2 (``pip install ".[spark]"``).
 
 ::
 
