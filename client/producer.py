@@ -179,8 +179,12 @@ class Producer:
                 for q in default
                 if q.queue_id < per_broker
             ]
-        if not queues:
-            raise TopicRouteError(topic)
+        if not queues:  # routed, but no broker of it takes writes now
+            raise TopicRouteError(
+                topic,
+                f"topic {topic} has no writable queue: every broker of it is read-only "
+                "(brokerPermission, or the topic's perm)",
+            )
         return queues
 
     def _selector(self, topic: str) -> RoundRobinSelector:

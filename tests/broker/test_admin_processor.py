@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgpack
+import pytest
 import trio
 
+from client.aio import Message, Producer
+from client.errors import MQClientError
 from common.properties import parse_properties
 from common.route import TopicConfig
 from remoting.client import RemotingClient
@@ -268,3 +271,19 @@ async def test_broker_permission_drains_a_broker_at_runtime(tmp_path: Path) -> N
             assert "pulling message is forbidden" in refused.remark
             assert await set_permission(6) == [6]
             assert (await client.invoke(addr, send_req(TOPIC, b"x"))).code == ResponseCode.SUCCESS
+
+
+async def test_a_producer_to_a_drained_broker_is_told_why(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            running_namesrv() as ns_addr,
+            running_broker(tmp_path, ns_addr) as (_, addr),
+            RemotingClient() as client,
+        ):
+            assert (await client.invoke(addr, create_req(TOPIC))).code == ResponseCode.SUCCESS
+            body = b"brokerPermission=4\n"
+            resp = await client.invoke(addr, req(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            async with Producer("pg", ns_addr) as producer:
+                with pytest.raises(MQClientError, match="no writable queue"):
+                    await producer.send(Message(TOPIC, b"x"))
