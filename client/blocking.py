@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,17 @@ _shared: dict[tuple[str, ...] | int, _Shared] = {}
 _shared_lock = threading.Lock()
 
 
+def _forget_shared_after_fork() -> None:
+    """In a forked child: the parent's loop threads are not here, and the lock may have been
+    held by one of its threads at the fork. Start afresh."""
+    global _shared_lock
+    _shared.clear()
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_shared_after_fork)
+
+
 def _acquire(namesrv: str | Sequence[str] | None, config: ClientConfig | None) -> _Shared:
     """The process's loop thread and client instance for this name-server list, or for this
     client config (+1 user)."""
@@ -99,6 +111,8 @@ def _acquire(namesrv: str | Sequence[str] | None, config: ClientConfig | None) -
 
 def _release(shared: _Shared) -> None:
     """-1 user; the last one stops the loop thread (unregistering from the brokers)."""
+    if shared.loop.forked:  # made by the parent process: its loop and connections are there
+        return
     with _shared_lock:
         shared.users -= 1
         if shared.users > 0:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Generic, TypeVar, TypeVarTuple
@@ -135,6 +136,8 @@ class LoopThread:
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self._crash: BaseException | None = None
+        self._pid: int | None = None
+        """The process that started the thread (a forked child has no loop thread)."""
 
     @property
     def name(self) -> str:
@@ -146,7 +149,12 @@ class LoopThread:
         """True once :meth:`start` returned, until :meth:`stop` is called or the loop ends."""
         thread = self._thread
         alive = thread is not None and thread.is_alive()
-        return alive and not self._closed and self._token is not None
+        return alive and not self._closed and self._token is not None and not self.forked
+
+    @property
+    def forked(self) -> bool:
+        """True in a child process forked after :meth:`start`: the loop thread is not there."""
+        return self._pid is not None and self._pid != os.getpid()
 
     def start(self) -> None:
         """Start the thread and return once its loop runs; a second call raises RuntimeError."""
@@ -157,6 +165,7 @@ class LoopThread:
                 raise RuntimeError(f"{self._name} was already started")
             thread = threading.Thread(target=self._main, name=self._name, daemon=True)
             self._thread = thread
+            self._pid = os.getpid()
         thread.start()
         self._ready.wait()
         if self._token is None:
@@ -237,6 +246,9 @@ class LoopThread:
         cancellation) is logged and abandoned; it is a daemon thread. Blocking calls still
         waiting on such a task keep waiting for it.
         """
+        if self.forked:  # the loop thread stayed in the parent: nothing to stop or wait for
+            self._closed = True
+            return
         with self._lock:
             self._closed = True
         token = self._token
@@ -336,6 +348,11 @@ class LoopThread:
 
     def _check_caller(self) -> None:
         """RuntimeError unless a blocking call may be made from this thread now."""
+        if self.forked:
+            raise RuntimeError(
+                f"{self._name} was started in process {self._pid}, and its loop thread did not "
+                "follow the fork: make the client again in this process"
+            )
         if self._closed:
             raise RuntimeError(f"{self._name} is closed")
         if self._token is None:
@@ -345,6 +362,8 @@ class LoopThread:
 
     def _schedule(self, call: _Call[Any], *, blocking: bool) -> None:
         """Check the loop accepts calls from this thread and schedule ``call``'s task start."""
+        if self.forked:
+            self._check_caller()  # raises, naming the process that started the loop
         token = self._token
         if self._closed:
             raise RuntimeError(f"{self._name} is closed")

@@ -53,6 +53,17 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), number
 
 
+class _Dial:
+    """One connection attempt to an address; its callers wait on ``done``."""
+
+    __slots__ = ("channel", "done", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.channel: Channel | None = None
+        self.error: BaseException | None = None
+
+
 class RemotingClient:
     """Calls servers by address; see the module rules."""
 
@@ -68,7 +79,7 @@ class RemotingClient:
         self.default_timeout_s = default_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._channels: dict[str, Channel] = {}
-        self._connect_locks: dict[str, trio.Lock] = {}
+        self._dials: dict[str, _Dial] = {}
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -129,17 +140,25 @@ class RemotingClient:
             return channel
         if self._nursery is None or self._closed:
             raise RemotingError("RemotingClient is not running; use 'async with'")
-        lock = self._connect_locks.setdefault(addr, trio.Lock())
-        async with lock:
-            channel = self._channels.get(addr)
-            if channel is not None and not channel.closed:
-                return channel
-            host, port = split_addr(addr)
-            try:
-                with trio.fail_after(self.connect_timeout_s):
-                    stream = await trio.open_tcp_stream(host, port)
-            except (OSError, trio.TooSlowError) as exc:
-                raise RemotingConnectError(addr) from exc
+        host, port = split_addr(addr)
+        dial = self._dials.get(addr)
+        if dial is None:  # one attempt per address, shared by every caller that comes meanwhile
+            dial = self._dials[addr] = _Dial()
+            self._nursery.start_soon(self._dial, addr, host, port, dial)
+        await dial.done.wait()
+        if dial.channel is None:
+            raise RemotingConnectError(addr) from dial.error
+        return dial.channel
+
+    async def _dial(self, addr: str, host: str, port: int, dial: _Dial) -> None:
+        """Connect to ``addr`` for every caller waiting on ``dial``: a background task, so one
+        caller's cancellation does not fail the others, bounded by ``connect_timeout_s``."""
+        try:
+            with trio.fail_after(self.connect_timeout_s):
+                stream = await trio.open_tcp_stream(host, port)
+        except (OSError, trio.TooSlowError) as exc:
+            dial.error = exc
+        else:
             channel = Channel(
                 Connection(stream, addr),
                 self.handlers,
@@ -147,9 +166,14 @@ class RemotingClient:
                 poll_every_frame=False,
             )
             self._channels[addr] = channel
+            assert self._nursery is not None
             self._nursery.start_soon(self._run_channel, addr, channel)
             log.debug("connected to %s", addr)
-            return channel
+            dial.channel = channel
+        finally:
+            if self._dials.get(addr) is dial:
+                del self._dials[addr]
+            dial.done.set()
 
     async def _run_channel(self, addr: str, channel: Channel) -> None:
         """Reader task of one connection; forgets the connection when it ends."""

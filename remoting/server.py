@@ -58,12 +58,17 @@ __all__ = ["ConnectionContext", "Handler", "RemotingServer", "default_max_connec
 OVER_CAP_LOG_INTERVAL_S = 10.0
 
 
+DESCRIPTORS_PER_CONNECTION = 2
+"""A served connection holds its socket and the duplicate :class:`Connection` sends on."""
+
+
 def default_max_connections() -> int:
-    """Half the soft ``RLIMIT_NOFILE`` (at least 64): the rest is left for files."""
+    """Connections that take at most half the soft ``RLIMIT_NOFILE`` (at least 64): the
+    other half is left for the store's files."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1 << 20
-    return max(64, soft // 2)
+    return max(64, soft // 2 // DESCRIPTORS_PER_CONNECTION)
 
 
 class RemotingServer:

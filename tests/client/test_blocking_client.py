@@ -5,6 +5,8 @@ The happy path of the blocking API runs against real processes in tests/e2e.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 import time
@@ -129,3 +131,37 @@ def test_unreachable_name_server_fails_fast() -> None:
         addr = f"127.0.0.1:{sock.getsockname()[1]}"
     with Producer("pg", addr) as producer, pytest.raises(MQClientError, match="no name server"):
         producer.send(Message("Orders", b"x"), timeout=5.0)
+
+
+def test_a_client_inherited_across_a_fork_fails_fast_and_closes(silent_namesrv: str) -> None:
+    """The loop thread stays in the parent: in the child a call must fail at once (it used
+    to wait for ever, its timeout enforced by the missing loop) and close() must return."""
+    producer = Producer("pg", silent_namesrv).start()
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, and never return into pytest
+            outcome = b"?"
+            try:
+                try:
+                    producer.send(Message("Orders", b"x"), timeout=0.5)
+                    outcome = b"sent"
+                except RuntimeError as exc:
+                    outcome = b"refused" if b"fork" in str(exc).encode() else b"other"
+                producer.close()
+                outcome += b" closed"
+            finally:
+                os.write(write, outcome)
+                os._exit(0)
+        os.close(write)
+        deadline = time.monotonic() + 10
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise AssertionError("the forked child hung")
+            time.sleep(0.01)
+        assert os.read(read, 100) == b"refused closed"
+        os.close(read)
+    finally:
+        producer.close()

@@ -6,6 +6,7 @@ tested (an invoke timeout, an idle timeout) and handler sleeps that reorder resp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +22,12 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.errors import RemotingConnectError, RemotingSendRequestError, RemotingTimeoutError
+from remoting.errors import (
+    RemotingConnectError,
+    RemotingError,
+    RemotingSendRequestError,
+    RemotingTimeoutError,
+)
 from remoting.server import Handler, RemotingServer
 
 LIMIT = 10
@@ -438,3 +444,57 @@ async def test_a_peer_dribbling_a_frame_is_closed_as_idle(
             nursery.cancel_scope.cancel()
     assert 120.0 <= trio.current_time() - start <= 150.0
     assert channel.closed
+
+
+def test_the_default_connection_cap_leaves_half_the_descriptors_for_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each served connection holds two descriptors (its socket and the duplicate it sends
+    on): at the cap, half the limit must still be free for the store's files."""
+    import resource
+
+    from remoting import server
+
+    for soft in (256, 1024, 65536):
+        monkeypatch.setattr(resource, "getrlimit", lambda _kind, s=soft: (s, s))
+        cap = server.default_max_connections()
+        assert cap * server.DESCRIPTORS_PER_CONNECTION <= soft // 2 or cap == 64
+
+
+async def test_callers_of_an_unanswering_address_share_one_connect_attempt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """SYNs to a host that does not answer: five concurrent calls fail together after one
+    connect timeout, not one after another (the fifth after five)."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):  # a full accept queue: the kernel drops further SYNs
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(("127.0.0.1", port))
+        fillers.append(s)
+    try:
+        failed_at: list[float] = []
+        async with RemotingClient(connect_timeout_s=1.0, default_timeout_s=1.0) as client:
+            start = trio.current_time()
+
+            async def call() -> None:
+                with pytest.raises(RemotingError):
+                    await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(105, opaque=0))
+                failed_at.append(trio.current_time() - start)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(5):
+                    nursery.start_soon(call)
+        assert len(failed_at) == 5
+        assert max(failed_at) < 1.5
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()
