@@ -234,6 +234,17 @@ def check_charset(ctx: click.Context, param: click.Parameter, value: str) -> str
     return value
 
 
+charset_option = click.option(
+    "-c",
+    "--charset",
+    default="utf-8",
+    show_default=True,
+    callback=check_charset,
+    help="Body charset.",
+)
+"""The ``-c/--charset`` option of the commands that print bodies."""
+
+
 def message_json(msg: ReceivedMessage, charset: str = "utf-8") -> dict[str, Any]:
     """A message as a JSON map (RocketMQ's ``MessageExt`` field names)."""
     return {

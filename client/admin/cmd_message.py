@@ -11,7 +11,7 @@ from client import api
 from client.admin.admin_client import TOOLS_CONSUMER, AdminClient
 from client.admin.base import (
     admin_command,
-    check_charset,
+    charset_option,
     emit_json,
     fail,
     fmt_time_ms,
@@ -45,14 +45,7 @@ def _show(msgs: list[ReceivedMessage], as_json: bool, charset: str = "utf-8") ->
 @admin_command("queryMsgById")
 @click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id or UNIQ_KEY.")
 @click.option("-t", "--topic", help="Topic (needed to look a UNIQ_KEY up).")
-@click.option(
-    "-c",
-    "--charset",
-    default="utf-8",
-    show_default=True,
-    callback=check_charset,
-    help="Body charset.",
-)
+@charset_option
 def query_msg_by_id(
     namesrv: str | None, as_json: bool, msg_id: str, topic: str | None, charset: str
 ) -> None:
@@ -198,14 +191,7 @@ def _rows(msgs: list[ReceivedMessage], print_body: bool, charset: str) -> None:
 
 @admin_command("printMsg")
 @click.option("-t", "--topic", required=True, help="Topic name.")
-@click.option(
-    "-c",
-    "--charset",
-    default="utf-8",
-    show_default=True,
-    callback=check_charset,
-    help="Body charset.",
-)
+@charset_option
 @click.option("-s", "--subExpression", "expression", default="*", show_default=True)
 @click.option("-b", "--beginTimestamp", "begin", default=None, help="Stored at or after.")
 @click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")
