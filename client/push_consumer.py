@@ -496,16 +496,8 @@ class PushConsumer:
                     idle = True
             if idle:
                 del self._busy_dropped[mq]
-        if not q.owned:
-            pass  # orderly, never locked here: the offset is the owner's to write
-        elif stalled and await self._offsets.overtaken(mq):
-            log.warning(
-                "%s: another member consumed %s past this one meanwhile; keeping its offset",
-                self.group,
-                mq,
-            )
-        else:
-            await self._offsets.persist([mq])
+        if q.owned:  # else orderly, never locked here: the offset is the owner's to write
+            await self._write_back(mq, stalled)
         self._offsets.remove(mq)
         if idle and self.orderly:
             await self._unlock([mq])
@@ -514,6 +506,18 @@ class PushConsumer:
             # returns, as RocketMQ does, or the new owner would consume the queue meanwhile
             self._nursery.start_soon(self._unlock_when_idle, q)
         log.info("%s: released %s", self.group, mq)
+
+    async def _write_back(self, mq: MessageQueue, stalled: bool) -> None:
+        """Persist a released queue's offset, unless it stalled and another member has
+        consumed past it meanwhile."""
+        if stalled and await self._offsets.overtaken(mq):
+            log.warning(
+                "%s: another member consumed %s past this one meanwhile; keeping its offset",
+                self.group,
+                mq,
+            )
+        else:
+            await self._offsets.persist([mq])
 
     async def _unlock_when_idle(self, q: _Queue) -> None:
         """Orderly: unlock a dropped queue once its in-flight handler has returned."""
@@ -733,7 +737,11 @@ class PushConsumer:
             pq = q.slot.pq
             was = self._locked(q)
             if mq in locked and not q.owned:
-                await self._take_over(q)
+                try:
+                    await self._take_over(q)
+                except MQClientError as exc:  # its pull loop takes it over when it can
+                    log.warning("cannot read the offset of %s yet: %s", mq, exc)
+                    continue
             pq.locked = mq in locked
             if pq.locked:
                 pq.last_lock_ms = now
