@@ -72,7 +72,6 @@ class NamesrvProcessor:
     def handlers(self) -> dict[int, Handler]:
         """The ``{request code: handler}`` table for :class:`~remoting.server.RemotingServer`."""
         table: dict[int, Callable[[RemotingCommand], RemotingCommand]] = {
-            RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
@@ -81,7 +80,7 @@ class NamesrvProcessor:
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
         }
         out = {int(code): _guarded(fn) for code, fn in table.items()}
-        out[int(RequestCode.REGISTER_BROKER)] = guarded(self._register_over)
+        out[int(RequestCode.REGISTER_BROKER)] = guarded(self._register_over)  # needs the channel
         return out
 
     async def _register_over(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
