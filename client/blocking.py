@@ -211,9 +211,9 @@ class _BlockingBase:
         shared, self._shared = self._shared, None
         try:
             close_fn(shared.loop)
-        except BaseException:
+        except Exception:
             log.exception("closing %s failed", self._what)
-        finally:
+        finally:  # a Ctrl+C still releases the loop thread, then reaches the caller
             _release(shared)
 
 

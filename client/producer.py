@@ -143,15 +143,18 @@ class Producer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        with trio.move_on_after(self.send_timeout):  # the accepted send_async calls end
-            await self._async_idle.wait()
-        self._running = False
-        last_of_group = self._instance.unregister_producer(self.group)
-        if self._own_instance:
-            await self._instance.__aexit__(exc_type, exc, tb)
-        elif last_of_group:  # another producer of the group in this process still sends
-            with trio.CancelScope(shield=True):
-                await self._instance.unregister_client(producer_group=self.group)
+        try:
+            # the accepted send_async calls end (shielded: the block may be left by cancellation)
+            with trio.CancelScope(shield=True), trio.move_on_after(self.send_timeout):
+                await self._async_idle.wait()
+        finally:
+            self._running = False
+            last_of_group = self._instance.unregister_producer(self.group)
+            if self._own_instance:
+                await self._instance.__aexit__(exc_type, exc, tb)
+            elif last_of_group:  # another producer of the group in this process still sends
+                with trio.CancelScope(shield=True):
+                    await self._instance.unregister_client(producer_group=self.group)
 
     # ------------------------------------------------------------------ preparing
 

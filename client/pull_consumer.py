@@ -142,6 +142,10 @@ class PullConsumer:
             raise ValueError("pull_batch_size must be in 1..1024")
         if max_poll_records <= 0 or pull_threshold_for_queue <= 0:
             raise ValueError("max_poll_records and pull_threshold_for_queue must be > 0")
+        if not (auto_commit_interval > 0 and rebalance_interval > 0):
+            raise ValueError("auto_commit_interval and rebalance_interval must be > 0 seconds")
+        if not (pull_retry_delay >= 0 and suspend_timeout_ms >= 0):
+            raise ValueError("pull_retry_delay and suspend_timeout_ms must be >= 0")
         self.group = group
         self.consume_from = consume_from
         self.consume_timestamp_ms = default_consume_timestamp_ms(consume_timestamp_ms)
@@ -212,6 +216,7 @@ class PullConsumer:
     ) -> None:
         assert self._nursery is not None
         self._running = False
+        self._data.set()  # waiting polls wake and raise ClientClosedError
         try:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(COMMIT_ON_CLOSE_TIMEOUT_S):
@@ -575,6 +580,8 @@ class PullConsumer:
     def poll_nowait(self, max_records: int | None = None) -> list[ReceivedMessage]:
         """The buffered messages (at most ``max_records``, default ``max_poll_records``)."""
         self._check_running()
+        if max_records is not None and max_records <= 0:
+            raise ValueError(f"max_records must be > 0, got {max_records}")
         self._check_stall()
         limit = self.max_poll_records if max_records is None else max_records
         out: list[ReceivedMessage] = []
@@ -596,7 +603,7 @@ class PullConsumer:
             state.buffered -= len(take)
             if state.buffered < self.pull_threshold_for_queue:
                 state.space.set()
-        if not self._buffer:
+        if not self._buffer and self._data.is_set():  # an unset one may have waiters: keep it
             self._data = trio.Event()
         return out
 

@@ -330,22 +330,31 @@ class PushConsumer:
                         await self._release_all()
                 self._nursery.cancel_scope.cancel()
                 assert self._nursery_cm is not None
+                # raises the children's Cancelled when a scope around the block was cancelled
+                # (always, closed by the blocking facade): the group leaves in ``finally``
                 await self._nursery_cm.__aexit__(None, None, None)
-            self._running = False
-            with contextlib.suppress(ValueError):
-                self._instance.consumer_ids_changed.remove(self._on_ids_changed)
-            with contextlib.suppress(ValueError):
-                self._instance.offset_reset.remove(self._on_offset_reset)
-            self._instance.unregister_consumer(self.group)
-            if not self._own_instance:
-                with trio.CancelScope(shield=True):
-                    await self._instance.unregister_client(consumer_group=self.group)
         finally:
             try:
-                if self._own_instance:
-                    await self._instance.__aexit__(exc_type, exc, tb)
+                await self._leave_group()
             finally:
-                self.closed.set()
+                try:
+                    if self._own_instance:
+                        await self._instance.__aexit__(exc_type, exc, tb)
+                finally:
+                    self.closed.set()
+
+    async def _leave_group(self) -> None:
+        """Stop listening to the instance and take the group out of its heartbeats (and, on a
+        shared instance, out of the brokers' member lists at once)."""
+        self._running = False
+        with contextlib.suppress(ValueError):
+            self._instance.consumer_ids_changed.remove(self._on_ids_changed)
+        with contextlib.suppress(ValueError):
+            self._instance.offset_reset.remove(self._on_offset_reset)
+        self._instance.unregister_consumer(self.group)
+        if not self._own_instance:
+            with trio.CancelScope(shield=True):
+                await self._instance.unregister_client(consumer_group=self.group)
 
     async def run(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
         """Enter, report a scope whose cancellation closes the consumer, and serve."""

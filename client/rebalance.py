@@ -23,6 +23,7 @@ from client.allocate import AllocateMessageQueueStrategy
 from client.errors import MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
+from common.topic import RETRY_GROUP_TOPIC_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,11 @@ async def wanted_queues(
             mq_all = api.subscribe_queues(topic, await instance.topic_route(topic))
         except MQClientError as exc:
             # every round, as RocketMQ's "the topic[..] not exist": a misspelt topic or a
-            # wrong name server must not look like a consumer that merely has no messages
-            log.warning("rebalance of %s skipped: %s", topic, exc)
+            # wrong name server must not look like a consumer that merely has no messages.
+            # Not for the group's own retry topic: the broker makes it on the first heartbeat,
+            # so the first round, which may come first, says nothing wrong (RocketMQ is quiet)
+            level = logging.DEBUG if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else logging.WARNING
+            log.log(level, "rebalance of %s skipped: %s", topic, exc)
             wanted |= mine
             continue
         if not clustering:

@@ -12,11 +12,12 @@ import platform
 import subprocess
 import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import click
 import numpy as np
 from rich.console import Console
 from rich.progress import (
@@ -194,3 +195,23 @@ def source_commit(sources: Sequence[str], exclude: Sequence[str] = ()) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + ("-dirty" if dirty else "")
+
+
+@contextlib.contextmanager
+def one_line_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """Turn a benchmark's expected failures (``kinds``) into one ``Error: ...`` line and Ctrl+C
+    into ``Aborted!``, also when they come out of a trio nursery in an exception group."""
+    try:
+        yield
+    except kinds as exc:
+        raise click.ClickException(str(exc)) from exc
+    except BaseExceptionGroup as group:
+        if group.subgroup(KeyboardInterrupt) is not None:
+            raise click.Abort from group
+        known = group.subgroup(kinds)
+        if known is None:
+            raise
+        first: BaseException = known
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise click.ClickException(str(first)) from group

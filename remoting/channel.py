@@ -124,8 +124,9 @@ class Channel:
 
     @property
     def closed(self) -> bool:
-        """True once the reader stopped; calls then fail at once."""
-        return self._closed
+        """True once the reader stopped or the connection was closed (a failed write closes it
+        before the reader notices); calls then fail at once."""
+        return self._closed or self.connection.closed
 
     async def send(self, cmd: RemotingCommand) -> None:
         """Write ``cmd`` as is (no opaque assigned, nothing awaited back)."""
@@ -142,7 +143,7 @@ class Channel:
         Raises RemotingTimeoutError if no response came within ``timeout_s`` (send included),
         RemotingSendRequestError if the connection failed or closed first.
         """
-        if self._closed:
+        if self.closed:
             raise RemotingSendRequestError(self.remote_addr)
         opaque = self._new_opaque()
         deadline = trio.current_time() + timeout_s
@@ -153,11 +154,18 @@ class Channel:
             expiry.deadline = deadline
         try:
             await self.connection.send(
-                cmd.with_opaque(opaque, cmd.flag & ~_ONEWAY_FLAG), start_by=deadline
+                cmd.with_opaque(opaque, cmd.flag & ~_ONEWAY_FLAG),
+                start_by=deadline,
+                finish_by=deadline,
             )
         except trio.TooSlowError:
             self._pending.pop(opaque, None)
             raise RemotingTimeoutError(self.remote_addr, timeout_s) from None
+        except RemotingSendRequestError as exc:
+            self._pending.pop(opaque, None)
+            if trio.current_time() >= deadline:  # the write ran out of the call's time
+                raise RemotingTimeoutError(self.remote_addr, timeout_s) from exc
+            raise
         except BaseException:
             self._pending.pop(opaque, None)
             raise

@@ -23,6 +23,9 @@ Rules:
   codes are answered ``REQUEST_CODE_NOT_SUPPORTED``.
 - Leaving the ``async with`` block cancels every reader and closes every connection. Reader
   tasks never raise, so a broken connection never cancels the caller's block.
+- The background tasks (readers, dials, the poller) run under a shielded scope that only
+  leaving the block cancels: when a scope around the block is cancelled, the owner's shielded
+  close work (persisting offsets, unregistering) still has working connections.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ class RemotingClient:
         self._channels: dict[str, Channel] = {}
         self._dials: dict[str, _Dial] = {}
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
-        self._nursery: trio.Nursery | None = None
+        self._nursery: trio.Nursery | None = None  # the background tasks' (shielded)
+        self._background = trio.CancelScope(shield=True)
         self._closed = False
         self.busy_poll = BusyPoll(busy_poll_s)
         """Polls for ``busy_poll_s`` after each request that expects an answer, so a call
@@ -91,9 +95,21 @@ class RemotingClient:
         if self._nursery_cm is not None or self._closed:
             raise RuntimeError("a RemotingClient can be entered only once")
         self._nursery_cm = trio.open_nursery()
-        self._nursery = await self._nursery_cm.__aenter__()
+        outer = await self._nursery_cm.__aenter__()
+        try:
+            self._nursery = await outer.start(self._host_background)
+        except BaseException:
+            await self._nursery_cm.__aexit__(None, None, None)
+            raise
         self._nursery.start_soon(self.busy_poll.run)
         return self
+
+    async def _host_background(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+        """Hold the background tasks' nursery under the shielded scope (see the module rules)."""
+        with self._background:
+            async with trio.open_nursery() as nursery:
+                task_status.started(nursery)
+                await trio.sleep_forever()
 
     async def __aexit__(
         self,
@@ -106,7 +122,7 @@ class RemotingClient:
         assert self._nursery is not None
         assert self._nursery_cm is not None
         self._closed = True
-        self._nursery.cancel_scope.cancel()
+        self._background.cancel()
         await self._nursery_cm.__aexit__(None, None, None)
 
     def connected(self, addr: str) -> bool:

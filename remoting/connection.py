@@ -10,10 +10,12 @@ Rules:
   never interleave bytes (trio-websocket's ``_send``).
 - A frame, once its first byte is written, is always written whole: the caller's cancellation
   is honoured before the write starts (while waiting for the lock, say) but the write itself is
-  shielded, bounded by ``SEND_TIMEOUT_S``. So cancelling one caller (a consumer seeking, a
-  timed-out call) never breaks the connection that other callers share. A write that fails or
-  runs out of time may have left half a frame; the stream is then closed, because the peer can
-  no longer find frame boundaries, and :class:`RemotingSendRequestError` is raised.
+  shielded, bounded by ``SEND_TIMEOUT_S`` or the caller's own deadline
+  (``trio.current_effective_deadline()``), whichever comes first. So cancelling one caller (a
+  consumer seeking) never breaks the connection that other callers share, and a caller's
+  deadline is kept even against a peer that stopped reading. A write that fails or runs out of
+  time may have left half a frame; the stream is then closed, because the peer can no longer
+  find frame boundaries, and :class:`RemotingSendRequestError` is raised.
 - Fast path (socket streams only): a send first tries one non-blocking ``send`` on a duplicate of
   the socket's descriptor and a receive first tries one non-blocking ``recv``. Only when the
   kernel would block does a send go through trio's ``send_all``, and a receive wait for the
@@ -106,11 +108,14 @@ class Connection:
         """True once :meth:`aclose` ran (or a broken send closed the stream)."""
         return self._closed
 
-    async def send(self, cmd: RemotingCommand, *, start_by: float = math.inf) -> None:
+    async def send(
+        self, cmd: RemotingCommand, *, start_by: float = math.inf, finish_by: float = math.inf
+    ) -> None:
         """Write ``cmd`` as one frame; raise RemotingSendRequestError if the stream fails.
 
         Raises :class:`trio.TooSlowError` (nothing written) if other senders hold the stream
-        until ``start_by`` (trio time).
+        until ``start_by`` (trio time). A write still unfinished at ``finish_by`` or the
+        caller's deadline closes the stream (see the module rules).
         """
         frame = encode_frame(cmd, max_frame_size=self.max_frame_size)
         lock = self._send_lock
@@ -127,7 +132,7 @@ class Connection:
             await trio.lowlevel.checkpoint_if_cancelled()  # last point to give up cleanly
             sent = self._send_now(frame)
             if sent < len(frame):
-                await self._send_rest(memoryview(frame)[sent:])
+                await self._send_rest(memoryview(frame)[sent:], finish_by)
         finally:
             lock.release()
 
@@ -142,9 +147,10 @@ class Connection:
         except OSError:
             return 0  # let trio's send_all meet the error and report it its way
 
-    async def _send_rest(self, rest: memoryview) -> None:
+    async def _send_rest(self, rest: memoryview, finish_by: float) -> None:
+        left = min(finish_by, trio.current_effective_deadline()) - trio.current_time()
         try:
-            with trio.move_on_after(SEND_TIMEOUT_S, shield=True) as scope:
+            with trio.move_on_after(max(0.0, min(SEND_TIMEOUT_S, left)), shield=True) as scope:
                 await self.stream.send_all(rest)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             await self.aclose()
@@ -154,6 +160,7 @@ class Connection:
             raise
         if scope.cancelled_caught:
             await self.aclose()
+            await trio.lowlevel.checkpoint_if_cancelled()  # the caller's deadline ran out
             raise RemotingSendRequestError(self.remote_addr)
 
     async def receive(self) -> RemotingCommand | None:

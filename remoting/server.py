@@ -63,12 +63,13 @@ DESCRIPTORS_PER_CONNECTION = 2
 
 
 def default_max_connections() -> int:
-    """Connections that take at most half the soft ``RLIMIT_NOFILE`` (at least 64): the
-    other half is left for the store's files."""
+    """Connections that take at most half the soft ``RLIMIT_NOFILE`` (at least 1): the other
+    half is left for the store's files, however low the limit (no floor that could give the
+    clients every descriptor)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1 << 20
-    return max(64, soft // 2 // DESCRIPTORS_PER_CONNECTION)
+    return max(1, soft // 2 // DESCRIPTORS_PER_CONNECTION)
 
 
 class RemotingServer:

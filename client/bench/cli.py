@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,12 +42,16 @@ from client.bench.workers import (
     latency_producer_main,
     produce_main,
 )
+from client.config import parse_namesrv
+from client.errors import MQClientError
+from client.validation import validate_topic
 from common.benchkit import (
     LatencyRecorder,
     MachineInfo,
     NullProgress,
     ProgressHook,
     RichProgress,
+    one_line_errors,
     rss_anon_bytes,
 )
 
@@ -154,16 +159,38 @@ class Session:
 
 @contextlib.contextmanager
 def _bench_errors() -> Iterator[None]:
-    try:
+    with one_line_errors(BenchError):
         yield
-    except BenchError as exc:
-        raise click.ClickException(str(exc)) from exc
+
+
+def _check_namesrv(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--namesrv`` is checked before any process starts."""
+    if value is not None:
+        try:
+            parse_namesrv(value)
+        except MQClientError as exc:
+            raise click.BadParameter(exc.reason) from None
+    return value
+
+
+def _check_topic(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--topic`` is checked before any process starts."""
+    try:
+        validate_topic(value)
+    except MQClientError as exc:
+        raise click.BadParameter(exc.reason) from None
+    return value
 
 
 def common_options(f: F) -> F:
     """Options every client command takes."""
     options = [
-        click.option("--namesrv", default=None, help="Use the running cluster at host:port."),
+        click.option(
+            "--namesrv",
+            default=None,
+            callback=_check_namesrv,
+            help="Use the running cluster at host:port.",
+        ),
         click.option(
             "--start-cluster",
             is_flag=True,
@@ -191,7 +218,7 @@ def common_options(f: F) -> F:
             help="mappedFileSizeCommitLog of the started broker (bytes; default 1 GiB).",
         ),
         click.option("--json", "json_out", is_flag=True, help="One JSON object on stdout."),
-        click.option("--topic", default="BenchTopic", show_default=True),
+        click.option("--topic", default="BenchTopic", show_default=True, callback=_check_topic),
         click.option(
             "--body-size", type=click.IntRange(8), default=128, show_default=True, help="Bytes."
         ),
@@ -220,10 +247,18 @@ def _broker_pid(cluster: LocalCluster | None) -> int | None:
     return None if cluster is None else cluster.broker_pid
 
 
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, ``timeout``, a cancelled CI job) is handled as Ctrl+C: the run stops
+    its workers and servers and removes its temporary stores on the way out."""
+    signal.raise_signal(signal.SIGINT)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """minimq benchmarks: clients against a cluster (produce, consume, latency, backlog, push,
     rebalance); the message store alone (store ...); py-spy profile summaries (stacks)."""
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    signal.signal(signal.SIGHUP, _terminate_as_interrupt)
 
 
 # -- produce ---------------------------------------------------------------------------------

@@ -3,12 +3,15 @@
 Both run as real processes of the venv's console scripts (``mqnamesrv``, ``mqbroker`` next to
 ``sys.executable``) on 127.0.0.1 with ports the kernel picks; the ports come from their boot
 lines. The broker's store lives in a temporary directory removed afterwards. Processes are
-stopped by pid (SIGTERM, then SIGKILL after a grace period) however the block ends.
+stopped by pid (SIGTERM, then SIGKILL after a grace period) however the block ends; on Linux
+they also get SIGTERM from the kernel if ``mqbench`` itself dies (``PR_SET_PDEATHSIG``), so even
+a SIGKILLed run leaves no server behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import selectors
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BOOT_LIMIT_S = 30.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_GRACE_S = 5.0
 
 NAMESRV_BOOT = re.compile(r"The Name Server boot success\. listening on 127\.0\.0\.1:(\d+)")
@@ -83,11 +87,20 @@ def _read_boot_line(proc: subprocess.Popen[bytes], name: str, log: Path) -> str:
     return buf.split(b"\n", 1)[0].decode(errors="replace")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask the kernel for SIGTERM when our parent dies (Linux)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def _start(
     argv: list[str], name: str, log: Path, boot: re.Pattern[str]
 ) -> tuple[subprocess.Popen[bytes], re.Match[str]]:
+    tie = _die_with_parent if sys.platform == "linux" else None
     with log.open("ab") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=tie
+        )
     try:
         line = _read_boot_line(proc, name, log)
         match = boot.fullmatch(line)

@@ -62,7 +62,7 @@ class WorkerPool:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(abandon=exc_type is not None)
 
     @property
     def pids(self) -> list[int]:
@@ -142,9 +142,12 @@ class WorkerPool:
                 out.append((i, got, payload))
         return out
 
-    def close(self) -> None:
-        """Join the workers; kill by pid any still running after ``JOIN_TIMEOUT_S``."""
+    def close(self, *, abandon: bool = False) -> None:
+        """Join the workers; kill by pid any still running after ``JOIN_TIMEOUT_S``, or at
+        once when ``abandon`` (the run failed or was interrupted: nobody waits for them)."""
         for proc in self.procs:
+            if abandon and proc.is_alive():
+                proc.kill()
             proc.join(JOIN_TIMEOUT_S)
             if proc.is_alive():
                 proc.kill()

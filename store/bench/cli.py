@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from common.benchkit import one_line_errors
 from common.process import tune_gc
 from store.bench import report, stacks
 from store.bench.group_commit import GroupCommitResult, run_group_commit
@@ -50,6 +51,9 @@ class ByteSize(click.ParamType[int, Any]):
 
     name = "size"
 
+    def __init__(self, minimum: int = 1) -> None:
+        self.minimum = minimum
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         """Parse ``value``."""
         if isinstance(value, int):
@@ -61,8 +65,8 @@ class ByteSize(click.ParamType[int, Any]):
             size = int(float(number) * _UNITS[unit])
         except ValueError:
             self.fail(f"{value!r} is not a size like 1G, 512M or 4096", param, ctx)
-        if size <= 0:
-            self.fail("a size must be positive", param, ctx)
+        if size < self.minimum:
+            self.fail(f"{value!r} is less than the minimum of {self.minimum} bytes", param, ctx)
         return size
 
 
@@ -178,7 +182,7 @@ def common_options(f: F) -> F:
         ),
         click.option(
             "--commitlog-file-size",
-            type=BYTE_SIZE,
+            type=ByteSize(minimum=4096),
             default=GIB,
             show_default="1G",
             help="Size of each commitlog file.",
@@ -208,10 +212,8 @@ def _session(kw: dict[str, Any]) -> Session:
 
 @contextlib.contextmanager
 def _bench_errors() -> Iterator[None]:
-    try:
+    with one_line_errors(BenchError, DiskSpaceError):
         yield
-    except (BenchError, DiskSpaceError) as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @click.group()

@@ -165,3 +165,22 @@ def test_a_client_inherited_across_a_fork_fails_fast_and_closes(silent_namesrv: 
         os.close(read)
     finally:
         producer.close()
+
+
+def test_ctrl_c_during_close_reaches_the_caller_and_the_loop_is_released(
+    silent_namesrv: str,
+) -> None:
+    """A KeyboardInterrupt while a close waits (on a slow or frozen broker, say) is not
+    logged and swallowed: the shared loop is still released, then the caller gets it."""
+    producer = Producer(group="pg", namesrv=silent_namesrv).start()
+    shared = producer._shared
+    assert shared is not None
+
+    def interrupted(loop: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        producer._close(interrupted)
+    assert not shared.loop.running
+    with pytest.raises(MQClientError):  # ClientClosedError
+        producer.send(Message("T", b"x"))

@@ -455,10 +455,11 @@ def test_the_default_connection_cap_leaves_half_the_descriptors_for_files(
 
     from remoting import server
 
-    for soft in (256, 1024, 65536):
+    for soft in (8, 64, 100, 256, 1024, 65536):  # a low ulimit -n too: no floor above half
         monkeypatch.setattr(resource, "getrlimit", lambda _kind, s=soft: (s, s))
         cap = server.default_max_connections()
-        assert cap * server.DESCRIPTORS_PER_CONNECTION <= soft // 2 or cap == 64
+        assert cap >= 1
+        assert cap * server.DESCRIPTORS_PER_CONNECTION <= soft // 2
 
 
 async def test_callers_of_an_unanswering_address_share_one_connect_attempt(
@@ -498,3 +499,54 @@ async def test_callers_of_an_unanswering_address_share_one_connect_attempt(
         for s in fillers:
             s.close()
         listener.close()
+
+
+async def test_a_write_to_a_peer_that_stopped_reading_keeps_the_calls_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The peer reads nothing (a lockstep stream: no buffer at all), so the frame's write
+    blocks. The call's own timeout ends it, not the 5 s bound of a shielded write: the
+    connection is closed at once (half a frame may be out) and the call times out."""
+    ours, _theirs = trio.testing.lockstep_stream_pair()
+    client = Channel(Connection(ours, "server:1"), {})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        start = trio.current_time()
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(req(ECHO, b"x" * 1000), timeout_s=0.5)
+        assert trio.current_time() - start == pytest.approx(0.5)
+        assert client.closed  # before its reader noticed: the next call must not pick it
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_write_to_a_peer_that_stopped_reading_keeps_the_callers_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The same with a scope of the caller's (``fail_after``) shorter than the call's timeout."""
+    ours, _theirs = trio.testing.lockstep_stream_pair()
+    client = Channel(Connection(ours, "server:1"), {})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        start = trio.current_time()
+        with pytest.raises(trio.TooSlowError), trio.fail_after(0.5):
+            await client.invoke(req(ECHO, b"x" * 1000), timeout_s=60.0)
+        assert trio.current_time() - start == pytest.approx(0.5)
+        nursery.cancel_scope.cancel()
+
+
+async def test_connections_outlive_a_cancelled_scope_around_the_client_until_it_closes() -> None:
+    """Cancelling a scope around ``async with RemotingClient()`` must not take the readers
+    with it: the owner's shielded close work (commit offsets, unregister) still needs them."""
+    with trio.fail_after(LIMIT):
+        async with serving(BASIC) as addr:
+            with trio.CancelScope() as outer:
+                async with RemotingClient() as client:
+                    await client.invoke(addr, req(ECHO))
+                    outer.cancel()
+                    await trio.lowlevel.cancel_shielded_checkpoint()  # readers see the cancel
+                    with trio.CancelScope(shield=True):
+                        resp = await client.invoke(addr, req(ECHO, b"at close"))
+                    await trio.sleep_forever()
+            assert outer.cancelled_caught
+            assert resp.body == b"at close"
+            assert not client.connected(addr)
