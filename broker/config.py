@@ -16,6 +16,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -164,6 +165,12 @@ class BrokerConfig:
                 raise ValueError(f"{key} must be in [0, 65535], got {port}")
         if self.broker_id < 0:
             raise ValueError(f"brokerId must be >= 0, got {self.broker_id}")
+        try:
+            ipaddress.ip_address(self.broker_ip1)
+        except ValueError:
+            raise ValueError(
+                f"brokerIP1 must be an IP address clients can reach, got {self.broker_ip1!r}"
+            ) from None
         if not 0 <= self.broker_permission < 8:
             raise ValueError(f"brokerPermission must be in [0, 8), got {self.broker_permission}")
         if self.busy_poll_us < 0:

@@ -179,15 +179,23 @@ class BrokerController:
             log.info("broker %s stopped", self.config.broker_name)
 
     def _close_sync(self) -> None:
-        """Persist offsets (if loaded) and close the store; runs in a worker thread."""
+        """Persist offsets (if loaded) and close the store; runs in a worker thread. A file
+        that cannot be written (a full disk) is logged by name and the rest still runs: the
+        store closes, and the broker still exits 0 (it served; nothing failed to start)."""
+        if self.offsets is not None:
+            self._persist_on_close("consumer offsets", self.offsets.persist_if_dirty)
+        schedule = self.schedule
+        if schedule is not None and schedule.dirty:
+            self._persist_on_close("delay offsets", schedule.persist)
+        assert self.store is not None
+        self.store.close()
+
+    @staticmethod
+    def _persist_on_close(what: str, persist: Callable[[], object]) -> None:
         try:
-            if self.offsets is not None:
-                self.offsets.persist_if_dirty()
-            if self.schedule is not None and self.schedule.dirty:
-                self.schedule.persist()
-        finally:
-            assert self.store is not None
-            self.store.close()
+            persist()
+        except OSError as exc:
+            log.error("%s not persisted on shutdown (the last saved ones stay): %s", what, exc)
 
     async def _serve(self, services: StoreServices, task_status: trio.TaskStatus[int]) -> None:
         """The net nursery; unregisters from the name servers when it ends."""

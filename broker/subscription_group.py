@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.json_store import load_json, write_json_atomic
+from broker.json_store import change_durably, load_json, write_json_atomic
 from common.route import MAX_QUEUE_NUMS
 from common.topic import group_problem
 
@@ -139,7 +139,16 @@ class SubscriptionGroupManager:
             return None
         config = SubscriptionGroupConfig(group)
         self._table[group] = config
-        self._changed()
+        self._bump_version()
+        try:
+            self.persist()
+        except OSError as exc:  # the defaults it holds are what an absent group gets anyway
+            log.warning(
+                "auto-created subscription group %s not persisted yet (%s); the next change "
+                "writes it",
+                group,
+                exc,
+            )
         log.info("auto-created subscription group %s", group)
         return config
 
@@ -156,20 +165,21 @@ class SubscriptionGroupManager:
         """Add or replace ``config`` (persisted at once)."""
         if self._table.get(config.group_name) == config:
             return
-        self._table[config.group_name] = config
-        self._changed()
+        self._change(config.group_name, config)
 
     def delete(self, group: str) -> SubscriptionGroupConfig | None:
         """Remove ``group``; the removed config, or None when it was absent."""
-        removed = self._table.pop(group, None)
+        removed = self._table.get(group)
         if removed is not None:
-            self._changed()
+            self._change(group, None)
         return removed
 
-    def _changed(self) -> None:
+    def _bump_version(self) -> None:
         self.data_version += 1
         self.data_version_timestamp_ms = int(time.time() * 1000)
-        self.persist()
+
+    def _change(self, group: str, config: SubscriptionGroupConfig | None) -> None:
+        change_durably(self, self._table, group, config)
 
     # ------------------------------------------------------------------ persistence
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker.json_store import load_json, write_json_atomic
+from broker.json_store import change_durably, load_json, write_json_atomic
 from common.route import PermName, TopicConfig
 from common.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -105,14 +105,13 @@ class TopicConfigManager:
             raise ValueError(reason)
         if self._table.get(config.topic_name) == config:
             return
-        self._table[config.topic_name] = config
-        self._changed()
+        self._change(config.topic_name, config)
 
     def delete(self, topic: str) -> TopicConfig | None:
         """Remove ``topic``; the removed config, or None when it was absent."""
-        removed = self._table.pop(topic, None)
+        removed = self._table.get(topic)
         if removed is not None:
-            self._changed()
+            self._change(topic, None)
         return removed
 
     def create_on_send(
@@ -138,15 +137,12 @@ class TopicConfigManager:
             template = self._table.get(AUTO_CREATE_TOPIC_KEY_TOPIC)
             n = min(client_queue_nums, n, template.write_queue_nums if template else n)
         config = TopicConfig(topic, n, n, PermName.PERM_READ | PermName.PERM_WRITE)
-        self._table[topic] = config
-        self._changed()
+        self._change(topic, config)
         log.info("auto-created topic %s with %d queues", topic, n)
         return config
 
-    def _changed(self) -> None:
-        self.data_version += 1
-        self.data_version_timestamp_ms = int(time.time() * 1000)
-        self.persist()
+    def _change(self, topic: str, config: TopicConfig | None) -> None:
+        change_durably(self, self._table, topic, config)
 
     # ------------------------------------------------------------------ persistence
 

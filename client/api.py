@@ -20,6 +20,7 @@ from client.message import (
     from_record,
     received_from_raw_fields,
 )
+from common.message import PULL_FLAG_COMMIT_OFFSET
 from common.record import RecordError, decode_raw_fields, decode_records
 from common.route import PermName, TopicRouteData
 from common.subscription import SubscriptionData
@@ -190,7 +191,7 @@ def pull_request(
         "queueId": mq.queue_id,
         "queueOffset": offset,
         "maxMsgNums": max_msgs,
-        "sysFlag": 0,
+        "sysFlag": PULL_FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0,
         "commitOffset": commit_offset,
         "suspendTimeoutMillis": suspend_timeout_ms,
         "subscription": subscription.sub_string,

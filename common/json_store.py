@@ -43,13 +43,17 @@ def _replace_with(path: Path, data: bytes) -> None:
     tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a part-written file would hold space on a full disk
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 

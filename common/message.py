@@ -33,6 +33,11 @@ class MessageConst:
     KEY_SEPARATOR: Final = " "
 
 
+PULL_FLAG_COMMIT_OFFSET: Final = 0x1
+"""PULL_MESSAGE's ``sysFlag`` bit saying its ``commitOffset`` is to be committed
+(RocketMQ's ``PullSysFlag.FLAG_COMMIT_OFFSET``)."""
+
+
 class MessageSysFlag:
     """Bits of the record's SYSFLAG field (RocketMQ's ``MessageSysFlag``)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,43 @@ class StoreConfig:
             raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
         if self.max_index_num < 2 or self.max_hash_slot_num < 1:
             raise ValueError("max_index_num must be >= 2 and max_hash_slot_num >= 1")
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        """Values that would crash a put, answer every send with an error or spin a loop
+        are refused here, at startup, with the setting's name."""
+        positive = (
+            "mapped_file_size_consume_queue",
+            "flush_interval_commit_log",
+            "flush_interval_consume_queue",
+            "clean_resource_interval",
+            "max_message_size",
+            "max_topic_length",
+            "delete_file_batch_max",
+            "max_msgs_num_batch",
+            "default_query_max_num",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("sync_flush_timeout", "file_reserved_time", "warm_ahead_size_commit_log"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        ratios = (
+            "disk_max_used_space_ratio",
+            "disk_space_warning_level_ratio",
+            "disk_space_clean_forcibly_ratio",
+        )
+        for name in ratios:
+            if not 0 <= getattr(self, name) <= 100:
+                raise ValueError(
+                    f"{name} must be a percentage in 0..100, got {getattr(self, name)}"
+                )
+        hours = self.delete_when.split(";")
+        if not all(re.fullmatch(r"\s*([01]?\d|2[0-3])\s*", h, re.ASCII) for h in hours):
+            raise ValueError(
+                f"delete_when must be hours 00..23 like 04 or 04;16, got {self.delete_when!r}"
+            )
 
     @property
     def commitlog_dir(self) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
+import logging
 import mmap
 import os
 import threading
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from store.errors import MappedFileCreateError
 from store.prefault import PAGE_SIZE, mapping_address, populate_write
+
+log = logging.getLogger(__name__)
 
 NAME_DIGITS = 20
 _TMP_SUFFIX = ".tmp"
@@ -147,8 +150,16 @@ class MappedFile:
         """Sync the directory once after creation, so the file's name is durable too; and
         its parent, which holds the directory's own name when the file was its first."""
         if not self._entry_synced:
-            fsync_directory(self.path.parent)
-            fsync_directory(self.path.parent.parent)
+            try:
+                fsync_directory(self.path.parent)
+                fsync_directory(self.path.parent.parent)
+            except OSError as exc:
+                if exc.errno not in (errno_mod.EMFILE, errno_mod.ENFILE):
+                    raise
+                # no descriptor to open the directory with (clients took them all): the data
+                # itself is synced; the entry is synced at the next flush instead
+                log.warning("cannot sync the directory of %s yet: %s", self.path, exc)
+                return
             self._entry_synced = True
 
     def zero_from(self, pos: int, chunk: int = 1 << 20) -> bool:

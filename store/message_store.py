@@ -139,7 +139,13 @@ class MessageStore:
             log.error("closing with undispatched messages (%s): next open will recover", exc)
         if not self._final_commitlog_flush():
             clean = False
-        self.flush_logics()
+        try:
+            self.flush_logics()
+        except OSError as exc:
+            clean = False
+            log.error(
+                "closing without a final flush of the queues (%s): the next open recovers", exc
+            )
         for cq in self.consume_queues():
             cq.close()
         self.index.close()

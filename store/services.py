@@ -334,10 +334,16 @@ class StoreServices:
         self._wake_waiters(self.store.flushed_offset)
 
     async def _flush_logics_loop(self) -> None:
+        """Flush consume queues, index and checkpoint every period. A failure (EIO, no
+        descriptor left) is logged and tried again next period: what they hold is rebuilt
+        from the commitlog by recovery, so it does not stop the broker or its writes."""
         interval = self.config.flush_interval_consume_queue / 1000
         while True:
             await trio.sleep(interval)
-            await trio.to_thread.run_sync(self.store.flush_logics)
+            try:
+                await trio.to_thread.run_sync(self.store.flush_logics)
+            except OSError as exc:
+                log.error("flushing consume queues, index and checkpoint failed: %s", exc)
 
     async def _warm_loop(self) -> None:
         """Keep the commitlog prefaulted ahead of the writer (ASYNC_FLUSH; see store.prefault).

@@ -4,7 +4,7 @@
 ::
 
     PULL_MESSAGE                11  consumerGroup topic queueId queueOffset maxMsgNums
-                                    [subscription "*" | "A || B"] [commitOffset -1]
+                                    [subscription "*" | "A || B"] [sysFlag 0] [commitOffset -1]
                                     [suspendTimeoutMillis] -> body = raw records end to end;
                                     nextBeginOffset minOffset maxOffset suggestWhichBrokerId=0
     QUERY_CONSUMER_OFFSET       14  consumerGroup topic queueId -> offset | QUERY_NOT_FOUND
@@ -41,6 +41,7 @@ from broker.status_codes import pull_response_code
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.hashing import java_string_hash
+from common.message import PULL_FLAG_COMMIT_OFFSET
 from common.record import RecordError
 from common.route import PermName
 from remoting.channel import Channel, Handler
@@ -100,7 +101,10 @@ class PullProcessor:
         offset = header_int(request, "queueOffset")
         max_msgs = header_int(request, "maxMsgNums")
         subscription = opt_str(request, "subscription", SUB_ALL)
-        commit_offset = opt_int(request, "commitOffset", -1)
+        # RocketMQ's PullSysFlag: the commit offset counts only with its bit set (its pull and
+        # lite-pull consumers send commitOffset=0 without it; that must not rewind the group)
+        commits = opt_int(request, "sysFlag", 0) & PULL_FLAG_COMMIT_OFFSET
+        commit_offset = opt_int(request, "commitOffset", -1) if commits else -1
         suspend_ms = opt_int(request, "suspendTimeoutMillis", 0)
         if offset < 0 or max_msgs <= 0:
             return error(

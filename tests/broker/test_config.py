@@ -94,6 +94,21 @@ def test_namesrv_addrs_split() -> None:
         ("advertisedPort", "-1"),
         ("busyPollMicros", "-1"),
         ("busyPollMicros", "soon"),
+        # values that would crash the first put, answer every send with an error or spin a
+        # loop at runtime are refused at startup
+        ("mappedFileSizeConsumeQueue", "0"),
+        ("syncFlushTimeout", "-1"),
+        ("flushIntervalCommitLog", "0"),
+        ("flushIntervalConsumeQueue", "-5"),
+        ("cleanResourceInterval", "0"),
+        ("fileReservedTime", "-1"),
+        ("diskMaxUsedSpaceRatio", "500"),
+        ("deleteWhen", "xx"),
+        ("deleteWhen", "24"),
+        ("deleteFileBatchMax", "0"),
+        ("maxMessageSize", "0"),
+        ("maxTopicLength", "0"),
+        ("brokerIP1", "notanip"),
     ],
 )
 def test_bad_value_names_the_key(key: str, value: str) -> None:

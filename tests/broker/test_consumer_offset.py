@@ -9,6 +9,7 @@ import pytest
 
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.json_store import backup_path, temp_path
+from tests.broker.inprocess import running_broker
 
 
 def test_commit_and_query(tmp_path: Path) -> None:
@@ -111,3 +112,18 @@ def test_take_dirty_snapshot_is_taken_once(tmp_path: Path) -> None:
     mgr.commit_offset("g", "T", 0, 8)  # a later change is not in the earlier snapshot
     assert doc == {"offsetTable": {"T@g": {"0": 7}}}
     assert mgr.dirty
+
+
+async def test_offsets_that_cannot_be_written_at_shutdown_do_not_stop_the_close(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk at SIGTERM: the broker says which file it could not write and still closes
+    its store cleanly (checkpoint written, abort file removed) instead of failing the whole
+    shutdown (which the command line reported as "cannot start")."""
+    async with running_broker(tmp_path) as (broker, _addr):
+        assert broker.offsets is not None
+        broker.offsets.commit_offset("cg", "T", 0, 7)
+        temp_path(broker.offsets.path).mkdir(parents=True)  # the write fails for real (EISDIR)
+    assert "consumer offsets not persisted on shutdown" in caplog.text
+    assert broker.store is not None
+    assert not broker.store.config.abort_path.exists()

@@ -335,13 +335,19 @@ async def test_consumer_offsets(tmp_path: Path) -> None:
         assert resp.code == ResponseCode.SUCCESS
         assert resp.ext_fields["offset"] == "0"
 
-        resp = await b.pull(2, commitOffset="2")
+        resp = await b.pull(2, sysFlag="1", commitOffset="2")  # PullSysFlag COMMIT_OFFSET
         assert resp.code == ResponseCode.SUCCESS
         assert b.offsets.query_offset(GROUP, TOPIC, 0) == 2
         resp = await b.call(RequestCode.QUERY_CONSUMER_OFFSET, **query)
         assert resp.ext_fields["offset"] == "2"
 
-        resp = await b.pull(2, commitOffset="-1")  # -1: no commit
+        resp = await b.pull(2, sysFlag="1", commitOffset="-1")  # -1: no commit
+        assert b.offsets.query_offset(GROUP, TOPIC, 0) == 2
+        # without the flag the field means nothing: RocketMQ's pull and lite-pull consumers
+        # send commitOffset=0 so, and it must not rewind the group
+        resp = await b.pull(0, sysFlag="0", commitOffset="0")
+        assert b.offsets.query_offset(GROUP, TOPIC, 0) == 2
+        resp = await b.pull(0, commitOffset="0")
         assert b.offsets.query_offset(GROUP, TOPIC, 0) == 2
 
         resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="4", **query)
@@ -357,7 +363,7 @@ async def test_consumer_offsets(tmp_path: Path) -> None:
         resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="1000", **query)
         assert resp.code == ResponseCode.SUCCESS
         assert b.offsets.query_offset(GROUP, TOPIC, 0) == 5
-        await b.pull(4, commitOffset="999")
+        await b.pull(4, sysFlag="1", commitOffset="999")
         assert b.offsets.query_offset(GROUP, TOPIC, 0) == 5
         resp = await b.call(RequestCode.UPDATE_CONSUMER_OFFSET, commitOffset="4", **query)
 

@@ -215,3 +215,26 @@ async def test_heartbeat_creates_and_routes_the_retry_topic(tmp_path: Path) -> N
             version = broker.topics.data_version
             resp = await client.invoke(addr, req(RequestCode.HEART_BEAT, heartbeat("cg")))
             assert broker.topics.data_version == version, "a known group creates nothing"
+
+
+def test_a_group_change_that_cannot_be_written_is_not_kept(tmp_path: Path) -> None:
+    """As for topics (tests/broker/test_topic_config.py), but a group auto-created by a pull or
+    a heartbeat is kept and served: it holds the defaults an absent group gets anyway, and
+    failing the consumer's request for a file write would be worse."""
+    mgr = SubscriptionGroupManager(tmp_path)
+    mgr.create_or_update(SubscriptionGroupConfig("kept", retry_max_times=3))
+    blocker = tmp_path / (SUBSCRIPTION_GROUP_FILE + ".tmp")
+    blocker.mkdir()
+    with pytest.raises(IsADirectoryError):
+        mgr.create_or_update(SubscriptionGroupConfig("g1", retry_max_times=5))
+    with pytest.raises(IsADirectoryError):
+        mgr.delete("kept")
+    assert mgr.select("g1") is None
+    assert mgr.select("kept") == SubscriptionGroupConfig("kept", retry_max_times=3)
+    assert mgr.find("auto") == SubscriptionGroupConfig("auto")
+    blocker.rmdir()
+    mgr.create_or_update(SubscriptionGroupConfig("g1", retry_max_times=5))
+    again = SubscriptionGroupManager(tmp_path)
+    assert again.select("g1") == SubscriptionGroupConfig("g1", retry_max_times=5)
+    assert again.select("auto") == SubscriptionGroupConfig("auto")
+    assert again.select("kept") is not None

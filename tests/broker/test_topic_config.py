@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -185,3 +188,68 @@ def test_json_store_missing_and_both_corrupt(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="corrupt"):
         load_json(path)
     assert not temp_path(path).exists()
+
+
+def _unwritable(path: Path) -> Path:
+    """Make the next atomic write of ``path`` fail for real: its temp name is a directory
+    (EISDIR), as a full disk would make it fail (ENOSPC)."""
+    blocker = temp_path(path)
+    blocker.mkdir(parents=True)
+    return blocker
+
+
+def test_a_topic_change_that_cannot_be_written_is_not_kept(tmp_path: Path) -> None:
+    """In memory only, a created topic would vanish at the next restart (its acknowledged
+    messages unreachable) and a retry would write nothing, the table being "unchanged"; a
+    deleted one would come back. A change counts only once it is on disk."""
+    mgr = _manager(tmp_path)
+    mgr.create_or_update(TopicConfig("Kept", 2, 2, 6))
+    version = mgr.data_version
+    blocker = _unwritable(mgr.path)
+    with pytest.raises(IsADirectoryError):
+        mgr.create_or_update(TopicConfig("T4", 2, 2, 6))
+    with pytest.raises(IsADirectoryError):
+        mgr.create_on_send("AutoT5")
+    with pytest.raises(IsADirectoryError):
+        mgr.create_or_update(TopicConfig("Kept", 4, 4, 6))
+    with pytest.raises(IsADirectoryError):
+        mgr.delete("Kept")
+    assert mgr.select("T4") is None
+    assert mgr.select("AutoT5") is None
+    assert mgr.select("Kept") == TopicConfig("Kept", 2, 2, 6)
+    assert mgr.data_version == version
+    blocker.rmdir()  # space is back: the retries write
+    mgr.create_or_update(TopicConfig("T4", 2, 2, 6))
+    mgr.delete("Kept")
+    again = _manager(tmp_path)
+    assert again.select("T4") == TopicConfig("T4", 2, 2, 6)
+    assert again.select("Kept") is None
+
+
+def test_a_write_that_fails_part_way_leaves_no_temp_file(tmp_path: Path) -> None:
+    """A real short write: a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored) makes ``write``
+    fail with EFBIG after the temp file was made, as ENOSPC would on a full disk. The part-written
+    temp file goes (it would hold space on that disk); the old file stays."""
+    target = tmp_path / "topics.json"
+    write_json_atomic(target, {"old": True})
+    code = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from common.json_store import write_json_atomic\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    write_json_atomic(Path(sys.argv[1]), {'big': 'x' * 100000})\n"
+        "except OSError as exc:\n"
+        "    print(exc.errno)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(target)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == str(errno.EFBIG), out.stderr
+    assert not temp_path(target).exists()
+    assert load_json(target) == {"old": True}

@@ -21,6 +21,16 @@ def break_commitlog_flush(store: MessageStore) -> None:
     os.close(write_end)
 
 
+def break_consume_queue_flush(store: MessageStore, topic: str, queue_id: int) -> None:
+    """As :func:`break_commitlog_flush`, for the writable file of one consume queue."""
+    cq = store.find_consume_queue(topic, queue_id)
+    assert cq is not None
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, cq.queue.files[-1].fd)
+    os.close(read_end)
+    os.close(write_end)
+
+
 def stall_commitlog_flushes(
     store: MessageStore, patch: Callable[[Any, str, Any], None], *, limit_s: float = 30.0
 ) -> threading.Event:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -349,3 +351,42 @@ def test_flushed_offset_never_counts_an_append_that_came_after_the_flush(
     last.__dict__["append_after_read"] = True
     assert queue.flushed_offset == SIZE + 200
     assert queue.max_offset == SIZE + 300
+
+
+def test_no_descriptor_for_the_directory_sync_is_tried_again_at_the_next_flush(
+    tmp_path: Path,
+) -> None:
+    """With every descriptor taken (clients at a low ``ulimit -n``), a new file's first flush
+    cannot open its directory: that is EMFILE, not a failed flush that would refuse writes
+    until a restart. Real limits, in a child process: RLIMIT_NOFILE at the open count."""
+    code = (
+        "import os, resource, sys\n"
+        "from pathlib import Path\n"
+        "from store.mapped_file import MappedFile\n"
+        "(Path(sys.argv[1]) / 'q').mkdir()\n"
+        "f = MappedFile(Path(sys.argv[1]) / 'q' / '00000000000000000000', 4096, create=True)\n"
+        "f.append(b'x' * 100)\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+        "held = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        held.append(os.open('/dev/null', os.O_RDONLY))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "f.flush()\n"
+        "print(f._entry_synced)\n"
+        "for fd in held:\n"
+        "    os.close(fd)\n"
+        "f.append(b'y')\n"
+        "f.flush()\n"
+        "print(f._entry_synced)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.split() == ["False", "True"], out.stderr

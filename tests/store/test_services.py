@@ -16,7 +16,7 @@ import trio.testing
 from store import FlushDiskType, MessageStore, PutResult, PutStatus, StoreConfig
 from store.services import StoreServices
 from tests.conftest import make_msg
-from tests.store.faults import break_commitlog_flush
+from tests.store.faults import break_commitlog_flush, break_consume_queue_flush
 
 DEADLINE_S = 30
 TOPIC = "TopicTest"
@@ -148,6 +148,30 @@ async def test_a_failed_flush_acknowledges_nothing_more_and_refuses_writes(
     finally:
         store.close()
     assert store.config.abort_path.exists()  # the next open recovers and verifies the log
+
+
+async def test_a_failed_queue_flush_is_logged_and_tried_again_not_fatal(
+    small_config: Callable[..., StoreConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Consume queues, index and checkpoint are rebuilt from the commitlog by recovery: a
+    failed flush of them (here a real EINVAL) must not end the services (and the broker with
+    them), nor stop writes; it is logged every period, and close keeps the abort file."""
+    store = open_store(small_config(flush_interval_consume_queue=10))
+    services = StoreServices(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            first = await services.put_message(make_msg(body=b"one"))
+            await wait_until(lambda: store.get_max_offset_in_queue(TOPIC, 0) == 1)
+            break_consume_queue_flush(store, TOPIC, 0)
+            await wait_until(lambda: caplog.text.count("flushing consume queues") >= 2)
+            second = await services.put_message(make_msg(body=b"two"))
+            assert (first.status, second.status) == (PutStatus.PUT_OK, PutStatus.PUT_OK)
+            await wait_until(lambda: store.get_max_offset_in_queue(TOPIC, 0) == 2)
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    assert store.config.abort_path.exists()  # the next open recovers the queues
 
 
 async def test_async_flush_put_does_not_wait(small_config: Callable[..., StoreConfig]) -> None:
