@@ -287,6 +287,9 @@ class Channel:
 
     async def _on_request(self, request: RemotingCommand, nursery: trio.Nursery) -> None:
         """Answer ``request`` inline if its handler's reply is ready, else in a new task."""
+        # a reader woken just before its server began to stop must not start new work (a
+        # send stored now would go unanswered, and a producer's retry would duplicate it)
+        await trio.lowlevel.checkpoint_if_cancelled()
         limit = self._limit
         # the reader answers inline requests before it reads on, so every request in flight
         # now is one whose answer is awaited in a task
@@ -357,6 +360,12 @@ class Channel:
         flag = response.flag | _RESPONSE_FLAG
         if response.opaque != request.opaque or response.flag != flag:  # not made by response_to
             response = response.with_opaque(request.opaque, flag)
+        # shielded: a handler that ran (a message stored, say) is answered even when the
+        # server began to stop meanwhile; the write itself is bounded (see Connection)
+        with trio.CancelScope(shield=True):
+            await self._send_response(request, response)
+
+    async def _send_response(self, request: RemotingCommand, response: RemotingCommand) -> None:
         try:
             try:
                 await self.send(response)

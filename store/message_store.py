@@ -83,6 +83,9 @@ class MessageStore:
         """The commitlog minimum the consume queues and index were last cleaned below
         (:func:`store.retention.clean_logics_if_moved`)."""
         self.flush_error: str | None = None
+        self.dispatch_error: str | None = None
+        """Why the last dispatch round failed (a consume-queue or index file that cannot be
+        created); puts are refused while it is set."""
         """Why a commitlog flush failed (an ``OSError`` of ``fdatasync``), once one has: from
         then on puts are refused until a restart, because what the page cache held may never
         reach the disk and a retried flush cannot be trusted to say so."""
@@ -309,7 +312,13 @@ class MessageStore:
 
         The result's ``end_offset`` is what a SYNC_FLUSH caller must wait to see flushed.
         """
-        if not self.running or self.disk_full or self.flush_error or not msgs:
+        if (
+            not self.running
+            or self.disk_full
+            or self.flush_error
+            or self.dispatch_error
+            or not msgs
+        ):
             return self._refusal()
         result = self.commitlog.append(msgs)
         if result.status is PutStatus.PUT_OK and self.put_listener is not None:
@@ -329,6 +338,10 @@ class MessageStore:
                 f"the commitlog could not be flushed ({self.flush_error}): "
                 "writes are refused until the broker restarts"
             )
+        if self.dispatch_error:
+            # RocketMQ's makeLogicsQueueError: messages nobody could read must not be
+            # acknowledged; writes resume once a dispatch round gets through
+            return f"consume queue or index files cannot be created ({self.dispatch_error})"
         return None
 
     def _refusal(self) -> PutResult:
@@ -363,10 +376,13 @@ class MessageStore:
                 return 0
             try:
                 self.dispatch(batch)
-            except BaseException:
+            except BaseException as exc:
                 with self.commitlog.lock:
                     pending[:0] = batch
+                if isinstance(exc, MappedFileCreateError):
+                    self.dispatch_error = str(exc)
                 raise
+            self.dispatch_error = None
             return count
 
     @property

@@ -138,7 +138,11 @@ class StoreServices:
         return self._when_flushed(result)
 
     async def _when_flushed(self, result: PutResult) -> PutResult:
-        if not await self.wait_flushed(result.end_offset):
+        # shielded (wait_flushed is bounded by syncFlushTimeout): the messages are stored, so
+        # a broker that begins to stop still answers the put once the flush covers it
+        with trio.CancelScope(shield=True):
+            flushed = await self.wait_flushed(result.end_offset)
+        if not flushed:
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
         return result
 

@@ -550,3 +550,25 @@ async def test_connections_outlive_a_cancelled_scope_around_the_client_until_it_
             assert outer.cancelled_caught
             assert resp.body == b"at close"
             assert not client.connected(addr)
+
+
+async def test_a_request_handled_as_the_server_begins_to_stop_is_still_answered() -> None:
+    """The handler ran (a message stored, say) and the server's scope was cancelled meanwhile:
+    the answer is still written, or the client, told nothing, would send the request again."""
+    server_scope = trio.CancelScope()
+
+    def store_and_stop(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        server_scope.cancel()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=b"stored")
+
+    server = RemotingServer({ECHO: store_and_stop}, port=0)
+
+    async def run_server(*, task_status: trio.TaskStatus[int]) -> None:
+        with server_scope:
+            await server.run(task_status=task_status)
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery, RemotingClient() as client:
+            port = await nursery.start(run_server)
+            resp = await client.invoke(f"127.0.0.1:{port}", req(ECHO))
+            assert resp.body == b"stored"

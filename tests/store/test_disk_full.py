@@ -157,6 +157,7 @@ def _child_consume_queue(config: StoreConfig) -> None:
             errors.append("")
         except MappedFileCreateError as exc:
             errors.append(f"{type(exc).__name__}: errno {exc.errno}")
+    refused = store.put_message(_message(99, "OldQueue", 0))
     _emit(
         "stalled",
         statuses=statuses,
@@ -165,6 +166,7 @@ def _child_consume_queue(config: StoreConfig) -> None:
         errors=errors,
         contents=_queue_contents(store),
         new_queue=store.get_messages("NewQueue", 0, 0, 8).status.name,
+        put=[refused.status.name, refused.remark],
     )
     _limit_file_size(resource.RLIM_INFINITY)
     _drain(store)
@@ -173,6 +175,7 @@ def _child_consume_queue(config: StoreConfig) -> None:
         behind=store.dispatch_behind,
         contents=_queue_contents(store),
         problems=check_store(store),
+        refusal=store.write_refusal,
     )
     store.close()
     with MessageStore(config) as reopened:
@@ -296,6 +299,11 @@ def test_consume_queue_file_that_cannot_be_created(tmp_path: Path) -> None:
     assert stalled["behind_after"] == 40  # the batch stayed pending
     assert all(e.startswith("MappedFileCreateError") for e in stalled["errors"]), stalled
     assert stalled["new_queue"] in ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE")
+    # while messages cannot reach their queues, sends are refused instead of acknowledged
+    # into a store nobody can read from (RocketMQ's makeLogicsQueueError)
+    status, remark = stalled["put"]
+    assert status == "SERVICE_NOT_AVAILABLE"
+    assert "consume queue or index files cannot be created" in remark
     old = [f"FULL{i:06d}" for i in range(5)] + [f"FULL{i:06d}" for i in range(5, 45) if i % 2]
     new = [f"FULL{i:06d}" for i in range(5, 45) if not i % 2]
     # a queue whose file existed may already show part of the stalled batch: only a prefix
@@ -305,6 +313,7 @@ def test_consume_queue_file_that_cannot_be_created(tmp_path: Path) -> None:
     back = report["space back"]
     assert back["behind"] == 0
     assert back["problems"] == []
+    assert back["refusal"] is None  # writes resume by themselves
     assert back["contents"] == {"NewQueue/0": new, "OldQueue/0": old}
     assert report["reopened"] == {"contents": back["contents"], "problems": []}
 

@@ -16,7 +16,11 @@ import trio.testing
 from store import FlushDiskType, MessageStore, PutResult, PutStatus, StoreConfig
 from store.services import StoreServices
 from tests.conftest import make_msg
-from tests.store.faults import break_commitlog_flush, break_consume_queue_flush
+from tests.store.faults import (
+    break_commitlog_flush,
+    break_consume_queue_flush,
+    stall_commitlog_flushes,
+)
 
 DEADLINE_S = 30
 TOPIC = "TopicTest"
@@ -172,6 +176,37 @@ async def test_a_failed_queue_flush_is_logged_and_tried_again_not_fatal(
     finally:
         store.close()
     assert store.config.abort_path.exists()  # the next open recovers the queues
+
+
+async def test_a_stored_sync_flush_put_is_answered_when_cancelled_meanwhile(
+    small_config: Callable[..., StoreConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker that begins to stop cancels the send handlers waiting for their flush; the
+    messages are stored (and flushed at close), so their puts still come back PUT_OK once the
+    flush covers them, to be answered: a producer told nothing would send them again."""
+    store = open_store(small_config(flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    services = StoreServices(store)
+    results: list[PutResult] = []
+
+    async def put(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            results.append(await services.put_message(make_msg(body=b"stored")))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            release = stall_commitlog_flushes(store, monkeypatch.setattr)
+            scope = await nursery.start(put)
+            await wait_until(lambda: store.commitlog.max_offset > 0)
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            await wait_until(lambda: bool(results), limit_s=10)
+            assert results[0].status is PutStatus.PUT_OK
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
 
 
 async def test_async_flush_put_does_not_wait(small_config: Callable[..., StoreConfig]) -> None:
