@@ -128,11 +128,12 @@ class Channel:
         before the reader notices); calls then fail at once."""
         return self._closed or self.connection.closed
 
-    async def send(self, cmd: RemotingCommand) -> None:
-        """Write ``cmd`` as is (no opaque assigned, nothing awaited back)."""
+    async def send(self, cmd: RemotingCommand, *, cancellable: bool = True) -> None:
+        """Write ``cmd`` as is (no opaque assigned, nothing awaited back); see
+        :meth:`Connection.send <remoting.connection.Connection.send>` for ``cancellable``."""
         if self._closed:
             raise RemotingSendRequestError(self.remote_addr)
-        await self.connection.send(cmd)
+        await self.connection.send(cmd, cancellable=cancellable)
         self._activity += 1
         if self._poll_frames is not None:
             self._poll_frames.touch()
@@ -360,21 +361,18 @@ class Channel:
         flag = response.flag | _RESPONSE_FLAG
         if response.opaque != request.opaque or response.flag != flag:  # not made by response_to
             response = response.with_opaque(request.opaque, flag)
-        # shielded: a handler that ran (a message stored, say) is answered even when the
-        # server began to stop meanwhile; the write itself is bounded (see Connection)
-        with trio.CancelScope(shield=True):
-            await self._send_response(request, response)
-
-    async def _send_response(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        # not cancellable: a handler that ran (a message stored, say) is answered even when
+        # the server began to stop meanwhile; the write itself is bounded (see Connection)
         try:
             try:
-                await self.send(response)
+                await self.send(response, cancellable=False)
             except LocalProtocolError as exc:
                 log.error("cannot send response to code %s: %s", request.code, exc)
                 await self.send(
                     RemotingCommand.response_to(
                         request, ResponseCode.SYSTEM_ERROR, remark=f"invalid response: {exc}"
-                    )
+                    ),
+                    cancellable=False,
                 )
         except RemotingSendRequestError:
             log.debug("response to %s lost: connection closed", self.remote_addr)
