@@ -138,6 +138,8 @@ class Connection:
                 raise RemotingSendRequestError(self.remote_addr)
             if cancellable:
                 await trio.lowlevel.checkpoint_if_cancelled()  # last point to give up cleanly
+                # (not cancelled here, so this is the scopes' earliest deadline, not -inf)
+                finish_by = min(finish_by, trio.current_effective_deadline())
             sent = self._send_now(frame)
             if sent < len(frame):
                 await self._send_rest(memoryview(frame)[sent:], finish_by)
@@ -156,7 +158,7 @@ class Connection:
             return 0  # let trio's send_all meet the error and report it its way
 
     async def _send_rest(self, rest: memoryview, finish_by: float) -> None:
-        left = min(finish_by, trio.current_effective_deadline()) - trio.current_time()
+        left = finish_by - trio.current_time()
         try:
             with trio.move_on_after(max(0.0, min(SEND_TIMEOUT_S, left)), shield=True) as scope:
                 await self.stream.send_all(rest)

@@ -572,3 +572,27 @@ async def test_a_request_handled_as_the_server_begins_to_stop_is_still_answered(
             port = await nursery.start(run_server)
             resp = await client.invoke(f"127.0.0.1:{port}", req(ECHO))
             assert resp.body == b"stored"
+
+
+async def test_a_large_answer_of_a_server_that_began_to_stop_is_written_whole() -> None:
+    """The answer's task is cancelled (its scope's effective deadline is -inf then): a frame
+    larger than the socket buffers must still be written whole, bounded only by the write's
+    own limit, not cut at once."""
+    server_scope = trio.CancelScope()
+    big = b"x" * (8 << 20)
+
+    def store_and_stop(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        server_scope.cancel()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=big)
+
+    server = RemotingServer({ECHO: store_and_stop}, port=0)
+
+    async def run_server(*, task_status: trio.TaskStatus[int]) -> None:
+        with server_scope:
+            await server.run(task_status=task_status)
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery, RemotingClient() as client:
+            port = await nursery.start(run_server)
+            resp = await client.invoke(f"127.0.0.1:{port}", req(ECHO))
+            assert resp.body == big
