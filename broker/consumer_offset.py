@@ -144,27 +144,34 @@ class ConsumerOffsetManager:
         return True
 
     def load(self) -> bool:
-        """Replace the table with ``consumerOffset.json`` (or its ``.bak``); False if neither.
+        """Replace the table with ``consumerOffset.json``; False when neither it nor its
+        ``.bak`` exists.
 
-        ValueError when the document parses but has the wrong shape.
+        A file that does not parse or has the wrong shape is skipped for its ``.bak``;
+        ValueError when neither loads.
         """
-        doc = load_json(self.path)
-        if doc is None:
+        loaded = load_json(self.path, self._decode)
+        if loaded is None:
             return False
+        self._table = loaded
+        self.dirty = False
+        return True
+
+    @staticmethod
+    def _decode(doc: object) -> dict[str, dict[int, int]]:
+        """An offsets document -> its table; ValueError if it has the wrong shape."""
         table = doc.get("offsetTable") if isinstance(doc, dict) else None
         if not isinstance(table, dict):
-            raise ValueError(f"{self.path}: expected a map with an 'offsetTable' map")
+            raise ValueError("expected a map with an 'offsetTable' map")
         loaded: dict[str, dict[int, int]] = {}
         for key, queues in table.items():
             if TOPIC_GROUP_SEPARATOR not in key or not isinstance(queues, dict):
-                raise ValueError(f"{self.path}: bad offsetTable entry {key!r}")
+                raise ValueError(f"bad offsetTable entry {key!r}")
             entry: dict[int, int] = {}
             for qid, offset in queues.items():
                 queue_id = parse_uint(str(qid), max_digits=9)
                 if queue_id is None or not isinstance(offset, int) or isinstance(offset, bool):
-                    raise ValueError(f"{self.path}: bad offset {qid!r}: {offset!r} in {key!r}")
+                    raise ValueError(f"bad offset {qid!r}: {offset!r} in {key!r}")
                 entry[queue_id] = offset
             loaded[key] = entry
-        self._table = loaded
-        self.dirty = False
-        return True
+        return loaded

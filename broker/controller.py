@@ -9,6 +9,8 @@
        └─ net nursery            (the body of the store nursery)
           ├─ RemotingServer.run  send, pull, client and admin handlers on host:listenPort;
           │                      parked (long-polling) pulls live in their request tasks
+          ├─ metrics.serve       GET /metrics on host:metricsPort (only when metricsPort is
+          │                      set and not 0; see broker.metrics), bound before registering
           ├─ register_loop       REGISTER_BROKER to every name server every
           │                      registerNameServerPeriod ms (first round before started());
           │                      topic admin requests also run a round at once (register_now)
@@ -17,15 +19,15 @@
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
           ├─ schedule.run        delayed-message delivery, one task per delay level, plus
           │                      delayOffset.json every flushDelayOffsetInterval ms
-          ├─ transactions.run    transaction check service every transactionCheckInterval ms
-          │                      (broker.transaction; progress = CID_SYS_RMQ_TRANS offsets)
-          └─ metrics.serve       GET /metrics on host:metricsPort (only when metricsPort is
-                                 set and not 0; see broker.metrics)
+          └─ transactions.run    transaction check service every transactionCheckInterval ms
+                                 (broker.transaction; progress = CID_SYS_RMQ_TRANS offsets)
 
 Rules:
 
-- ``task_status.started(port)`` comes once the server is listening and one registration round
-  (to every name server, concurrently) has been attempted.
+- ``task_status.started(port)`` comes once both ports are bound and one registration round
+  (to every name server, concurrently) has been attempted. A port that cannot be bound ends
+  the start before any name server hears of the broker (the error names ``listenPort`` or
+  ``metricsPort``); a broker stopped after its first registration attempt unregisters.
 - A failed registration is logged and retried next period; it never stops the broker.
 - ``store.arrival_listener`` wakes parked pulls and the schedule service's levels (chained
   after any listener already set) for as long as the net nursery runs; a closed connection
@@ -278,6 +280,7 @@ class BrokerController:
         self.store.arrival_listener = _chain(
             _chain(previous_listener, self.holds.notify), schedule.notify
         )
+        registering = False
         async with RemotingClient(default_timeout_s=REGISTER_TIMEOUT_S) as client:
             self._client = client
             try:
@@ -287,6 +290,9 @@ class BrokerController:
                     self.store.set_store_host(
                         self.config.broker_ip1, self.config.advertised(self.port)
                     )
+                    if self.metrics is not None:  # every port bound before the name servers
+                        await net.start(self.metrics.serve, self.host, self.config.metrics_port)
+                    registering = True
                     await self.register_all(client)
                     net.start_soon(self.register_loop, client)
                     net.start_soon(self.persist_loop)
@@ -294,8 +300,6 @@ class BrokerController:
                     net.start_soon(self.clients.notify_loop)
                     await net.start(schedule.run)
                     await net.start(self.transactions.run)
-                    if self.metrics is not None:
-                        await net.start(self.metrics.serve, self.host, self.config.metrics_port)
                     log.info(
                         "broker %s serving on port %d as %s",
                         self.config.broker_name,
@@ -306,7 +310,7 @@ class BrokerController:
             finally:
                 self._client = None
                 self.store.arrival_listener = previous_listener
-                if self.port is not None:
+                if registering:
                     await self.unregister_all()
 
     async def _consumer_group_seen(self, consumer: ConsumerData) -> None:

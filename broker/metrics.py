@@ -67,6 +67,7 @@ from broker.consumer_offset import ConsumerOffsetManager
 from broker.processors.client import ClientService
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from common.net import open_listeners
 from common.version import minimq_version
 from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, Handler
@@ -381,7 +382,7 @@ class BrokerMetrics(Collector):
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve ``GET /metrics`` on ``host:port`` until cancelled; ``started`` gets the port."""
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_listeners(port, host, "metricsPort")
         self.port = listeners[0].socket.getsockname()[1]
         log.info("metrics on http://%s:%s/metrics", host, self.port)
         async with trio.open_nursery() as nursery:

@@ -308,26 +308,33 @@ class ScheduleMessageService:
         self.dirty = False
 
     def load(self) -> bool:
-        """Replace the table with ``delayOffset.json`` (or its ``.bak``); False if neither.
+        """Replace the table with ``delayOffset.json``; False when neither it nor its ``.bak``
+        exists.
 
-        ValueError when the document parses but has the wrong shape.
+        A file that does not parse or has the wrong shape is skipped for its ``.bak``;
+        ValueError when neither loads.
         """
-        doc = load_json(self.path)
-        if doc is None:
+        loaded = load_json(self.path, self._decode)
+        if loaded is None:
             return False
+        self.offsets = loaded
+        self.dirty = False
+        return True
+
+    @staticmethod
+    def _decode(doc: object) -> dict[int, int]:
+        """A delay offsets document -> its table; ValueError if it has the wrong shape."""
         table = doc.get("offsetTable") if isinstance(doc, dict) else None
         if not isinstance(table, dict):
-            raise ValueError(f"{self.path}: expected a map with an 'offsetTable' map")
+            raise ValueError("expected a map with an 'offsetTable' map")
         loaded: dict[int, int] = {}
         for level, offset in table.items():
             number = parse_uint(str(level), max_digits=9)
             bad = not isinstance(offset, int) or isinstance(offset, bool) or offset < 0
             if number is None or bad:
-                raise ValueError(f"{self.path}: bad entry {level!r}: {offset!r}")
+                raise ValueError(f"bad entry {level!r}: {offset!r}")
             loaded[number] = offset
-        self.offsets = loaded
-        self.dirty = False
-        return True
+        return loaded
 
     # ------------------------------------------------------------------ requests
 

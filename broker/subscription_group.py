@@ -200,26 +200,36 @@ class SubscriptionGroupManager:
         write_json_atomic(self.path, self.to_wire())
 
     def load(self) -> bool:
-        """Merge the file (or its ``.bak``) into the table; False when neither exists.
+        """Merge the file into the table; False when neither it nor its ``.bak`` exists.
 
-        ValueError when the file parses but is not a valid subscription group document.
+        A file that does not parse or is not a valid subscription group document is skipped
+        for its ``.bak``; ValueError when neither loads.
         """
-        doc = load_json(self.path)
-        if doc is None:
+        loaded = load_json(self.path, self._decode)
+        if loaded is None:
             return False
+        table, counter = loaded
+        self._table.update(table)
+        if counter is not None:
+            self.data_version = counter
+        return True
+
+    @staticmethod
+    def _decode(doc: object) -> tuple[dict[str, SubscriptionGroupConfig], int | None]:
+        """A subscription group document -> (table, data version counter); ValueError if it
+        has the wrong shape."""
         table = doc.get("subscriptionGroupTable", {}) if isinstance(doc, dict) else None
-        if not isinstance(table, dict):
-            raise ValueError(f"{self.path}: expected a map with a 'subscriptionGroupTable' map")
+        if not isinstance(doc, dict) or not isinstance(table, dict):
+            raise ValueError("expected a map with a 'subscriptionGroupTable' map")
+        out: dict[str, SubscriptionGroupConfig] = {}
         for name, wire in table.items():
             if not isinstance(wire, dict):
-                raise ValueError(f"{self.path}: entry {name!r} is not a map")
+                raise ValueError(f"entry {name!r} is not a map")
             config = SubscriptionGroupConfig.from_wire(wire)
             if config.group_name != name:
-                raise ValueError(f"{self.path}: entry {name!r} holds group {config.group_name!r}")
-            self._table[name] = config
+                raise ValueError(f"entry {name!r} holds group {config.group_name!r}")
+            out[name] = config
         version = doc.get("dataVersion", {})
-        if isinstance(version, dict):
-            counter = version.get("counter", 0)
-            if isinstance(counter, int) and not isinstance(counter, bool):
-                self.data_version = counter
-        return True
+        counter = version.get("counter") if isinstance(version, dict) else None
+        valid = isinstance(counter, int) and not isinstance(counter, bool)
+        return out, counter if valid else None

@@ -161,26 +161,40 @@ class TopicConfigManager:
         write_json_atomic(self.path, self.to_wire())
 
     def load(self) -> bool:
-        """Merge ``topics.json`` (or its ``.bak``) into the table; False when neither exists.
+        """Merge ``topics.json`` into the table; False when neither it nor its ``.bak`` exists.
 
-        ValueError when the file parses but is not a valid topics document.
+        A file that does not parse or is not a valid topics document is skipped for its
+        ``.bak``; ValueError when neither loads.
         """
-        doc = load_json(self.path)
-        if doc is None:
+        loaded = load_json(self.path, self._decode)
+        if loaded is None:
             return False
+        table, counter, stamp = loaded
+        self._table.update(table)
+        if counter is not None:
+            self.data_version = counter
+        if stamp is not None:
+            self.data_version_timestamp_ms = stamp
+        return True
+
+    @staticmethod
+    def _decode(doc: object) -> tuple[dict[str, TopicConfig], int | None, int | None]:
+        """A topics document -> (table, data version counter, its timestamp); ValueError if
+        it has the wrong shape."""
         if not isinstance(doc, dict) or not isinstance(doc.get("topicConfigTable", {}), dict):
-            raise ValueError(f"{self.path}: expected a map with a 'topicConfigTable' map")
+            raise ValueError("expected a map with a 'topicConfigTable' map")
+        table: dict[str, TopicConfig] = {}
         for name, wire in doc.get("topicConfigTable", {}).items():
             config = TopicConfig.from_wire(wire)
             if config.topic_name != name:
-                raise ValueError(f"{self.path}: entry {name!r} holds topic {config.topic_name!r}")
-            self._table[name] = config
+                raise ValueError(f"entry {name!r} holds topic {config.topic_name!r}")
+            table[name] = config
         version = doc.get("dataVersion", {})
-        if isinstance(version, dict):
-            counter = version.get("counter", 0)
-            stamp = version.get("timestamp", self.data_version_timestamp_ms)
-            if isinstance(counter, int) and not isinstance(counter, bool):
-                self.data_version = counter
-            if isinstance(stamp, int) and not isinstance(stamp, bool):
-                self.data_version_timestamp_ms = stamp
-        return True
+        if not isinstance(version, dict):
+            return table, None, None
+        return table, _int_or_none(version.get("counter")), _int_or_none(version.get("timestamp"))
+
+
+def _int_or_none(value: object) -> int | None:
+    """``value`` if it is an int (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -6,8 +6,9 @@ Rules:
   over ``<name>`` with :func:`os.replace` and fsyncs the directory, so ``<name>`` is always
   either the old or the new complete document. Before that, the previous ``<name>`` (if it
   parses as JSON) is saved the same way as ``<name>.bak``.
-- :func:`load_json` reads ``<name>``; if it is missing, empty or not JSON it logs a warning and
-  falls back to ``<name>.bak``. A leftover ``<name>.tmp`` (a crashed writer) is ignored.
+- :func:`load_json` reads ``<name>``; if it is missing, empty, not JSON or JSON of the wrong
+  shape (its decoder refuses it) it logs a warning and falls back to ``<name>.bak``. A
+  leftover ``<name>.tmp`` (a crashed writer) is ignored.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def backup_path(path: Path) -> Path:
@@ -82,20 +86,41 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     _replace_with(path, data)
 
 
-def load_json(path: Path) -> Any | None:
-    """The JSON in ``path``, else in its ``.bak``; None when neither file exists.
+@overload
+def load_json(path: Path) -> Any | None: ...
 
-    Raises :class:`ValueError` when a file exists but neither parses.
+
+@overload
+def load_json(path: Path, decode: Callable[[Any], T]) -> T | None: ...
+
+
+def load_json(path: Path, decode: Callable[[Any], Any] | None = None) -> Any | None:
+    """``decode`` of the JSON in ``path``, else of the JSON in its ``.bak``; None when neither
+    file exists.
+
+    A file counts as corrupt when it does not parse or when ``decode`` raises ValueError,
+    TypeError or KeyError (valid JSON of the wrong shape): as RocketMQ's ``ConfigManager``,
+    the backup is tried next. Raises :class:`ValueError` naming the file and each reason
+    when no candidate loads.
     """
+    reasons: list[str] = []
     for candidate in (path, backup_path(path)):
         try:
             data = candidate.read_bytes()
         except FileNotFoundError:
             continue
         try:
-            return _parse(data)
-        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError included
-            log.warning("cannot parse %s (%s); trying the backup", candidate, exc)
-    if path.exists() or backup_path(path).exists():
-        raise ValueError(f"{path} and its backup are both corrupt")
-    return None
+            doc = _parse(data)  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return doc if decode is None else decode(doc)
+        except (ValueError, TypeError, KeyError) as exc:
+            reason = str(exc) if not isinstance(exc, KeyError) else f"missing key {exc}"
+            reasons.append(f"{candidate.name}: {reason}")
+            log.warning("cannot load %s (%s); trying the backup", candidate, reason)
+    if not reasons:
+        return None
+    detail = "; ".join(reasons)
+    if len(reasons) == 2:
+        raise ValueError(f"{path} and its backup are both corrupt ({detail})")
+    if path.exists():
+        raise ValueError(f"{path} is corrupt and has no backup ({detail})")
+    raise ValueError(f"{path} is missing and its backup is corrupt ({detail})")

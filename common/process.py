@@ -3,8 +3,9 @@
 Rules:
 
 - :func:`serve_until_signal` starts the service, announces its bound port, and on the first
-  SIGTERM or SIGINT cancels it; later signals are logged and ignored, so a second Ctrl-C cannot
-  cut an ordered shutdown short. If the service ends by itself, the process ends too.
+  SIGTERM or SIGINT cancels it, also while it is still starting (nothing is announced then);
+  later signals are logged and ignored, so a second Ctrl-C cannot cut an ordered shutdown
+  short. If the service ends by itself, the process ends too.
 - Servers tune Python's cycle collector before serving (:func:`tune_gc`): by default it runs
   every 700 net new container objects, and took 5-13 % of the time per message in the store's
   put benchmark (`mqbench store put`).
@@ -19,7 +20,7 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NoReturn, Protocol, TypeVar
 
 import click
@@ -34,27 +35,40 @@ class Service(Protocol):
     def __call__(self, *, task_status: trio.TaskStatus[int]) -> Awaitable[None]: ...
 
 
+class _Announcer:
+    """The ``task_status`` of a service run in place: ``started`` announces its port."""
+
+    def __init__(self, announce: Callable[[int], None]) -> None:
+        self._announce = announce
+
+    def started(self, value: int | None = None) -> None:
+        assert value is not None, "a service reports its bound port"
+        self._announce(value)
+
+
 async def serve_until_signal(
     run: Service, announce: Callable[[int], None], log: logging.Logger
 ) -> None:
-    """Run ``run`` until SIGTERM or SIGINT (see the module rules)."""
+    """Run ``run`` until SIGTERM or SIGINT (see the module rules). Signals are watched from
+    the start: one that comes while the service still starts (recovering its store,
+    registering) stops it there, before it announces anything."""
     service_scope = trio.CancelScope()
 
-    async def run_service(*, task_status: trio.TaskStatus[int]) -> None:
-        with service_scope:
-            await run(task_status=task_status)
-        nursery.cancel_scope.cancel()  # the service is done: stop waiting for signals
+    async def stop_on_signal(signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if service_scope.cancel_called:
+                log.warning("received %s; shutdown already in progress", name)
+            else:
+                log.info("received %s; shutting down", name)
+                service_scope.cancel()
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            announce(await nursery.start(run_service))
-            async for signum in signals:
-                name = signal.Signals(signum).name
-                if service_scope.cancel_called:
-                    log.warning("received %s; shutdown already in progress", name)
-                else:
-                    log.info("received %s; shutting down", name)
-                    service_scope.cancel()
+            nursery.start_soon(stop_on_signal, signals)
+            with service_scope:
+                await run(task_status=_Announcer(announce))
+            nursery.cancel_scope.cancel()  # the service is done: stop waiting for signals
 
 
 SERVER_GC_THRESHOLDS = (50_000, 20, 10)

@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from common.net import open_listeners
 from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, ConnectionContext, Handler
 from remoting.connection import Connection
@@ -87,8 +88,11 @@ class RemotingServer:
         max_connections: int | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
         max_pending_per_connection: int = DEFAULT_MAX_PENDING_PER_CONNECTION,
+        port_setting: str = "listenPort",
     ) -> None:
         self.handlers = handlers
+        self.port_setting = port_setting
+        """The setting ``port`` came from, named when it cannot be bound."""
         self.pending_limit = PendingLimit(max_pending, max_pending_per_connection)
         """Requests waiting for their answer, and how many may (see the module rules)."""
         self.max_connections = (
@@ -112,7 +116,7 @@ class RemotingServer:
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until cancelled; ``task_status.started`` gets the bound port."""
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        listeners = await open_listeners(self.port, self.host, self.port_setting)
         sockname = listeners[0].socket.getsockname()
         self.port = int(sockname[1])
         log.info("remoting server listening on %s:%d", self.host, self.port)

@@ -33,9 +33,9 @@ class DeletedTopics:
 
     def load(self) -> None:
         """Read the file (or its backup) if there is one."""
-        data = load_json(self.path)
-        if data is not None:
-            self.cuts = {str(topic): int(cut) for topic, cut in data.items()}
+        cuts = load_json(self.path, _decode_cuts)
+        if cuts is not None:
+            self.cuts = cuts
 
     def is_dead(self, topic: str, phys_offset: int) -> bool:
         """True for a record of a deleted topic written before the deletion."""
@@ -74,3 +74,15 @@ class DeletedTopics:
 
     def _save(self, cuts: dict[str, int]) -> None:
         write_json_atomic(self.path, dict(sorted(cuts.items())))  # fsynced, then renamed
+
+
+def _decode_cuts(doc: object) -> dict[str, int]:
+    """``{topic: commitlog offset}``; ValueError for anything else."""
+    if not isinstance(doc, dict):
+        raise ValueError("expected a map of topic to commitlog offset")
+    cuts: dict[str, int] = {}
+    for topic, cut in doc.items():
+        if not isinstance(cut, int) or isinstance(cut, bool) or cut < 0:
+            raise ValueError(f"bad offset for {topic!r}: {cut!r}")
+        cuts[str(topic)] = cut
+    return cuts

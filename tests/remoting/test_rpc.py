@@ -28,6 +28,7 @@ from remoting.errors import (
     RemotingSendRequestError,
     RemotingTimeoutError,
 )
+from remoting.frame import FrameDecoder, encode_frame
 from remoting.server import Handler, RemotingServer
 
 LIMIT = 10
@@ -596,3 +597,39 @@ async def test_a_large_answer_of_a_server_that_began_to_stop_is_written_whole() 
             port = await nursery.start(run_server)
             resp = await client.invoke(f"127.0.0.1:{port}", req(ECHO))
             assert resp.body == big
+
+
+async def test_a_request_read_after_the_server_began_to_stop_is_not_handled() -> None:
+    """Two requests arrive in one segment; handling the first begins the stop. The second,
+    read from the buffer after that, must not be handled: its answer could not be relied on
+    (a send stored and never answered is sent again by the client, a duplicate)."""
+    server_scope = trio.CancelScope()
+    handled: list[bytes] = []
+
+    def store_and_stop(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        handled.append(request.body)
+        server_scope.cancel()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=request.body)
+
+    server = RemotingServer({ECHO: store_and_stop}, port=0)
+
+    async def run_server(*, task_status: trio.TaskStatus[int]) -> None:
+        with server_scope:
+            await server.run(task_status=task_status)
+
+    first = RemotingCommand.request(ECHO, {}, b"first", opaque=1)
+    second = RemotingCommand.request(ECHO, {}, b"second", opaque=2)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(run_server)
+            raw = await trio.open_tcp_stream("127.0.0.1", port)
+            async with raw:
+                await raw.send_all(encode_frame(first) + encode_frame(second))
+                decoder = FrameDecoder()
+                answers: list[RemotingCommand] = []
+                while chunk := await raw.receive_some():
+                    decoder.receive_data(chunk)
+                    while (answer := decoder.next_command()) is not None:
+                        answers.append(answer)
+    assert handled == [b"first"]
+    assert [(a.opaque, a.body) for a in answers] == [(1, b"first")]
