@@ -340,7 +340,8 @@ def send_back_request(
 ) -> RemotingCommand:
     """CONSUMER_SEND_MSG_BACK: store ``msg`` (by its commitlog offset) in the group's retry
     topic at ``delay_level`` (0: the broker picks ``3 + reconsume times``; -1: straight to the
-    dead-letter queue)."""
+    dead-letter queue). ``reconsumeTimes`` (a minimq field) carries the client's count, which
+    an orderly consumer keeps without the broker seeing it."""
     header: dict[str, ExtValue] = {
         "offset": msg.commitlog_offset,
         "group": group,
@@ -349,6 +350,7 @@ def send_back_request(
         "originTopic": msg.topic,
         "unitMode": False,
         "maxReconsumeTimes": max_reconsume_times,
+        "reconsumeTimes": msg.reconsume_times,
     }
     return RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header, opaque=0)
 

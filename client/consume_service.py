@@ -20,9 +20,10 @@ Orderly rules:
 - One task per queue consumes its messages one batch at a time in offset order, and only while
   the queue is locked to this client at the broker.
 - ``SUCCESS`` commits the batch. A failure puts the batch back and retries it after
-  ``suspend_current_queue_ms``; a message that fails again after ``max_reconsume_times``
-  retries (``1 + max`` tries; ``-1``, the default, retries for ever, as in RocketMQ) goes to the
-  dead-letter queue and the queue moves on.
+  ``suspend_current_queue_ms`` (clamped to 10 ms .. 30 s, as RocketMQ); a message that fails
+  again after ``max_reconsume_times`` retries (``1 + max`` tries; ``-1``, the default, retries
+  for ever, as in RocketMQ) goes to the dead-letter queue with its count of tries, and the
+  queue moves on. Each message of a batch is judged on its own: the others stay and retry.
 - Before a message reaches the handler, a message from the retry topic gets back its original
   topic (``RETRY_TOPIC`` property).
 """
@@ -317,6 +318,18 @@ class ConcurrentService:
             self.submit(slot, msgs)
 
 
+SUSPEND_MIN_MS = 10
+SUSPEND_MAX_MS = 30_000
+"""RocketMQ's bounds of an orderly queue's pause after a failure (``submitConsumeRequestLater``):
+0 would retry a failing message in a tight loop."""
+
+
+def suspend_pause_s(suspend_current_queue_ms: int) -> float:
+    """The pause after a failed orderly batch, in seconds: ``suspend_current_queue_ms``
+    clamped to [``SUSPEND_MIN_MS``, ``SUSPEND_MAX_MS``]."""
+    return min(max(suspend_current_queue_ms, SUSPEND_MIN_MS), SUSPEND_MAX_MS) / 1000
+
+
 def orderly_max_reconsume_times(configured: int) -> int:
     """Retries of an orderly consumer before the dead-letter queue: ``-1`` (any negative) means
     no limit (RocketMQ's ``Integer.MAX_VALUE``)."""
@@ -348,19 +361,31 @@ class OrderlyService:
         if result is ConsumeResult.SUCCESS:
             self._commit(slot)
             return
-        limit = orderly_max_reconsume_times(self.c.max_reconsume_times)
-        if any(m.reconsume_times >= limit for m in msgs):  # checked before counting this try
-            for m in msgs:
-                if not await self.c.send_back(m, -1):  # -1: straight to the DLQ
-                    log.error("could not move %s of %s to the DLQ; retrying it", m.msg_id, slot.mq)
-                    break
-            else:
-                self._commit(slot)
-                return
-        for m in msgs:
+        moved = await self._move_spent_to_dlq(slot, msgs)
+        rest = msgs[moved:]
+        for m in rest:
             m.reconsume_times += 1
-        slot.pq.return_taken(msgs)
-        await trio.sleep(self.suspend_s)
+        slot.pq.return_taken(rest)
+        if moved:
+            self._commit(slot)  # only the moved ones are still taken
+        if rest:
+            await trio.sleep(self.suspend_s)
+
+    async def _move_spent_to_dlq(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> int:
+        """Send the batch's leading messages that used up their retries to the dead-letter
+        queue; how many went. Each message is judged on its own (RocketMQ's
+        ``checkReconsumeTimes``), before this try counts: a message was tried at most as
+        often as any before it in the queue, so the spent ones lead the batch."""
+        limit = orderly_max_reconsume_times(self.c.max_reconsume_times)
+        moved = 0
+        for m in msgs:
+            if m.reconsume_times < limit:
+                break
+            if not await self.c.send_back(m, -1):  # -1: straight to the DLQ
+                log.error("could not move %s of %s to the DLQ; retrying it", m.msg_id, slot.mq)
+                break
+            moved += 1
+        return moved
 
     def _commit(self, slot: QueueSlot) -> None:
         offset = slot.pq.commit_taken()
@@ -376,4 +401,5 @@ __all__ = [
     "OrderlyService",
     "QueueSlot",
     "orderly_max_reconsume_times",
+    "suspend_pause_s",
 ]

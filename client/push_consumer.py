@@ -59,6 +59,7 @@ from client.consume_service import (
     Handler,
     OrderlyService,
     QueueSlot,
+    suspend_pause_s,
 )
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
 from client.instance import ClientInstance
@@ -151,6 +152,10 @@ class PushConsumer:
         validate_group(group)
         if consume_thread_max <= 0 or not 0 < consume_message_batch_max_size <= 1024:
             raise ValueError("consume_thread_max and consume_message_batch_max_size must be > 0")
+        if suspend_current_queue_ms < 0:
+            raise ValueError(
+                f"suspend_current_queue_ms must be >= 0, got {suspend_current_queue_ms}"
+            )
         self.group = group
         self.consume_from = consume_from
         self.consume_timestamp_ms = default_consume_timestamp_ms(consume_timestamp_ms)
@@ -173,7 +178,7 @@ class PushConsumer:
         self.max_span = consume_concurrently_max_span
         self.max_reconsume_times = max_reconsume_times
         self.suspend_timeout_ms = suspend_timeout_ms
-        self.suspend_current_queue_s = suspend_current_queue_ms / 1000
+        self.suspend_current_queue_s = suspend_pause_s(suspend_current_queue_ms)
         self.pull_max_idle_ms = pull_max_idle_ms
         self.persist_interval = persist_interval
         self.rebalance_interval = rebalance_interval

@@ -19,9 +19,10 @@ clients may not send to (NO_PERMISSION, as RocketMQ), topic exists or is auto-cr
 ``msgCheck``), properties parse and size (MESSAGE_ILLEGAL), body size <= maxMessageSize
 (MESSAGE_ILLEGAL). A message with a DELAY property is redirected to ``SCHEDULE_TOPIC_XXXX`` by
 the ``transform`` hook (:mod:`broker.schedule`; a non-integer DELAY is MESSAGE_ILLEGAL); a batch
-carrying DELAY is MESSAGE_ILLEGAL, as RocketMQ's. The same hook turns a message with the
-PREPARED sysflag into a half message (:mod:`broker.transaction`); a prepared batch is
-MESSAGE_ILLEGAL. The put outcome is mapped by :func:`broker.status_codes.put_response_code`.
+with a DELAY level above 0 (or not an integer) is MESSAGE_ILLEGAL, as RocketMQ's. The same hook
+turns a message with the PREPARED sysflag into a half message (:mod:`broker.transaction`); a
+prepared batch is MESSAGE_ILLEGAL. The put outcome is mapped by
+:func:`broker.status_codes.put_response_code`.
 
 Response header: msgId (offsetMsgId of the store host and physical offset; comma-separated for a
 batch), queueId, queueOffset (of the first message); a half message adds transactionId (its
@@ -44,6 +45,7 @@ from broker.processors.send_checks import (
     encode_batch_body,
     parse_properties,
 )
+from broker.schedule import delay_level_of
 from broker.status_codes import put_response_code
 from broker.topic_config import TopicConfigManager
 from common.digits import parse_uint
@@ -68,6 +70,8 @@ from remoting.headers import (
 from store import MessageStore
 from store.services import StoreServices
 from store.status import PutResult
+
+DELAY = MessageConst.DELAY
 
 V2_FIELD_NAMES: Mapping[str, str] = {
     "a": "producerGroup",
@@ -372,7 +376,7 @@ class SendProcessor:
     def _apply_transform(
         self, request: RemotingCommand, msgs: list[MessageRecord], batch: bool
     ) -> RemotingCommand | None:
-        """Run :attr:`transform` on a single message; refuse a batch carrying DELAY."""
+        """Run :attr:`transform` on a single message; refuse a delayed batch."""
         if batch:
             prepared = MessageSysFlag.TRANSACTION_PREPARED_TYPE
             if any(MessageSysFlag.transaction_value(m.sys_flag) == prepared for m in msgs):
@@ -381,7 +385,11 @@ class SendProcessor:
                     ResponseCode.MESSAGE_ILLEGAL,
                     "batch message does not support transaction",
                 )
-            if any(MessageConst.DELAY in m.properties for m in msgs):
+            try:  # as RocketMQ: only a level above 0 delays, so only that is refused
+                delayed = any(delay_level_of(m) > 0 for m in msgs if DELAY in m.properties)
+            except ValueError as exc:
+                return error(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            if delayed:
                 return error(
                     request,
                     ResponseCode.MESSAGE_ILLEGAL,

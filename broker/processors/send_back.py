@@ -4,7 +4,7 @@
 
     CONSUMER_SEND_MSG_BACK  36  offset (commitlog offset of the failed message) group
                                 [delayLevel 0] [originMsgId] [originTopic] [unitMode]
-                                [maxReconsumeTimes] -> SUCCESS | error
+                                [maxReconsumeTimes] [reconsumeTimes] -> SUCCESS | error
 
 Steps, as RocketMQ's:
 
@@ -15,8 +15,13 @@ Steps, as RocketMQ's:
    writable (else NO_PERMISSION); the original record is looked up by commitlog offset (else
    SYSTEM_ERROR "look message by offset failed, <offset>").
 3. The new message copies body, flag, sysFlag, born timestamp/host and properties (UNIQ_KEY
-   included) with ``reconsumeTimes + 1``; RETRY_TOPIC = the original topic unless already set;
-   ORIGIN_MESSAGE_ID = the one already set, else the UNIQ_KEY, else the record's offset id.
+   included) with ``reconsumeTimes + 1``, where ``reconsumeTimes`` is the stored record's or
+   the header's (a minimq field: the count an orderly consumer kept), whichever is larger.
+   RETRY_TOPIC = the topic the group consumed the message from: kept when the record comes
+   from the group's own retry topic, else the record's topic (RocketMQ keeps any RETRY_TOPIC
+   already set, which sends a dead letter retried by another group back under a topic that
+   group never subscribed to). ORIGIN_MESSAGE_ID = the one already set, else the UNIQ_KEY,
+   else the record's offset id.
 4. When ``reconsumeTimes >= maxReconsumeTimes`` (the header's when given and >= 0, else the
    group's ``retryMaxTimes``, as in RocketMQ) or ``delayLevel < 0`` it goes to ``%DLQ%<group>``
    (created on demand: 1 queue, read|write as RocketMQ 4.9+/5.x; DELAY removed). Otherwise to a
@@ -48,6 +53,9 @@ from remoting.headers import error, guarded, header_int, header_str, opt_int
 from store import MessageStore, PutStatus
 from store.services import StoreServices
 
+MAX_RECONSUME_COUNT = 2**31 - 2
+"""The largest count a header may claim (the record's field is a signed 32-bit int, and the
+new message stores it plus one)."""
 DLQ_NUMS_PER_GROUP = 1
 """Queues of a dead-letter topic (RocketMQ's ``DLQ_NUMS_PER_GROUP``)."""
 RETRY_PERM = PermName.PERM_READ | PermName.PERM_WRITE
@@ -68,10 +76,14 @@ def create_topic_in_send_back(
     return config, True
 
 
-def send_back_properties(rec: MessageRecord, store_host: bytes | None = None) -> dict[str, str]:
-    """``rec``'s properties with RETRY_TOPIC and ORIGIN_MESSAGE_ID set as RocketMQ does."""
+def send_back_properties(
+    rec: MessageRecord, group: str, store_host: bytes | None = None
+) -> dict[str, str]:
+    """``rec``'s properties with RETRY_TOPIC and ORIGIN_MESSAGE_ID set (module docstring,
+    step 3) for a send-back by ``group``."""
     props = dict(rec.properties)
-    props.setdefault(MessageConst.RETRY_TOPIC, rec.topic)
+    if rec.topic != retry_topic(group) or MessageConst.RETRY_TOPIC not in props:
+        props[MessageConst.RETRY_TOPIC] = rec.topic
     origin = props.get(MessageConst.ORIGIN_MESSAGE_ID) or rec.uniq_key
     if not origin:
         origin = offset_msg_id_of_packed(store_host or rec.store_host, rec.physical_offset)
@@ -107,6 +119,7 @@ class SendBackProcessor:
         group = header_str(request, "group")
         delay_level = opt_int(request, "delayLevel", 0)
         max_reconsume = opt_int(request, "maxReconsumeTimes", -1)
+        client_count = min(max(opt_int(request, "reconsumeTimes", 0), 0), MAX_RECONSUME_COUNT)
         config = self.groups.find(group)
         if config is None:
             return error(
@@ -140,7 +153,8 @@ class SendBackProcessor:
         # the client's maxReconsumeTimes replaces the group's retryMaxTimes (mqadmin
         # updateSubGroup -r), which applies when the client leaves it at -1, as in RocketMQ
         max_times = max_reconsume if max_reconsume >= 0 else config.retry_max_times
-        msg, dlq_created = self._build(rec, config, retry_config, delay_level, max_times)
+        times = max(rec.reconsume_times, client_count)
+        msg, dlq_created = self._build(rec, config, retry_config, delay_level, max_times, times)
         if (created or dlq_created) and self.on_topic_created is not None:
             await self.on_topic_created()
         result = await self.services.put_message(msg)
@@ -164,11 +178,13 @@ class SendBackProcessor:
         retry_config: TopicConfig,
         delay_level: int,
         max_times: int,
+        times: int,
     ) -> tuple[MessageRecord, bool]:
-        """The message to store and whether a DLQ topic was created for it."""
-        props = send_back_properties(rec)
+        """The message to store (``times`` reconsumed so far) and whether a DLQ topic was
+        created for it."""
+        props = send_back_properties(rec, config.group_name)
         created = False
-        if rec.reconsume_times >= max_times or delay_level < 0:
+        if times >= max_times or delay_level < 0:
             topic = dlq_topic(config.group_name)
             _, created = create_topic_in_send_back(self.topics, topic, DLQ_NUMS_PER_GROUP, DLQ_PERM)
             queue_id = 0
@@ -176,7 +192,7 @@ class SendBackProcessor:
         else:
             topic = retry_config.topic_name
             queue_id = random.randrange(config.retry_queue_nums)
-            level = 3 + rec.reconsume_times if delay_level == 0 else delay_level
+            level = 3 + times if delay_level == 0 else delay_level
             props[MessageConst.DELAY] = str(level)
         msg = MessageRecord(
             topic,
@@ -187,7 +203,7 @@ class SendBackProcessor:
             sys_flag=rec.sys_flag,
             born_timestamp=rec.born_timestamp,
             born_host=rec.born_host,
-            reconsume_times=rec.reconsume_times + 1,
+            reconsume_times=times + 1,
         )
         self.transform(msg)
         return msg, created

@@ -68,6 +68,7 @@ async def send_back(
     *,
     delay_level: int = 0,
     max_reconsume_times: int | None = 16,
+    reconsume_times: int | None = None,
 ) -> tuple[int, str]:
     """CONSUMER_SEND_MSG_BACK with the client's header types; ``(code, remark)``."""
     fields: dict[str, ExtValue] = {
@@ -80,5 +81,7 @@ async def send_back(
     }
     if max_reconsume_times is not None:
         fields["maxReconsumeTimes"] = max_reconsume_times
+    if reconsume_times is not None:
+        fields["reconsumeTimes"] = reconsume_times
     resp = await client.invoke(addr, req(RequestCode.CONSUMER_SEND_MSG_BACK, **fields))
     return resp.code, resp.remark or ""

@@ -243,6 +243,36 @@ async def test_illegal_delayed_sends(tmp_path: Path) -> None:
             )
             assert resp.code == ResponseCode.MESSAGE_ILLEGAL
             assert resp.remark == "TimeDelayLevel is not supported for batching"
+            batch = encode_batch_body([{"body": b"a", "properties": {"DELAY": "x"}}])
+            resp = await client.invoke(
+                addr,
+                req(RequestCode.SEND_BATCH_MESSAGE, batch, producerGroup="pg", topic="T"),
+            )
+            assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+            assert "'x' is not an integer" in (resp.remark or "")
+            assert queue_size(broker, SCHEDULE_TOPIC, 0) == 0
+
+
+async def test_a_batch_whose_delay_is_not_above_zero_is_not_delayed(tmp_path: Path) -> None:
+    """As a single send, and as RocketMQ: only a level above 0 delays (and is refused in a
+    batch)."""
+    with trio.fail_after(30):
+        async with running_broker(tmp_path) as (broker, addr), RemotingClient() as client:
+            entries = [
+                {"body": b"%d" % i, "properties": {"DELAY": d}}
+                for i, d in enumerate(["0", "-1", ""])
+            ]
+            resp = await client.invoke(
+                addr,
+                req(
+                    RequestCode.SEND_BATCH_MESSAGE,
+                    encode_batch_body(entries),
+                    producerGroup="pg",
+                    topic="T",
+                ),
+            )
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            assert [r.body for r in await pull_all(client, addr, "T", 0)] == [b"0", b"1", b"2"]
             assert queue_size(broker, SCHEDULE_TOPIC, 0) == 0
 
 

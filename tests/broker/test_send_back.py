@@ -193,3 +193,54 @@ async def test_send_back_refused_when_group_unknown_and_no_auto_create(tmp_path:
             code, remark = await send_back(client, addr, offset, GROUP)
             assert code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
             assert GROUP in remark
+
+
+async def test_a_dead_letter_retried_by_another_group_keeps_the_topic_that_group_read(
+    tmp_path: Path,
+) -> None:
+    """A message read from ``%DLQ%cg`` by group ``fixer`` and sent back: its RETRY_TOPIC is
+    the DLQ topic fixer subscribed to, not the first group's topic (``T``), which fixer has
+    no handler for; and it stays so across fixer's own retries."""
+    with trio.fail_after(30):
+        async with (
+            running_broker(tmp_path, overrides=FAST_LEVELS) as (broker, addr),
+            RemotingClient() as client,
+        ):
+            offset = await send(client, addr, "T", b"dead", UNIQ_KEY="U1")
+            assert (await send_back(client, addr, offset, GROUP, delay_level=-1))[0] == 0
+            (dead,) = await pull_all(client, addr, DLQ)
+            assert dead.properties[MessageConst.RETRY_TOPIC] == "T"
+            assert (await send_back(client, addr, dead.physical_offset, "fixer"))[0] == 0
+            await wait_until(lambda: broker_has(broker, "%RETRY%fixer", 1), "fixer's retry")
+            (retry,) = await pull_all(client, addr, "%RETRY%fixer")
+            assert retry.properties[MessageConst.RETRY_TOPIC] == DLQ
+            assert retry.properties[MessageConst.ORIGIN_MESSAGE_ID] == "U1"
+            assert (await send_back(client, addr, retry.physical_offset, "fixer"))[0] == 0
+            await wait_until(lambda: broker_has(broker, "%RETRY%fixer", 2), "the second retry")
+            second = (await pull_all(client, addr, "%RETRY%fixer"))[1]
+            assert second.properties[MessageConst.RETRY_TOPIC] == DLQ
+
+
+async def test_the_clients_count_of_tries_is_kept_in_the_dead_letter(tmp_path: Path) -> None:
+    """An orderly consumer retries in place, so only it knows how often a message was tried:
+    the header's ``reconsumeTimes`` counts when larger than the stored record's."""
+    with trio.fail_after(30):
+        async with running_broker(tmp_path) as (_, addr), RemotingClient() as client:
+            offset = await send(client, addr, "T", b"orderly")
+            code, _ = await send_back(
+                client, addr, offset, GROUP, delay_level=-1, reconsume_times=3
+            )
+            assert code == ResponseCode.SUCCESS
+            tried = await send(client, addr, "T", b"stored count", reconsume_times=5)
+            code, _ = await send_back(client, addr, tried, GROUP, delay_level=-1, reconsume_times=1)
+            assert code == ResponseCode.SUCCESS
+            code, _ = await send_back(
+                client, addr, offset, GROUP, delay_level=-1, reconsume_times=-7
+            )
+            assert code == ResponseCode.SUCCESS
+            dead = await pull_all(client, addr, DLQ)
+            assert [(r.body, r.reconsume_times) for r in dead] == [
+                (b"orderly", 4),
+                (b"stored count", 6),
+                (b"orderly", 1),
+            ]

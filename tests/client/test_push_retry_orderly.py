@@ -14,7 +14,12 @@ import trio
 
 from client.aio import ConsumeFrom, Producer, PullConsumer, PushConsumer
 from client.config import ClientConfig
-from client.consume_service import ConsumeResult, Handler, orderly_max_reconsume_times
+from client.consume_service import (
+    ConsumeResult,
+    Handler,
+    orderly_max_reconsume_times,
+    suspend_pause_s,
+)
 from client.instance import ClientInstance
 from client.message import Message, MessageQueue, ReceivedMessage
 from common.topic import dlq_topic
@@ -89,6 +94,97 @@ async def test_a_message_that_always_fails_ends_in_the_dlq(tmp_path: Path, order
                         got = await reader.poll_for(0.2)
         assert [m.body for m in got] == [b"doomed"]
         assert attempts[b"doomed"] == 4  # the first delivery and 3 retries
+        assert got[0].reconsume_times == 4  # in both modes: the broker is told the count
+
+
+async def read_dlq(namesrv: str, group: str, count: int) -> list[ReceivedMessage]:
+    """The first ``count`` messages of ``%DLQ%<group>`` (waiting for the topic to appear)."""
+    dlq = MessageQueue(dlq_topic(group), "broker-a", 0)
+    got: list[ReceivedMessage] = []
+    async with PullConsumer(
+        group + "-dlq-reader", namesrv, consume_from=ConsumeFrom.FIRST_OFFSET
+    ) as reader:
+        with trio.fail_after(LIMIT):
+            while True:
+                try:
+                    reader.assign([dlq])
+                    break
+                except Exception:  # noqa: BLE001 (the DLQ topic appears later)
+                    await trio.sleep(0.05)
+            while len(got) < count:
+                got += await reader.poll_for(0.2)
+    return got
+
+
+async def test_a_dead_letter_consumed_by_another_group_comes_back_to_its_handler(
+    tmp_path: Path,
+) -> None:
+    """Group ``fixer`` reads ``%DLQ%app``; its handler fails once and must see the message
+    again (it used to come back under app's topic, with no handler, and go on to fixer's DLQ
+    unseen)."""
+    async with cluster(tmp_path, brokers=("broker-a",), overrides=FAST_LEVELS) as c:
+        app_calls: list[str] = []
+        fixer_calls: list[tuple[str, int]] = []
+
+        def app_handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            app_calls.append(msgs[0].topic)
+            return ConsumeResult.RECONSUME_LATER
+
+        def fixer_handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            fixer_calls.append((msgs[0].topic, msgs[0].reconsume_times))
+            return ConsumeResult.RECONSUME_LATER if len(fixer_calls) == 1 else ConsumeResult.SUCCESS
+
+        app = PushConsumer(
+            "app", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, max_reconsume_times=0
+        )
+        app.subscribe(TOPIC, "*", app_handle)
+        async with app, Producer("pg", c.namesrv) as producer:
+            await producer.send(Message(TOPIC, b"dead"))
+            assert [m.body for m in await read_dlq(c.namesrv, "app", 1)] == [b"dead"]
+        fixer = PushConsumer("fixer", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        fixer.subscribe(dlq_topic("app"), "*", fixer_handle)
+        async with fixer:
+            await wait_until(lambda: len(fixer_calls) == 2, "the retried dead letter handled")
+        assert app_calls == [TOPIC]
+        assert fixer_calls == [(dlq_topic("app"), 1), (dlq_topic("app"), 2)]
+
+
+async def test_orderly_batch_members_each_get_their_own_tries(tmp_path: Path) -> None:
+    """Batch size 2, 3 tries each: the message that joins a failing batch late is not sent to
+    the DLQ with the older one, but tried its own 3 times (RocketMQ's checkReconsumeTimes)."""
+    async with cluster(tmp_path, brokers=("broker-a",), queues=1) as c:
+        tries: Counter[bytes] = Counter()
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            for m in msgs:
+                tries[m.body] += 1
+            return ConsumeResult.RECONSUME_LATER
+
+        consumer = PushConsumer(
+            "obg",
+            c.namesrv,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            orderly=True,
+            consume_message_batch_max_size=2,
+            max_reconsume_times=2,
+            suspend_current_queue_ms=50,
+        )
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            await producer.send(Message(TOPIC, b"m1"))
+            await wait_until(lambda: tries[b"m1"] == 1, "m1 tried once")
+            await producer.send(Message(TOPIC, b"m2"))
+            dead = await read_dlq(c.namesrv, "obg", 2)
+        assert tries == {b"m1": 3, b"m2": 3}
+        assert [(m.body, m.reconsume_times) for m in dead] == [(b"m1", 3), (b"m2", 3)]
+
+
+def test_the_orderly_pause_is_checked_and_clamped_as_rocketmq() -> None:
+    with pytest.raises(ValueError, match="suspend_current_queue_ms"):
+        PushConsumer("g", "127.0.0.1:9876", orderly=True, suspend_current_queue_ms=-1)
+    assert suspend_pause_s(0) == 0.01  # 0 would retry a failing message in a tight loop
+    assert suspend_pause_s(1000) == 1.0
+    assert suspend_pause_s(10**9) == 30.0
 
 
 async def test_delayed_message_arrives_no_earlier_than_its_level(tmp_path: Path) -> None:
