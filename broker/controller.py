@@ -15,6 +15,7 @@
           │                      registerNameServerPeriod ms (first round before started());
           │                      topic admin requests also run a round at once (register_now)
           ├─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
+          ├─ stats_loop          samples message totals every second (broker.stats: putTps)
           ├─ scan_loop           drops clients silent for channelExpiredTimeout ms (every 10 s)
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
           ├─ schedule.run        delayed-message delivery, one task per delay level, plus
@@ -69,6 +70,7 @@ from broker.processors.send import make_send_handlers
 from broker.processors.send_back import RETRY_PERM, SendBackProcessor, create_topic_in_send_back
 from broker.rebalance_lock import RebalanceLockManager
 from broker.schedule import ScheduleMessageService
+from broker.stats import StoreStats, Totals
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.transaction import TransactionService, to_half_message
@@ -93,6 +95,8 @@ REGISTER_TIMEOUT_S = 3.0
 """Upper bound of one REGISTER_BROKER call (connect + response)."""
 UNREGISTER_TIMEOUT_S = 3.0
 """Upper bound of the whole UNREGISTER_BROKER round at shutdown."""
+STATS_SAMPLE_S = 1.0
+"""How often the message totals behind ``putTps`` are sampled (RocketMQ: every second)."""
 
 
 class BrokerController:
@@ -128,6 +132,8 @@ class BrokerController:
         """The store's background services (set by :meth:`run`)."""
         self.metrics = BrokerMetrics(self) if config.metrics_port else None
         """Prometheus metrics, served on ``metricsPort`` (None when it is unset or 0)."""
+        self.stats = StoreStats()
+        """Samples behind ``putTps`` / ``getTransferedTps`` (:mod:`broker.stats`)."""
 
     @property
     def broker_addr(self) -> str:
@@ -222,7 +228,7 @@ class BrokerController:
             self.topics,
             self.config,
             self.register_now,
-            put_tps=lambda: services.put_rate,
+            rates=self._rates,
             flow=self._flow_figures,
             offsets=self.offsets,
             on_topic_deleted=self.metrics.forget_topic if self.metrics is not None else None,
@@ -296,6 +302,7 @@ class BrokerController:
                     await self.register_all(client)
                     net.start_soon(self.register_loop, client)
                     net.start_soon(self.persist_loop)
+                    net.start_soon(self.stats_loop)
                     net.start_soon(self.clients.scan_loop)
                     net.start_soon(self.clients.notify_loop)
                     await net.start(schedule.run)
@@ -409,6 +416,21 @@ class BrokerController:
                 continue
             await self.register_all(client)
             last = trio.current_time()
+
+    def _totals(self) -> Totals:
+        assert self.store is not None
+        store = self.store
+        return Totals(trio.current_time(), store.messages_put, store.messages_transferred)
+
+    def _rates(self) -> dict[str, str]:
+        """``putTps`` and ``getTransferedTps`` (see :mod:`broker.stats`)."""
+        return self.stats.runtime_fields(self._totals())
+
+    async def stats_loop(self) -> None:
+        """Sample the store's totals every ``STATS_SAMPLE_S`` (see :mod:`broker.stats`)."""
+        while True:
+            self.stats.sample(self._totals())
+            await trio.sleep(STATS_SAMPLE_S)
 
     async def persist_loop(self) -> None:
         """Persist changed consumer offsets every ``flushConsumerOffsetInterval`` ms."""

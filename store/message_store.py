@@ -77,6 +77,10 @@ class MessageStore:
         self.last_dispatched_timestamp = 0
         self.arrival_listener: ArrivalListener | None = None
         self.put_listener: Callable[[], None] | None = None
+        self.messages_put = 0
+        """Messages stored since open (RocketMQ's ``putMessageTimesTotal``)."""
+        self.messages_transferred = 0
+        """Messages handed to readers since open (``getMessageTransferedMsgCount``)."""
         self.running = False
         self.disk_full = False
         self.logics_cleaned_below = 0
@@ -321,8 +325,10 @@ class MessageStore:
         ):
             return self._refusal()
         result = self.commitlog.append(msgs)
-        if result.status is PutStatus.PUT_OK and self.put_listener is not None:
-            self.put_listener()
+        if result.status is PutStatus.PUT_OK:
+            self.messages_put += len(msgs)
+            if self.put_listener is not None:
+                self.put_listener()
         return result
 
     @property
@@ -510,6 +516,7 @@ class MessageStore:
             next_offset += 1
         if records:
             status = GetStatus.FOUND
+            self.messages_transferred += len(records)
         elif removed:
             status = GetStatus.MESSAGE_WAS_REMOVING
         else:

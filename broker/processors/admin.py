@@ -63,7 +63,7 @@ class AdminProcessor:
         config: BrokerConfig,
         reregister: Callable[[], Awaitable[None]],
         *,
-        put_tps: Callable[[], float] | None = None,
+        rates: Callable[[], dict[str, str]] | None = None,
         flow: Callable[[], dict[str, str]] | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         offsets: ConsumerOffsetManager | None = None,
@@ -75,7 +75,7 @@ class AdminProcessor:
         self.topics = topics
         self.config = config
         self.reregister = reregister
-        self.put_tps = put_tps
+        self.rates = rates
         self.flow = flow
         """minimq's flow-control figures for the runtime table (see the controller)."""
         self.clock_ms = clock_ms
@@ -162,8 +162,8 @@ class AdminProcessor:
         refusal = self.store.write_refusal
         if refusal is not None:  # minimq's: why sends are answered SERVICE_NOT_AVAILABLE
             table["storeWriteRefusal"] = refusal
-        if self.put_tps is not None:
-            table["putTps"] = f"{self.put_tps():.2f}"
+        if self.rates is not None:
+            table.update(self.rates())
         if self.flow is not None:
             table.update(self.flow())
         return table

@@ -81,8 +81,8 @@ def cluster_list(namesrv: str | None, as_json: bool, cluster: str | None) -> Non
                 r["brokerId"],
                 r["addr"],
                 r["runtime"].get("brokerVersionDesc", "(unreachable)" if "error" in r else ""),
-                f"{float(r['runtime'].get('putTps', '0')):.2f}(0.0w)",
-                "0.00(0.0w)",
+                _tps(r["runtime"].get("putTps", "")),
+                _tps(r["runtime"].get("getTransferedTps", "")),
                 _hours_since(r["runtime"].get("earliestMessageTimeStamp", "0")),
                 f"{float(r['runtime'].get('commitLogDiskRatio', '0')):.4f}",
                 "true" if r["brokerId"] == MASTER_ID else "false",
@@ -90,6 +90,16 @@ def cluster_list(namesrv: str | None, as_json: bool, cluster: str | None) -> Non
             for r in rows
         ),
     )
+
+
+def _tps(figure: str) -> str:
+    """``#InTPS`` / ``#OutTPS``: the 10 s rate of a ``"10s 60s 600s"`` figure, as RocketMQ's
+    ``clusterList`` shows it (``12.50(0.0w)``); 0 when the broker gave none."""
+    try:
+        rate = float(figure.split()[0])
+    except (IndexError, ValueError):
+        rate = 0.0
+    return f"{rate:.2f}({rate / 10_000:.1f}w)"
 
 
 def need_target(broker: str | None, cluster: str | None) -> None:

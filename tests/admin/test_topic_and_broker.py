@@ -22,6 +22,16 @@ async def test_cluster_list_and_broker_status(tmp_path: Path) -> None:
         rows = await as_json("clusterList", *n)
         assert {(r["brokerName"], r["addr"]) for r in rows} == set(c.brokers.items())
         assert all(r["clusterName"] == "DefaultCluster" for r in rows)
+        async with Producer("pg", c.namesrv) as producer:
+            for i in range(8):
+                await producer.send(Message(TOPIC, b"%d" % i))
+        in_tps = [
+            float(line.split()[5].split("(")[0])
+            for line in (await ok("clusterList", *n)).splitlines()
+            if "broker-" in line
+        ]
+        assert len(in_tps) == 2
+        assert sum(in_tps) > 0  # messages stored a second over the last 10 s
 
         addr = c.brokers["broker-a"]
         text = await ok("brokerStatus", *n, "-b", addr)

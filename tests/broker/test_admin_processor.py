@@ -156,11 +156,14 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
                 "commitLogDiskRatio",
                 "remainHowManyDataToFlush",
                 "putTps",
+                "getTransferedTps",
                 "pendingRequests",
                 "rejectedBusyRequests",
                 "refusedConnections",
             ):
                 assert isinstance(table[key], str), key
+            for key in ("putTps", "getTransferedTps"):  # over 10 s, 60 s and 600 s
+                assert [float(x) >= 0 for x in table[key].split()] == [True] * 3
             assert table["pendingRequestsLimit"] == "100000 (10000 a connection)"
             assert table["connections"].startswith("1 of ")
             assert table["pendingRequests"] == "0"  # this request is answered inline

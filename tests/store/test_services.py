@@ -400,3 +400,22 @@ async def test_a_fast_stream_is_dispatched_in_batches(
     assert services.put_rate > services.dispatch_coalesce_rate
     assert rounds < 400 / 10  # batched: far fewer dispatch rounds than messages
     assert max(delays) <= services.dispatch_coalesce_s + 1e-9
+
+
+async def test_a_few_puts_close_together_are_not_a_stream(
+    small_config: Callable[..., StoreConfig], autojump_clock: trio.testing.MockClock
+) -> None:
+    """Three puts 100 µs apart on an idle store: a rate estimated per round (1 / 100 µs) took
+    them for 10,000 msgs/s and switched dispatch to batching; the rate decays with time."""
+    store = open_store(_quiet_config(small_config))
+    services = StoreServices(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(services.run)
+        await trio.sleep(2)  # idle: safety ticks only
+        for _ in range(3):
+            services.put_messages_now([make_msg(TOPIC, b"x", 0)])
+            await trio.sleep(0.0001)
+        await wait_until(lambda: store.reput_offset == store.commitlog.max_offset)
+        nursery.cancel_scope.cancel()
+    store.close()
+    assert services.put_rate < services.dispatch_coalesce_rate / 5
