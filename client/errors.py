@@ -57,10 +57,12 @@ class TopicRouteError(MQClientError):
 
 
 class RequestTimeoutError(MQClientError, TimeoutError):
-    """A call did not finish within its timeout (``what`` says which call)."""
+    """A call did not finish within its timeout (``what`` says which call; with
+    ``complete``, ``what`` is the whole message and already says how long)."""
 
-    def __init__(self, what: str, timeout_s: float) -> None:
-        super().__init__(CLIENT_ERROR, f"{what} timed out after {timeout_s:g} s")
+    def __init__(self, what: str, timeout_s: float, *, complete: bool = False) -> None:
+        message = what if complete else f"{what} timed out after {timeout_s:.4g} s"
+        super().__init__(CLIENT_ERROR, message)
         self.timeout_s = timeout_s
 
 

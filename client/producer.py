@@ -432,7 +432,7 @@ def _exhausted(what: str, last: MQClientError | None, timeout_s: float) -> MQCli
     RequestTimeoutError when the last attempt timed out or none had time to run (the outcome
     is unknown), else an MQClientError."""
     if last is None or isinstance(last, RequestTimeoutError):
-        error: MQClientError = RequestTimeoutError(what, timeout_s)
+        error: MQClientError = RequestTimeoutError(what, timeout_s, complete=True)
     else:
         error = MQClientError(CLIENT_ERROR, what)
     error.__cause__ = last

@@ -31,7 +31,7 @@ from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.topic_config import TopicConfigManager
 from common.clock import wall_clock_ms
-from common.route import TopicConfig
+from common.route import PermName, TopicConfig
 from common.topic import is_system_topic, topic_problem
 from common.version import minimq_version
 from remoting.channel import Channel, Handler
@@ -95,11 +95,18 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"The topic[{topic}] is conflict with system topic.",
             )
+        read_queues = header_int(request, "readQueueNums")
+        write_queues = header_int(request, "writeQueueNums")
+        perm = header_int(request, "perm")
+        if not 0 <= perm < PermName.PERM_PRIORITY:  # RocketMQ's Validators.checkTopicConfig
+            return error(
+                request, ResponseCode.SYSTEM_ERROR, f"topicPermission value: {perm} is invalid."
+            )
         wire = {
             "topicName": topic,
-            "readQueueNums": header_int(request, "readQueueNums"),
-            "writeQueueNums": header_int(request, "writeQueueNums"),
-            "perm": header_int(request, "perm"),
+            "readQueueNums": read_queues,
+            "writeQueueNums": write_queues,
+            "perm": perm,
             "topicFilterType": opt_str(request, "topicFilterType", "SINGLE_TAG"),
             "topicSysFlag": opt_int(request, "topicSysFlag", 0),
             "order": opt_bool(request, "order", False),

@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -173,6 +173,16 @@ def lines(*texts: str) -> None:
     out = console()
     for text in texts:
         out.print(text, markup=False)
+
+
+def java_object(name: str, fields: Mapping[str, Any]) -> str:
+    """``Name [key=value, ...]``, as RocketMQ's tools print a config object (``true`` and
+    ``false`` for booleans)."""
+
+    def value(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return f"{name} [" + ", ".join(f"{k}={value(v)}" for k, v in fields.items()) + "]"
 
 
 def fmt_time(ms: int) -> str:

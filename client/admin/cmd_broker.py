@@ -192,9 +192,9 @@ def update_broker_config(
     key: str,
     value: str,
 ) -> None:
-    """Update a broker config key at runtime (autoCreateTopicEnable, defaultTopicQueueNums,
-    autoCreateSubscriptionGroup, flushConsumerOffsetInterval, registerNameServerPeriod,
-    channelExpiredTimeout); the change is not written to broker.conf."""
+    """Update a broker config key at runtime (brokerPermission, autoCreateTopicEnable,
+    defaultTopicQueueNums, autoCreateSubscriptionGroup, flushConsumerOffsetInterval,
+    registerNameServerPeriod, channelExpiredTimeout); not written to broker.conf."""
     need_target(broker, cluster)
 
     async def body(admin: AdminClient) -> list[str]:

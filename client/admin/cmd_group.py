@@ -13,6 +13,7 @@ from client.admin.base import (
     emit_json,
     fail,
     fmt_time,
+    java_object,
     lines,
     parse_timestamp,
     run,
@@ -68,7 +69,9 @@ def update_sub_group(
             config = (await admin.sub_groups(addr)).get(group, {"groupName": group})
             config.update(changes)
             await admin.update_sub_group(addr, config)
-            done.append({"brokerAddr": addr, "config": config})
+            # what the broker keeps (a new group's other settings are its defaults)
+            stored = (await admin.sub_groups(addr)).get(group, config)
+            done.append({"brokerAddr": addr, "config": stored})
         return done
 
     done = run(namesrv, body)
@@ -76,7 +79,10 @@ def update_sub_group(
         emit_json(done)
         return
     for entry in done:
-        lines(f"create subscription group to {entry['brokerAddr']} success.", str(entry["config"]))
+        lines(
+            f"create subscription group to {entry['brokerAddr']} success.",
+            java_object("SubscriptionGroupConfig", entry["config"]),
+        )
 
 
 @admin_command("deleteSubGroup")

@@ -280,7 +280,9 @@ def send_message(
 @click.option("-g", "--consumerGroup", "group", default=TOOLS_CONSUMER, show_default=True)
 @click.option("-s", "--beginTimestamp", "begin", default=None, help="Stored at or after.")
 @click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")
-@click.option("-c", "--MessageNumber", "count", type=int, default=128, show_default=True)
+@click.option(
+    "-c", "--MessageNumber", "count", type=click.IntRange(min=1), default=128, show_default=True
+)
 def consume_message(
     namesrv: str | None,
     as_json: bool,
@@ -296,6 +298,8 @@ def consume_message(
     """Consume up to -c messages (pulls; no offset is committed)."""
     if (broker is None) != (queue_id is None):
         fail("give both -b brokerName and -i queueId, or neither")
+    if offset is not None and broker is None:  # as RocketMQ's consumeMessage
+        fail("-o offset needs -b brokerName and -i queueId (one queue)")
     lo = parse_timestamp(begin) if begin else None
     hi = parse_timestamp(end) if end else None
 

@@ -7,7 +7,16 @@ from typing import Any
 import click
 
 from client.admin.admin_client import AdminClient
-from client.admin.base import admin_command, emit_json, fail, fmt_time, lines, run, table
+from client.admin.base import (
+    admin_command,
+    emit_json,
+    fail,
+    fmt_time,
+    java_object,
+    lines,
+    run,
+    table,
+)
 from common.route import TopicConfig
 from common.topic import RETRY_GROUP_TOPIC_PREFIX
 
@@ -81,7 +90,14 @@ def topic_list(namesrv: str | None, as_json: bool, cluster_model: bool) -> None:
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-r", "--readQueueNums", "read_queues", type=int, default=8, show_default=True)
 @click.option("-w", "--writeQueueNums", "write_queues", type=int, default=8, show_default=True)
-@click.option("-p", "--perm", type=int, default=6, show_default=True, help="2 W, 4 R, 6 RW.")
+@click.option(
+    "-p",
+    "--perm",
+    type=click.IntRange(0, 7),
+    default=6,
+    show_default=True,
+    help="2 W, 4 R, 6 RW (1 inherit).",
+)
 @click.option(
     "-o", "--order", type=click.BOOL, default=False, show_default=True, help="Ordered topic."
 )
@@ -116,7 +132,7 @@ def update_topic(
         emit_json({"topicConfig": config.to_wire(), "brokers": done})
         return
     lines(*(f"create topic to {addr} success." for addr in done))
-    lines(str(config.to_wire()))
+    lines(java_object("TopicConfig", config.to_wire()))
 
 
 @admin_command("deleteTopic")

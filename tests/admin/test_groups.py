@@ -121,6 +121,11 @@ async def test_update_and_delete_sub_group(tmp_path: Path) -> None:
             "updateSubGroup", *n, "-c", "DefaultCluster", "-g", "g1", "-r", "3", "-d", "false"
         )
         assert text.count("create subscription group to") == 2
+        # what the brokers keep, a new group's other settings included, in RocketMQ's form
+        assert text.count("SubscriptionGroupConfig [groupName=g1, ") == 2
+        assert "retryMaxTimes=3" in text
+        assert "consumeBroadcastEnable=false" in text
+        assert "retryQueueNums=1" in text  # a default, not given
         done = await as_json(
             "updateSubGroup", *n, "-b", c.brokers["broker-a"], "-g", "g1", "-s", "false"
         )

@@ -116,3 +116,7 @@ async def test_print_and_consume_messages(tmp_path: Path) -> None:
             "consumeMessage", *n, "-t", TOPIC, "-b", "broker-a", "-i", "0", "-o", "-3"
         )
         assert "illegal" in err
+        err = await fails("consumeMessage", *n, "-t", TOPIC, "-o", "3")
+        assert "-o offset needs -b brokerName and -i queueId" in err
+        for count in ("0", "-5"):
+            assert "MessageNumber" in await fails("consumeMessage", *n, "-t", TOPIC, "-c", count)

@@ -98,6 +98,9 @@ async def test_topic_lifecycle(tmp_path: Path) -> None:
             "updateTopic", *n, "-c", "DefaultCluster", "-t", "T1", "-r", "2", "-w", "2", "-p", "6"
         )
         assert text.count("create topic to") == 2
+        assert "TopicConfig [topicName=T1, readQueueNums=2, writeQueueNums=2, perm=6" in text
+        err = await fails("updateTopic", *n, "-c", "DefaultCluster", "-t", "T9", "-p", "9")
+        assert "0<=x<=7" in err  # RocketMQ's perms are 0..7 (9 is neither readable nor writable)
         assert "T1" in (await ok("topicList", *n)).split()
         assert "T1" in await as_json("topicList", *n)
 

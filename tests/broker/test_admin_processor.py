@@ -125,8 +125,12 @@ async def test_illegal_and_system_topics_are_refused(tmp_path: Path) -> None:
             for topic in ("bad topic!", "x" * 128, "TBW102", "rmq_sys_mine", ""):
                 resp = await client.invoke(addr, create_req(topic))
                 assert resp.code == ResponseCode.SYSTEM_ERROR, topic
-            resp = await client.invoke(addr, create_req(TOPIC, perm=16))
-            assert resp.code == ResponseCode.SYSTEM_ERROR
+            for perm in (16, 9, 8, -1):  # RocketMQ's valid perms are 0..7
+                resp = await client.invoke(addr, create_req(TOPIC, perm=perm))
+                assert resp.code == ResponseCode.SYSTEM_ERROR
+                assert resp.remark == f"topicPermission value: {perm} is invalid."
+            assert broker.topics is not None
+            assert broker.topics.select(TOPIC) is None
             resp = await client.invoke(addr, req(RequestCode.UPDATE_AND_CREATE_TOPIC, topic=TOPIC))
             assert resp.code == ResponseCode.SYSTEM_ERROR
             assert "readQueueNums" in resp.remark
