@@ -1,7 +1,9 @@
 """Which queues a group member should own now (RocketMQ's ``RebalanceImpl``, seed 000).
 
 For each subscribed topic: its readable queues (from the cached route) and the group's client
-ids (asked of a broker hosting the topic) are sorted and handed to the allocation strategy; in
+ids (asked of every broker hosting the topic, and merged: RocketMQ asks one at random, which
+after a broker restart can list a single member) are sorted and handed to the allocation
+strategy; in
 ``BROADCASTING`` every member takes every queue. When the route or the member list cannot be
 read this round, the member keeps the queues of that topic it already has, so a transient
 failure never drops queues.
@@ -29,18 +31,24 @@ log = logging.getLogger(__name__)
 
 
 async def consumer_ids(instance: ClientInstance, group: str, topic: str) -> list[str]:
-    """The group's members, from a broker that hosts ``topic`` ([] when none answers)."""
+    """The group's members as every broker hosting ``topic`` knows them, merged ([] when none
+    answers): a broker that just restarted knows only the members that heartbeat it since,
+    and a member trusting its list alone would take every queue, other brokers' included."""
     route = await instance.topic_route(topic)
-    for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
-        addr = bd.select_broker_addr()
-        if addr is None:
-            continue
+    addrs = sorted({a for bd in route.broker_datas if (a := bd.select_broker_addr()) is not None})
+    members: set[str] = set()
+
+    async def ask(addr: str) -> None:
         try:
             resp = await instance.invoke(addr, api.consumer_list_request(group))
-            return api.parse_consumer_list(resp, addr)
+            members.update(api.parse_consumer_list(resp, addr))
         except MQClientError as exc:
             log.debug("consumer list of %s from %s failed: %s", group, addr, exc)
-    return []
+
+    async with trio.open_nursery() as nursery:
+        for addr in addrs:
+            nursery.start_soon(ask, addr)
+    return sorted(members)
 
 
 async def wanted_queues(
