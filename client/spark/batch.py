@@ -53,6 +53,7 @@ def starting_offsets(
         )
     spec = opts.starting if opts.starting is not None else default
     check_known(spec, bounds, "startingOffsets")
+    check_in_bounds(spec, bounds, "startingOffsets")
     return resolve(spec, bounds, default="earliest")
 
 
@@ -66,14 +67,51 @@ def check_known(spec: str | OffsetMap, bounds: brokers.Bounds, option: str) -> N
         raise OptionError(f"option '{option}' names queues the topics do not have: {names}")
 
 
+def _where(key: QueueKey) -> str:
+    return f"topic {key[0]} broker {key[1]} queue {key[2]}"
+
+
+def check_in_bounds(spec: str | OffsetMap, bounds: brokers.Bounds, option: str) -> None:
+    """OptionError naming every queue whose JSON offset (not -2/-1) is above the queue's max
+    offset (the next offset it will store)."""
+    if isinstance(spec, str):
+        return
+    beyond = [
+        f"{value} for {_where(key)}, which holds offsets {bounds[key][0]}..{bounds[key][1]}"
+        for key, value in sorted(spec.items())
+        if key in bounds and value > bounds[key][1]
+    ]
+    if beyond:
+        raise OptionError(
+            f"option '{option}' is beyond the queue's max offset: {'; '.join(beyond)} "
+            "(the max offset is the next one to be stored; -2 means earliest, -1 latest)"
+        )
+
+
+def check_order(start: OffsetMap, end: OffsetMap, bounds: brokers.Bounds, what: str) -> None:
+    """OptionError naming every queue whose start ``what`` resolved to is after its end."""
+    crossed = [
+        f"{_where(key)} starts at {start[key]}, after its end {hi} (the queue holds offsets "
+        f"{bounds[key][0]}..{bounds[key][1]})"
+        for key, hi in sorted(end.items())
+        if key in start and start[key] > hi
+    ]
+    if crossed:
+        raise OptionError(f"options '{what}' and 'endingOffsets': {'; '.join(crossed)}")
+
+
 def plan_ranges(opts: ReadOptions) -> list[QueueRange]:
-    """The non-empty ``[start, end)`` range of every queue of the topics, now."""
+    """The non-empty ``[start, end)`` range of every queue of the topics, now (OptionError for
+    an explicit end above a queue's max offset, or a start after its end)."""
+    ending = opts.ending if opts.ending is not None else "latest"
     with SharedInstance(opts.namesrv) as client:
         bounds = client.call(brokers.queue_bounds, list(opts.topics), timeout=DRIVER_TIMEOUT_S)
         start = starting_offsets(client, opts, bounds, "earliest")
-    ending = opts.ending if opts.ending is not None else "latest"
     check_known(ending, bounds, "endingOffsets")
+    check_in_bounds(ending, bounds, "endingOffsets")
     end = resolve(ending, bounds, default="latest")
+    what = "startingTimestamp" if opts.starting_timestamp is not None else "startingOffsets"
+    check_order(start, end, bounds, what)
     return ranges(start, end)
 
 

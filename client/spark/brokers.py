@@ -11,17 +11,20 @@ naming the brokers, never as a bare trio ``ExceptionGroup``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
 from client import api
-from client.errors import CLIENT_ERROR, MQClientError
+from client.errors import CLIENT_ERROR, MQClientError, TopicRouteError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from client.spark.offsets import QueueKey
 from remoting.codes import RequestCode
+
+log = logging.getLogger(__name__)
 
 Bounds = dict[QueueKey, tuple[int, int]]
 Failures = dict[QueueKey, MQClientError]
@@ -64,13 +67,44 @@ def _mq(key: QueueKey) -> MessageQueue:
     return MessageQueue(*key)
 
 
-async def queues(instance: ClientInstance, topics: Sequence[str]) -> list[QueueKey]:
-    """Every readable queue of ``topics`` (fresh routes from the name servers), sorted."""
+async def queues(
+    instance: ClientInstance, topics: Sequence[str], *, cached_ok: bool = False
+) -> list[QueueKey]:
+    """Every readable queue of ``topics`` (fresh routes from the name servers), sorted.
+
+    With ``cached_ok``, a topic whose route cannot be refreshed (no name server answered) but
+    that this instance already holds a route for uses that route, with a warning; a topic the
+    name servers say does not exist, or without a cached route, still raises."""
     out: list[QueueKey] = []
     for topic in topics:
-        for mq in await instance.subscribe_queues(topic):
+        try:
+            mqs = await instance.subscribe_queues(topic)
+        except TopicRouteError:
+            raise
+        except MQClientError as exc:
+            if not cached_ok:
+                raise
+            mqs = await _cached_queues(instance, topic, exc)
+        for mq in mqs:
             out.append((mq.topic, mq.broker_name, mq.queue_id))
     return sorted(out)
+
+
+async def _cached_queues(
+    instance: ClientInstance, topic: str, error: MQClientError
+) -> list[MessageQueue]:
+    """The readable queues of the route cached for ``topic``; ``error`` (the failed refresh)
+    when there is none."""
+    try:
+        route = await instance.topic_route(topic)  # the cached one; asks again if none is
+    except MQClientError:
+        raise error from None
+    log.warning(
+        "minimq source: could not refresh the route of topic %s (%s); using the route from before",
+        topic,
+        _reason(error),
+    )
+    return api.subscribe_queues(topic, route)
 
 
 async def _gather(
@@ -101,10 +135,14 @@ async def _offsets(
     return await _gather(keys, one)
 
 
-async def probe_bounds(instance: ClientInstance, topics: Sequence[str]) -> Probe:
+async def probe_bounds(
+    instance: ClientInstance, topics: Sequence[str], cached_ok: bool = False
+) -> Probe:
     """The min and max offsets of every readable queue of ``topics`` whose broker answers;
-    the queues that failed are in :attr:`Probe.failures` (route errors propagate)."""
-    keys = await queues(instance, topics)
+    the queues that failed are in :attr:`Probe.failures` (route errors propagate; with
+    ``cached_ok`` a route that cannot be refreshed is taken from the cache, see
+    :func:`queues`)."""
+    keys = await queues(instance, topics, cached_ok=cached_ok)
     lo, failed = await _offsets(instance, keys, RequestCode.GET_MIN_OFFSET)
     hi, failed_hi = await _offsets(instance, sorted(lo), RequestCode.GET_MAX_OFFSET)
     failed.update(failed_hi)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from client.spark.offsets import OffsetError, OffsetMap, parse_spec
 from common.subscription import parse_tags
+from common.topic import group_problem
 
 _NAMES = (
     "namesrv",
@@ -29,8 +30,9 @@ CANONICAL = {n.lower(): n for n in _NAMES}
 """Spark lower-cases option names; messages use the documented spelling."""
 READ_OPTIONS = frozenset(n.lower() for n in _NAMES if n != "batchSize")
 WRITE_OPTIONS = frozenset({"namesrv", "topic", "group", "batchsize"})
-SPARK_OPTIONS = frozenset({"checkpointlocation"})
-"""Options Spark itself passes on to a data source (ignored)."""
+SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
+"""Options Spark itself passes on to a data source (ignored): a streaming sink gets the
+checkpoint location and the query's name (``writeStream.queryName(...)``)."""
 
 DEFAULT_PULL_BATCH = 32
 DEFAULT_SINK_GROUP = "minimq-spark-sink"
@@ -123,6 +125,16 @@ def _spec(opts: Mapping[str, str], name: str) -> str | OffsetMap | None:
         raise OptionError(str(exc)) from None
 
 
+def _group(opts: Mapping[str, str]) -> str | None:
+    """The ``group`` option (None when absent or blank), checked by the broker's naming rule."""
+    group = opts.get("group", "").strip() or None
+    if group is not None:
+        problem = group_problem(group)
+        if problem is not None:
+            raise OptionError(f"option 'group': {problem}")
+    return group
+
+
 def _topics(raw: str) -> tuple[str, ...]:
     topics = tuple(t.strip() for t in raw.split(","))
     if any(not t for t in topics):
@@ -150,7 +162,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         parse_tags(tags)
     except ValueError as exc:
         raise OptionError(f"option 'tags': {exc}") from None
-    group = opts.get("group", "").strip() or None
+    group = _group(opts)
     return ReadOptions(
         namesrv=namesrv,
         topics=topics,
@@ -175,6 +187,6 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(
         namesrv=_required(opts, "namesrv"),
         topic=topic,
-        group=opts.get("group", "").strip() or DEFAULT_SINK_GROUP,
+        group=_group(opts) or DEFAULT_SINK_GROUP,
         batch_size=_int(opts, "batchSize", 1, MAX_SINK_BATCH) or DEFAULT_SINK_BATCH,
     )

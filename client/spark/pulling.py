@@ -27,7 +27,7 @@ import trio
 
 from client import api
 from client.blocking import SharedInstance
-from client.errors import MQBrokerError
+from client.errors import MQBrokerError, MQClientError, RemotingFailedError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from client.spark.columns import ARROW_SCHEMA, QUEUE_OFFSET, record_tag
@@ -39,6 +39,7 @@ from remoting.codes import ResponseCode
 __all__ = [
     "ARROW_SCHEMA",
     "DataLossError",
+    "PullGroupError",
     "QueueRange",
     "RangePuller",
     "read_range",
@@ -97,6 +98,43 @@ class _Raw:
     body: bytes
 
 
+class PullGroupError(MQBrokerError):
+    """A broker refused a pull because the consumer group the pulls name does not exist there
+    (the broker runs with ``autoCreateSubscriptionGroup=false``); the message says how to fix it."""
+
+
+def _group_missing(group: str, mq: MessageQueue, addr: str, remark: str) -> PullGroupError:
+    option = (
+        "the 'group' option"
+        if group != DEFAULT_PULL_GROUP
+        else f"the default {DEFAULT_PULL_GROUP!r}, no 'group' option given"
+    )
+    text = (
+        f"minimq source: broker {mq.broker_name} ({addr}) refused to serve a pull of topic "
+        f"{mq.topic} queue {mq.queue_id}: the consumer group {group!r} the pulls name "
+        f"({option}) does not exist there, and the broker does not create groups "
+        "automatically (autoCreateSubscriptionGroup=false). Create it "
+        f"on the brokers of the topic (mqadmin updateSubGroup -n <namesrv> -c <cluster> -g "
+        f"{group}; or -b {addr} for this broker only), or set the 'group' option to a group "
+        f"that exists (broker said: {remark})"
+    )
+    return PullGroupError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, text, addr)
+
+
+async def _moved(instance: ClientInstance, mq: MessageQueue, addr: str) -> str | None:
+    """The broker's address after a failed connection to ``addr``: refreshed from the name
+    servers (unless another pull already did), or None when it did not change."""
+    now = instance.broker_addr(mq.broker_name)
+    if now == addr:
+        try:
+            await instance.topic_route(mq.topic, refresh=True)
+        except MQClientError as exc:
+            log.warning("refreshing the route of %s after %s failed: %s", mq.topic, addr, exc)
+            return None
+        now = instance.broker_addr(mq.broker_name)
+    return now if now is not None and now != addr else None
+
+
 async def _pull(
     instance: ClientInstance,
     mq: MessageQueue,
@@ -105,6 +143,9 @@ async def _pull(
     subscription: SubscriptionData,
     group: str,
 ) -> _Raw:
+    """One pull. A broker that cannot be reached at the cached address (it restarted on
+    another one: this worker's route is older than the driver's) is looked up again and the
+    pull retried once at its new address."""
     addr = await instance.find_broker_addr(mq)
     cmd = api.pull_request(
         group=group,
@@ -114,7 +155,17 @@ async def _pull(
         subscription=subscription,
         suspend_timeout_ms=0,
     )
-    resp = await instance.invoke(addr, cmd)
+    try:
+        resp = await instance.invoke(addr, cmd)
+    except RemotingFailedError:
+        new = await _moved(instance, mq, addr)
+        if new is None:
+            raise
+        log.info("broker %s moved from %s to %s; pulling from there", mq.broker_name, addr, new)
+        addr = new
+        resp = await instance.invoke(addr, cmd)
+    if resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+        raise _group_missing(group, mq, addr, resp.remark or "")
     if resp.code not in api.PULL_STATUS_BY_CODE:
         raise MQBrokerError(resp.code, resp.remark or f"pull failed with code {resp.code}", addr)
     fields = resp.ext_fields

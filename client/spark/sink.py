@@ -73,7 +73,8 @@ def check_schema(schema: StructType, opts: WriteOptions) -> None:
 
 def to_message(row: Any, default_topic: str | None) -> Message:
     """A row as a :class:`Message` (SinkError for a row without body or topic, or with a body
-    over the 4 MiB message limit). The ``topic`` option, when given, overrides the row's."""
+    over the 4 MiB message limit). The ``topic`` option, when given, overrides the row's.
+    Null ``tags``/``keys`` and null-valued ``properties`` entries are left out."""
     d: Mapping[str, Any] = row.asDict() if hasattr(row, "asDict") else row
     topic = default_topic or d.get("topic")
     if not topic:
@@ -89,12 +90,14 @@ def to_message(row: Any, default_topic: str | None) -> Message:
             f"limit of {MAX_MESSAGE_SIZE} bytes"
         )
     keys = d.get("keys")
+    # a map<string,string> value may be null: such a property is absent, as null tags/keys are
+    props = {k: v for k, v in (d.get("properties") or {}).items() if v is not None}
     return Message(
         topic,
         bytes(body),
         tags=d.get("tags") or None,
         keys=keys or None,
-        properties=dict(d.get("properties") or {}),
+        properties=props,
     )
 
 

@@ -53,13 +53,29 @@ SCHEMA_STRUCT = StructType([StructField(name, t) for name, t in _FIELDS])
 Python planner processes do not have)."""
 
 
+def _field_ddl(field: StructField) -> str:
+    """``name type`` with what ``simpleString`` leaves out: NOT NULL, and map values that
+    may not be null."""
+    t = field.dataType
+    text = f"{field.name} {t.simpleString()}"
+    if isinstance(t, MapType) and not t.valueContainsNull:
+        text += " (values not null)"
+    return text if field.nullable else f"{text} NOT NULL"
+
+
+def _shape(schema: StructType) -> list[tuple[str, DataType, bool]]:
+    return [(f.name, f.dataType, f.nullable) for f in schema.fields]
+
+
 def check_fixed_schema(schema: StructType) -> None:
     """OptionError unless ``schema`` (Spark's, or the user's ``.schema(...)``) is
-    :data:`SCHEMA`: the source's schema is fixed, as Kafka's is."""
-    if schema.simpleString() != SCHEMA_STRUCT.simpleString():
+    :data:`SCHEMA`: the source's schema is fixed, as Kafka's is. Names, types and nullability
+    are compared (field metadata is not)."""
+    if _shape(schema) != _shape(SCHEMA_STRUCT):
+        got = ", ".join(_field_ddl(f) for f in schema.fields)
         raise OptionError(
             "the minimq source has a fixed schema and cannot be set with a custom one "
-            f"(.schema(...)); got {schema.simpleString()}, the schema is {SCHEMA}. "
+            f"(.schema(...)); got {got}; the schema is {SCHEMA} (every column nullable). "
             "Select or cast columns after load() instead"
         )
 

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from client.blocking import SharedInstance
+from client.errors import MQClientError
 from client.spark import brokers
 from client.spark.batch import (
     DRIVER_TIMEOUT_S,
@@ -75,30 +76,39 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._client
 
     def _probe(self) -> brokers.Probe:
+        """The live bounds; a route that cannot be refreshed comes from the cache."""
         return self._c().call(
-            brokers.probe_bounds, list(self.opts.topics), timeout=DRIVER_TIMEOUT_S
+            brokers.probe_bounds, list(self.opts.topics), True, timeout=DRIVER_TIMEOUT_S
         )
 
     def _live_bounds(self) -> brokers.Bounds:
         """The bounds of the queues whose brokers answer. A queue that does not answer is
-        left out with a warning, so it keeps its offset for this trigger; when no queue
-        answers, retry ``FETCH_ATTEMPTS`` times, then :class:`SourceUnavailableError`."""
+        left out with a warning, so it keeps its offset for this trigger. When no queue
+        answers, or the routes cannot be had (no name server answers and no route is cached),
+        retry ``FETCH_ATTEMPTS`` times, then :class:`SourceUnavailableError`."""
+        topics = ", ".join(self.opts.topics)
+        problem = ""
         for attempt in range(1, FETCH_ATTEMPTS + 1):
-            probe = self._probe()
-            if probe.bounds or not probe.failures:
-                if probe.failures:
-                    log.warning(
-                        "minimq source: leaving out queues that did not answer, they keep "
-                        "their offsets for this trigger: %s",
-                        brokers.describe(probe.failures),
-                    )
-                return probe.bounds
+            try:
+                probe = self._probe()
+            except MQClientError as exc:
+                problem = f"could not get the routes of topic(s) {topics}: {exc}"
+                log.warning("minimq source: getting the routes failed (try %d): %s", attempt, exc)
+            else:
+                if probe.bounds or not probe.failures:
+                    if probe.failures:
+                        log.warning(
+                            "minimq source: leaving out queues that did not answer, they keep "
+                            "their offsets for this trigger: %s",
+                            brokers.describe(probe.failures),
+                        )
+                    return probe.bounds
+                problem = f"no broker of topic(s) {topics} answered: "
+                problem += brokers.describe(probe.failures)
             if attempt < FETCH_ATTEMPTS:
                 time.sleep(RETRY_INTERVAL_S)
         raise SourceUnavailableError(
-            f"minimq source: no broker of topic(s) {', '.join(self.opts.topics)} answered "
-            f"({FETCH_ATTEMPTS} attempts, {RETRY_INTERVAL_S:g} s apart): "
-            f"{brokers.describe(probe.failures)}"
+            f"minimq source: {problem} ({FETCH_ATTEMPTS} attempts, {RETRY_INTERVAL_S:g} s apart)"
         )
 
     def initialOffset(self) -> NestedOffsets:

@@ -189,7 +189,7 @@ def test_sink_round_trip_batch_and_streaming(
     cluster.create_topic(other, {"broker-b": 1})
     rows = [
         ("hello", "TA", "k1 k2", {"x": "1"}, None),
-        ("world", "TB", None, None, None),
+        ("world", "TB", None, {"a": "1", "b": None}, None),  # a null property is left out
         ("elsewhere", None, "k3", {"y": "2"}, other),
     ] + [(f"n{i}", "TN", None, None, None) for i in range(70)]
     df = spark.createDataFrame(
@@ -202,6 +202,8 @@ def test_sink_round_trip_batch_and_streaming(
     assert sorted(bytes(r.body).decode() for r in got) == sorted(b for b, *_ in rows)
     hello = next(r for r in got if bytes(r.body) == b"hello")
     assert (hello.tags, hello.keys, hello.properties["x"]) == ("TA", "k1 k2", "1")
+    world = next(r for r in got if bytes(r.body) == b"world")
+    assert (world.properties["a"], "b" in world.properties) == ("1", False)
     assert read(spark, cluster.namesrv, other) == []
     # no topic option: the column names each row's topic
     df.where("topic is not null").write.format("minimq").option("namesrv", cluster.namesrv).mode(
@@ -230,6 +232,7 @@ def test_sink_round_trip_batch_and_streaming(
         .option("namesrv", cluster.namesrv)
         .option("topic", copy)
         .option("checkpointLocation", str(tmp_path / "sink-ckpt"))
+        .queryName("minimq-copy")  # Spark passes the name to the sink as an option
         .trigger(availableNow=True)
         .start()
     )
@@ -412,6 +415,9 @@ def test_a_user_schema_other_than_the_fixed_one_is_refused_at_start(
     fixed = "fixed schema and cannot be set with a custom one"
     with pytest.raises(Exception, match=fixed):
         source(spark.read, "topic string, body binary").collect()
+    not_null = SCHEMA.replace("topic string", "topic string NOT NULL")
+    with pytest.raises(Exception, match=fixed + r".*topic string NOT NULL"):
+        source(spark.read, not_null).collect()
     stream = source(spark.readStream, "topic string, body binary").writeStream.foreachBatch(
         lambda df, _id: None
     )
@@ -425,3 +431,113 @@ def test_a_user_schema_other_than_the_fixed_one_is_refused_at_start(
 
     with pytest.raises(Exception, match=fixed):
         run()
+
+
+def test_spark_passes_query_name_to_the_sink_and_it_is_ignored() -> None:
+    from client.spark.options import parse_write
+
+    opts = parse_write(
+        {"namesrv": "127.0.0.1:9876", "topic": "T", "queryName": "copy", "checkpointLocation": "/c"}
+    )
+    assert opts.topic == "T"
+
+
+def test_a_malformed_group_fails_at_start_naming_the_option() -> None:
+    from client.spark.options import OptionError, parse_read, parse_write
+
+    base = {"namesrv": "127.0.0.1:9876", "topic": "T"}
+    for group in ("bad group!", "x" * 300):
+        with pytest.raises(OptionError, match="option 'group'"):
+            parse_read({**base, "group": group}, streaming=False)
+        with pytest.raises(OptionError, match="option 'group'"):
+            parse_read({**base, "group": group}, streaming=True)
+        with pytest.raises(OptionError, match="option 'group'"):
+            parse_write({**base, "group": group})
+    assert parse_read({**base, "group": "ops-cg_1"}, streaming=True).group == "ops-cg_1"
+
+
+def test_a_schema_differing_only_in_nullability_is_refused() -> None:
+    from pyspark.sql.types import MapType, StringType, StructField, StructType
+
+    from client.spark.options import OptionError
+    from client.spark.source import SCHEMA_STRUCT, check_fixed_schema
+
+    check_fixed_schema(StructType(list(SCHEMA_STRUCT.fields)))
+    fields = list(SCHEMA_STRUCT.fields)
+    not_null = StructType([StructField("topic", StringType(), False), *fields[1:]])
+    with pytest.raises(OptionError, match="topic string NOT NULL"):
+        check_fixed_schema(not_null)
+    props = [StructField(f.name, MapType(StringType(), StringType(), False)) for f in fields[8:9]]
+    strict_map = StructType(fields[:8] + props + fields[9:])
+    with pytest.raises(OptionError, match=r"map<string,string> \(values not null\)"):
+        check_fixed_schema(strict_map)
+
+
+def test_null_property_values_are_left_out_of_the_message() -> None:
+    from client.spark.sink import batch_size_of, to_message
+
+    msg = to_message({"body": b"x", "properties": {"a": "1", "b": None}, "tags": None}, "T")
+    assert msg.properties == {"a": "1"}
+    assert batch_size_of(msg) > 0
+
+
+def test_json_offsets_outside_a_queue_fail_at_start_naming_queue_and_bounds(
+    spark: Any, cluster: SyncCluster
+) -> None:
+    """Explicit offsets above a queue's max offset, or a start after the end, are refused
+    when the query starts (batch and streaming), naming the option, the queue and its
+    bounds; -2/-1 keep their meaning."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from client.spark.batch import plan_ranges
+    from client.spark.options import OptionError, parse_read
+    from client.spark.stream import StreamReader
+
+    topic = "SparkOffsetBounds"
+    cluster.create_topic(topic, {"broker-a": 1})
+    produce(cluster.namesrv, topic, {("broker-a", 0): 10})
+    base = {"namesrv": cluster.namesrv, "topic": topic}
+
+    def at(n: int) -> str:
+        return json.dumps({topic: {"broker-a": {"0": n}}})
+
+    def plan(**options: str) -> list[tuple[int, int]]:
+        ranges = plan_ranges(parse_read({**base, **options}, streaming=False))
+        return [(qr.start, qr.end) for qr in ranges]
+
+    queue = f"topic {topic} broker broker-a queue 0, which holds offsets 0..10"
+    with pytest.raises(OptionError, match=f"option 'startingOffsets'.*100 for {queue}"):
+        plan(startingOffsets=at(100))
+    with pytest.raises(OptionError, match=f"option 'endingOffsets'.*100 for {queue}"):
+        plan(endingOffsets=at(100))
+    with pytest.raises(
+        OptionError,
+        match=f"'startingOffsets' and 'endingOffsets': topic {topic} broker broker-a queue 0 "
+        r"starts at 8, after its end 3 \(the queue holds offsets 0..10\)",
+    ):
+        plan(startingOffsets=at(8), endingOffsets=at(3))
+    with pytest.raises(OptionError, match="starts at 10, after its end 3"):
+        plan(startingOffsets=at(-1), endingOffsets=at(3))
+    assert plan(startingOffsets=at(10)) == []  # the max offset itself: nothing to read
+    assert plan(startingOffsets=at(-2), endingOffsets=at(-1)) == [(0, 10)]
+    assert plan(startingOffsets=at(3), endingOffsets=at(10)) == [(3, 10)]
+    assert plan(startingOffsets=at(4), endingOffsets=at(4)) == []
+
+    # through Spark, and for a new streaming query
+    with pytest.raises(Exception, match=f"option 'startingOffsets'.*100 for {queue}"):
+        read(spark, cluster.namesrv, topic, startingOffsets=at(100))
+    for fail in ("true", "false"):
+        opts = {**base, "startingOffsets": at(100), "failOnDataLoss": fail}
+        reader = StreamReader(parse_read(opts, streaming=True))
+        try:
+            with pytest.raises(OptionError, match=f"option 'startingOffsets'.*100 for {queue}"):
+                reader.initialOffset()
+        finally:
+            reader.stop()
+    reader = StreamReader(parse_read({**base, "startingOffsets": at(7)}, streaming=True))
+    try:
+        start = reader.initialOffset()
+        assert reader.latestOffset(start, ReadAllAvailable()) == {topic: {"broker-a": {"0": 10}}}
+        assert start == {topic: {"broker-a": {"0": 7}}}
+    finally:
+        reader.stop()

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import trio
 
 from client import MessageQueue, PullConsumer
 from client.admin.admin_client import AdminClient
+from client.bench.cluster import stop_process
 from tests.spark.cluster import SyncCluster, sync_cluster, wait_for
 from tests.spark.test_connector import produce, read, stream_once
 
@@ -144,3 +149,133 @@ def test_a_broker_that_does_not_answer_does_not_stop_the_query_until_none_answer
         assert "broker broker-a" in message
         assert "broker broker-b" in message
         assert NURSERY not in message
+
+
+def _freeze(proc: Any, *, frozen: bool = True) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+
+def test_a_name_server_outage_uses_the_cached_routes_and_fails_only_after_the_tries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running query whose name server does not answer (frozen, then gone) while the broker
+    is up goes on with the routes it holds, with a warning. A query whose topic has no route in
+    the process fails only after the documented tries, with SourceUnavailableError saying why."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from client.spark import stream
+    from client.spark.options import parse_read
+    from client.spark.stream import SourceUnavailableError, StreamReader
+
+    topic, unrouted = "SparkNamesrvDown", "SparkNamesrvDownToo"
+    with sync_cluster(tmp_path / "c", {"broker-a": {}}) as c:
+        c.create_topic(topic, {"broker-a": 1})
+        c.create_topic(unrouted, {"broker-a": 1})
+        produce(c.namesrv, topic, {("broker-a", 0): 5})
+        opts = parse_read(
+            {"namesrv": c.namesrv, "topic": topic, "startingOffsets": "earliest"}, streaming=True
+        )
+        running = StreamReader(opts)
+        fresh = StreamReader(replace(opts, topics=(unrouted,)))
+        namesrv = c.procs[0]
+        try:
+            start = running.initialOffset()
+            produce(c.namesrv, topic, {("broker-a", 0): 3})
+            _freeze(namesrv)  # requests to it time out
+            with caplog.at_level(logging.WARNING, logger="client.spark.brokers"):
+                end = running.latestOffset(start, ReadAllAvailable())
+            assert end == {topic: {"broker-a": {"0": 8}}}
+            warned = [r.getMessage() for r in caplog.records if r.name == "client.spark.brokers"]
+            assert any(f"could not refresh the route of topic {topic}" in w for w in warned)
+            _freeze(namesrv, frozen=False)
+            stop_process(namesrv)  # gone: refused at once
+            assert running.latestOffset(end, ReadAllAvailable()) == end
+
+            monkeypatch.setattr(stream, "RETRY_INTERVAL_S", 0.1)
+            tries: list[int] = []
+            probe = fresh._probe
+            monkeypatch.setattr(fresh, "_probe", lambda: tries.append(1) or probe())
+            with pytest.raises(SourceUnavailableError) as info:
+                fresh.latestOffset({}, ReadAllAvailable())
+            assert len(tries) == stream.FETCH_ATTEMPTS
+            message = str(info.value)
+            assert f"could not get the routes of topic(s) {unrouted}" in message
+            assert "no name server answered" in message
+            assert f"{stream.FETCH_ATTEMPTS} attempts" in message
+        finally:
+            _freeze(namesrv, frozen=False)
+            running.stop()
+            fresh.stop()
+
+
+def test_a_worker_pulls_from_a_broker_that_restarted_on_a_new_address(tmp_path: Path) -> None:
+    """An executor whose cached route still has a broker's old address (the broker restarted
+    on another port since) looks the broker up again and reads from its new address. (The
+    worker is this process's shared instance; the driver's routes would refresh that same
+    instance, so the driver is left out after the restart.)"""
+    from client.spark import pulling
+    from client.spark.pulling import QueueRange, read_range
+
+    topic = "SparkMovedBroker"
+    with sync_cluster(tmp_path / "c", {"broker-a": {}}) as c:
+        c.create_topic(topic, {"broker-a": 1})
+        produce(c.namesrv, topic, {("broker-a", 0): 10})
+        qr = QueueRange(topic, "broker-a", 0, 0, 10)
+
+        def offsets() -> list[int]:
+            batches = list(read_range(c.namesrv, qr))
+            return pa.Table.from_batches(batches).column("queue_offset").to_pylist()
+
+        try:
+            assert offsets() == list(range(10))
+            old = c.brokers["broker-a"]
+            c.stop_broker("broker-a")
+            new = c.start_broker("broker-a")  # the same store, another port
+            assert new != old
+
+            async def advertised() -> str:
+                async with AdminClient(c.namesrv) as admin:  # its own client instance
+                    route = await admin.topic_route(topic)
+                return route.broker_datas[0].broker_addrs[0]
+
+            wait_for(lambda: trio.run(advertised) == new, "the new address at the name server")
+            assert offsets() == list(range(10))
+        finally:
+            with pulling._instances_lock:
+                instance = pulling._instances.pop(c.namesrv, None)
+            if instance is not None:
+                instance.close()
+
+
+def test_pulls_need_their_group_when_the_broker_does_not_create_groups(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Pulls name a consumer group (``group``, default minimq-spark). A broker that does not
+    create groups refuses pulls of a group it does not have: the error names the group and
+    says how to fix it. A group that exists works, for batch reads too."""
+    topic = "SparkNoAutoGroup"
+    with sync_cluster(tmp_path / "c", {"broker-a": {"autoCreateSubscriptionGroup": "false"}}) as c:
+        c.create_topic(topic, {"broker-a": 1})
+        produce(c.namesrv, topic, {("broker-a", 0): 5})
+        with pytest.raises(Exception, match="does not exist there") as info:
+            read(spark, c.namesrv, topic)
+        message = str(info.value)
+        for part in (
+            "consumer group 'minimq-spark'",
+            "no 'group' option given",
+            "autoCreateSubscriptionGroup=false",
+            "mqadmin updateSubGroup -n <namesrv> -c <cluster> -g minimq-spark",
+            f"-b {c.brokers['broker-a']}",
+            "set the 'group' option to a group that exists",
+        ):
+            assert part in message, part
+        with pytest.raises(Exception, match="consumer group 'ops-cg' the pulls name"):
+            read(spark, c.namesrv, topic, group="ops-cg")
+
+        async def create() -> None:
+            async with AdminClient(c.namesrv) as admin:
+                await admin.update_sub_group(c.brokers["broker-a"], {"groupName": "ops-cg"})
+
+        trio.run(create)
+        assert len(read(spark, c.namesrv, topic, group="ops-cg")) == 5
