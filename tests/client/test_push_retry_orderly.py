@@ -78,20 +78,7 @@ async def test_a_message_that_always_fails_ends_in_the_dlq(tmp_path: Path, order
         consumer.subscribe(TOPIC, "*", handle)
         async with consumer, Producer("pg", c.namesrv) as producer:
             await producer.send(Message(TOPIC, b"doomed"))
-            dlq = MessageQueue(dlq_topic("dg"), "broker-a", 0)
-            async with PullConsumer(
-                "dlq-reader", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET
-            ) as reader:
-                with trio.fail_after(LIMIT):
-                    while True:
-                        try:
-                            reader.assign([dlq])
-                            break
-                        except Exception:  # noqa: BLE001 (the DLQ topic appears later)
-                            await trio.sleep(0.05)
-                    got: list[ReceivedMessage] = []
-                    while not got:
-                        got = await reader.poll_for(0.2)
+            got = await read_dlq(c.namesrv, "dg", 1)
         assert [m.body for m in got] == [b"doomed"]
         assert attempts[b"doomed"] == 4  # the first delivery and 3 retries
         assert got[0].reconsume_times == 4  # in both modes: the broker is told the count
