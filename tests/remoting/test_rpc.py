@@ -553,24 +553,34 @@ async def test_connections_outlive_a_cancelled_scope_around_the_client_until_it_
             assert not client.connected(addr)
 
 
+class StoppingServer:
+    """A server whose ECHO handler begins the server's stop (cancels its scope) and answers
+    ``body`` (the request's own body when None), as a send handled while SIGTERM arrives."""
+
+    def __init__(self, body: bytes | None = None) -> None:
+        self.scope = trio.CancelScope()
+        self.body = body
+        self.handled: list[bytes] = []
+        self.server = RemotingServer({ECHO: self._store_and_stop}, port=0)
+
+    def _store_and_stop(self, request: RemotingCommand, ctx: Channel) -> RemotingCommand:
+        self.handled.append(request.body)
+        self.scope.cancel()
+        body = request.body if self.body is None else self.body
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def run(self, *, task_status: trio.TaskStatus[int]) -> None:
+        with self.scope:
+            await self.server.run(task_status=task_status)
+
+
 async def test_a_request_handled_as_the_server_begins_to_stop_is_still_answered() -> None:
     """The handler ran (a message stored, say) and the server's scope was cancelled meanwhile:
     the answer is still written, or the client, told nothing, would send the request again."""
-    server_scope = trio.CancelScope()
-
-    def store_and_stop(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
-        server_scope.cancel()
-        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=b"stored")
-
-    server = RemotingServer({ECHO: store_and_stop}, port=0)
-
-    async def run_server(*, task_status: trio.TaskStatus[int]) -> None:
-        with server_scope:
-            await server.run(task_status=task_status)
-
+    stopping = StoppingServer(b"stored")
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery, RemotingClient() as client:
-            port = await nursery.start(run_server)
+            port = await nursery.start(stopping.run)
             resp = await client.invoke(f"127.0.0.1:{port}", req(ECHO))
             assert resp.body == b"stored"
 
@@ -579,22 +589,11 @@ async def test_a_large_answer_of_a_server_that_began_to_stop_is_written_whole() 
     """The answer's task is cancelled (its scope's effective deadline is -inf then): a frame
     larger than the socket buffers must still be written whole, bounded only by the write's
     own limit, not cut at once."""
-    server_scope = trio.CancelScope()
     big = b"x" * (8 << 20)
-
-    def store_and_stop(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
-        server_scope.cancel()
-        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=big)
-
-    server = RemotingServer({ECHO: store_and_stop}, port=0)
-
-    async def run_server(*, task_status: trio.TaskStatus[int]) -> None:
-        with server_scope:
-            await server.run(task_status=task_status)
-
+    stopping = StoppingServer(big)
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery, RemotingClient() as client:
-            port = await nursery.start(run_server)
+            port = await nursery.start(stopping.run)
             resp = await client.invoke(f"127.0.0.1:{port}", req(ECHO))
             assert resp.body == big
 
@@ -603,25 +602,12 @@ async def test_a_request_read_after_the_server_began_to_stop_is_not_handled() ->
     """Two requests arrive in one segment; handling the first begins the stop. The second,
     read from the buffer after that, must not be handled: its answer could not be relied on
     (a send stored and never answered is sent again by the client, a duplicate)."""
-    server_scope = trio.CancelScope()
-    handled: list[bytes] = []
-
-    def store_and_stop(request: RemotingCommand, ctx: Channel) -> RemotingCommand:
-        handled.append(request.body)
-        server_scope.cancel()
-        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=request.body)
-
-    server = RemotingServer({ECHO: store_and_stop}, port=0)
-
-    async def run_server(*, task_status: trio.TaskStatus[int]) -> None:
-        with server_scope:
-            await server.run(task_status=task_status)
-
+    stopping = StoppingServer()
     first = RemotingCommand.request(ECHO, {}, b"first", opaque=1)
     second = RemotingCommand.request(ECHO, {}, b"second", opaque=2)
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery:
-            port = await nursery.start(run_server)
+            port = await nursery.start(stopping.run)
             raw = await trio.open_tcp_stream("127.0.0.1", port)
             async with raw:
                 await raw.send_all(encode_frame(first) + encode_frame(second))
@@ -631,5 +617,5 @@ async def test_a_request_read_after_the_server_began_to_stop_is_not_handled() ->
                     decoder.receive_data(chunk)
                     while (answer := decoder.next_command()) is not None:
                         answers.append(answer)
-    assert handled == [b"first"]
+    assert stopping.handled == [b"first"]
     assert [(a.opaque, a.body) for a in answers] == [(1, b"first")]
