@@ -122,8 +122,13 @@ class ConsumerOffsetManager:
 
     def persist(self) -> None:
         """Write ``consumerOffset.json`` atomically and clear :attr:`dirty`."""
-        write_json_atomic(self.path, self.to_wire())
+        self.write_snapshot(self.to_wire())
         self.dirty = False
+
+    def write_snapshot(self, doc: dict[str, Any]) -> None:
+        """Write ``doc`` (from :meth:`take_dirty_snapshot`) to ``consumerOffset.json``; the
+        previous file becomes the ``.bak`` only if it still loads. Blocking: fsyncs."""
+        write_json_atomic(self.path, doc, self._decode)
 
     def take_dirty_snapshot(self) -> dict[str, Any] | None:
         """The document to persist if something changed (clearing :attr:`dirty`), else None.

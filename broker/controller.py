@@ -56,7 +56,6 @@ import trio
 from broker.client_manager import ClientManager
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
-from broker.json_store import write_json_atomic
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable
 from broker.metrics import BrokerMetrics
 from broker.processors.admin import AdminProcessor
@@ -441,7 +440,7 @@ class BrokerController:
             if doc is None:
                 continue
             try:  # the fsyncs run in a worker thread, never on the event loop
-                await trio.to_thread.run_sync(write_json_atomic, self.offsets.path, doc)
+                await trio.to_thread.run_sync(self.offsets.write_snapshot, doc)
             except OSError:
                 self.offsets.dirty = True
                 log.exception("persisting consumer offsets failed; retrying next period")

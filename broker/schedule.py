@@ -284,7 +284,7 @@ class ScheduleMessageService:
             if doc is None:
                 continue
             try:
-                await trio.to_thread.run_sync(write_json_atomic, self.path, doc)
+                await trio.to_thread.run_sync(write_json_atomic, self.path, doc, self._decode)
             except OSError:
                 self.dirty = True
                 log.exception("persisting delay offsets failed; retrying next period")
@@ -304,7 +304,7 @@ class ScheduleMessageService:
 
     def persist(self) -> None:
         """Write ``delayOffset.json`` atomically (previous file kept as ``.bak``)."""
-        write_json_atomic(self.path, self.to_wire())
+        write_json_atomic(self.path, self.to_wire(), self._decode)
         self.dirty = False
 
     def load(self) -> bool:

@@ -197,7 +197,7 @@ class SubscriptionGroupManager:
 
     def persist(self) -> None:
         """Write the file atomically (previous one kept as ``.bak``)."""
-        write_json_atomic(self.path, self.to_wire())
+        write_json_atomic(self.path, self.to_wire(), self._decode)
 
     def load(self) -> bool:
         """Merge the file into the table; False when neither it nor its ``.bak`` exists.

@@ -158,7 +158,7 @@ class TopicConfigManager:
 
     def persist(self) -> None:
         """Write ``topics.json`` atomically (previous file kept as ``topics.json.bak``)."""
-        write_json_atomic(self.path, self.to_wire())
+        write_json_atomic(self.path, self.to_wire(), self._decode)
 
     def load(self) -> bool:
         """Merge ``topics.json`` into the table; False when neither it nor its ``.bak`` exists.

@@ -4,8 +4,9 @@ Rules:
 
 - :func:`write_json_atomic` writes ``<name>.tmp`` in the same directory, fsyncs it, renames it
   over ``<name>`` with :func:`os.replace` and fsyncs the directory, so ``<name>`` is always
-  either the old or the new complete document. Before that, the previous ``<name>`` (if it
-  parses as JSON) is saved the same way as ``<name>.bak``.
+  either the old or the new complete document. Before that, the previous ``<name>`` is saved
+  the same way as ``<name>.bak`` if it still loads (parses as JSON, and the caller's decoder
+  accepts it), so a corrupt file never replaces a good backup.
 - :func:`load_json` reads ``<name>``; if it is missing, empty, not JSON or JSON of the wrong
   shape (its decoder refuses it) it logs a warning and falls back to ``<name>.bak``. A
   leftover ``<name>.tmp`` (a crashed writer) is ignored.
@@ -68,8 +69,15 @@ def _parse(data: bytes) -> Any:
     return json.loads(data)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as pretty JSON to ``path`` atomically, keeping the old file as ``.bak``."""
+def write_json_atomic(
+    path: Path, obj: Any, decode: Callable[[Any], object] | None = None
+) -> None:
+    """Write ``obj`` as pretty JSON to ``path`` atomically, keeping the old file as ``.bak``.
+
+    The old file becomes the backup only if it loads: it parses and ``decode`` (the same
+    decoder :func:`load_json` is given) accepts it. A file that :func:`load_json` refused, and
+    so loaded the backup instead, must not then overwrite that backup.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(obj, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
     try:
@@ -78,8 +86,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         old = None
     if old is not None:
         try:
-            _parse(old)
-        except ValueError:
+            doc = _parse(old)
+            if decode is not None:
+                decode(doc)
+        except (ValueError, TypeError, KeyError):
             log.warning("%s is corrupt; not copying it over %s", path, backup_path(path))
         else:
             _replace_with(backup_path(path), old)

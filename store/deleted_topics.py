@@ -73,7 +73,8 @@ class DeletedTopics:
         return len(gone)
 
     def _save(self, cuts: dict[str, int]) -> None:
-        write_json_atomic(self.path, dict(sorted(cuts.items())))  # fsynced, then renamed
+        # fsynced, then renamed; a file that does not decode never becomes the backup
+        write_json_atomic(self.path, dict(sorted(cuts.items())), _decode_cuts)
 
 
 def _decode_cuts(doc: object) -> dict[str, int]:

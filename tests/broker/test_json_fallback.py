@@ -28,6 +28,7 @@ class StateFile:
     reload: Callable[[Path], object]
     generation: Callable[[object], int | None]
     wrong_shapes: tuple[str, ...]
+    change: Callable[[object], None]  # one more change, persisted
 
 
 def _topics_two(d: Path) -> Path:
@@ -77,6 +78,27 @@ def _deleted_two(d: Path) -> Path:
     return deleted.path
 
 
+def _topics_change(manager: object) -> None:
+    assert isinstance(manager, TopicConfigManager)
+    manager.create_or_update(TopicConfig("U", 1, 1))
+
+
+def _groups_change(manager: object) -> None:
+    assert isinstance(manager, SubscriptionGroupManager)
+    manager.create_or_update(SubscriptionGroupConfig("other"))
+
+
+def _offsets_change(manager: object) -> None:
+    assert isinstance(manager, ConsumerOffsetManager)
+    manager.commit_offset("g", "U", 0, 9)
+    manager.persist()
+
+
+def _deleted_change(deleted: object) -> None:
+    assert isinstance(deleted, DeletedTopics)
+    deleted.add("U", 9)
+
+
 def _deleted_reload(d: Path) -> object:
     deleted = DeletedTopics(d / "deletedTopics.json")
     deleted.load()
@@ -95,6 +117,7 @@ STATE_FILES = [
         lambda d: TopicConfigManager(d, 4, False),
         _topics_generation,
         ("[]", '{"topicConfigTable": {"T": {"readQueueNums": 8}}}', '{"topicConfigTable": 5}'),
+        _topics_change,
     ),
     StateFile(
         "subscription groups",
@@ -102,6 +125,7 @@ STATE_FILES = [
         lambda d: SubscriptionGroupManager(d, auto_create=False),
         _groups_generation,
         ('{"subscriptionGroupTable": []}', '{"subscriptionGroupTable": {"cg": 1}}', "7"),
+        _groups_change,
     ),
     StateFile(
         "consumer offsets",
@@ -109,6 +133,7 @@ STATE_FILES = [
         ConsumerOffsetManager,
         _offsets_generation,
         ('{"offsetTable": 5}', '{"offsetTable": {"T@g": {"x": 1}}}', "[1, 2]"),
+        _offsets_change,
     ),
     StateFile(
         "deleted topics",
@@ -116,6 +141,7 @@ STATE_FILES = [
         _deleted_reload,
         _deleted_generation,
         ("[]", '{"T": "two"}', '{"T": -1}'),
+        _deleted_change,
     ),
 ]
 
@@ -149,3 +175,13 @@ def test_wrong_shape_without_a_good_backup_names_the_file(state: StateFile, tmp_
     path.unlink()
     with pytest.raises(ValueError, match="is missing and its backup is corrupt"):
         state.reload(tmp_path)
+
+
+@pytest.mark.parametrize("state", STATE_FILES, ids=lambda s: s.name)
+def test_a_refused_file_never_replaces_a_good_backup(state: StateFile, tmp_path: Path) -> None:
+    """The next write after loading the backup must not copy the refused file over it."""
+    path = state.write_two(tmp_path)
+    path.write_text(state.wrong_shapes[0])
+    state.change(state.reload(tmp_path))  # loaded generation 1 from the backup, then wrote
+    path.unlink()
+    assert state.generation(state.reload(tmp_path)) == 1
