@@ -69,9 +69,7 @@ def _parse(data: bytes) -> Any:
     return json.loads(data)
 
 
-def write_json_atomic(
-    path: Path, obj: Any, decode: Callable[[Any], object] | None = None
-) -> None:
+def write_json_atomic(path: Path, obj: Any, decode: Callable[[Any], object] | None = None) -> None:
     """Write ``obj`` as pretty JSON to ``path`` atomically, keeping the old file as ``.bak``.
 
     The old file becomes the backup only if it loads: it parses and ``decode`` (the same
