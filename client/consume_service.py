@@ -248,6 +248,9 @@ class ConcurrentService:
         self.batch_max = batch_max
         self.workers = workers
         self._nursery: trio.Nursery | None = None
+        self._stopping = False
+        self._in_flight = 0
+        self._quiet = trio.Event()
         self._send, self._receive = trio.open_memory_channel[
             tuple[QueueSlot, list[ReceivedMessage]]
         ](math.inf)
@@ -270,23 +273,39 @@ class ConcurrentService:
         if msgs:
             self._send.send_nowait((slot, list(msgs)))
 
+    async def drain(self) -> None:
+        """Closing: start no more pulled messages (they stay in their process queues, so
+        their offsets do not advance) and wait until the ones being consumed have settled."""
+        self._stopping = True
+        while self._in_flight:
+            self._quiet = trio.Event()
+            await self._quiet.wait()
+
     async def _worker(self) -> None:
         async for slot, pulled in self._receive:
-            if slot.pq.dropped:
+            if slot.pq.dropped or self._stopping:
                 continue
-            batches = [
-                pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)
-            ]
-            results = await self.c.call_batches(slot, batches)
-            done: list[ReceivedMessage] = []
-            for msgs, result in zip(batches, results, strict=True):
-                if result is ConsumeResult.SUCCESS:
-                    done.extend(msgs)
-                else:
-                    done.extend(await self._settle_failed(slot, msgs))
-            offset = slot.pq.remove(done)  # one removal and one offset update per pull
-            if offset >= 0 and not slot.pq.dropped:
-                self.c.record_offset(slot, offset)
+            self._in_flight += 1
+            try:
+                await self._consume(slot, pulled)
+            finally:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._quiet.set()
+
+    async def _consume(self, slot: QueueSlot, pulled: list[ReceivedMessage]) -> None:
+        """Consume one pull's messages and record the queue's offset."""
+        batches = [pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)]
+        results = await self.c.call_batches(slot, batches)
+        done: list[ReceivedMessage] = []
+        for msgs, result in zip(batches, results, strict=True):
+            if result is ConsumeResult.SUCCESS:
+                done.extend(msgs)
+            else:
+                done.extend(await self._settle_failed(slot, msgs))
+        offset = slot.pq.remove(done)  # one removal and one offset update per pull
+        if offset >= 0 and not slot.pq.dropped:
+            self.c.record_offset(slot, offset)
 
     async def _settle_failed(
         self, slot: QueueSlot, msgs: list[ReceivedMessage]
@@ -343,24 +362,43 @@ class OrderlyService:
         self.c = consumption
         self.batch_max = batch_max
         self.suspend_s = suspend_s
+        self._stopping = False
 
     async def run_queue(self, slot: QueueSlot, is_locked: Callable[[], bool]) -> None:
-        """Consume ``slot``'s queue whenever woken, until cancelled."""
+        """Consume ``slot``'s queue whenever woken, until cancelled; after a failed batch,
+        pause ``suspend_s`` (not holding ``slot.consuming``: the queue is idle meanwhile)."""
         while True:
             await slot.wakeup.wait()
             slot.wakeup = trio.Event()
-            async with slot.consuming:
-                while not slot.pq.dropped and is_locked():
-                    msgs = slot.pq.take(self.batch_max)
-                    if not msgs:
-                        break
-                    await self._consume(slot, msgs)
+            if await self._consume_available(slot, is_locked):
+                await trio.sleep(self.suspend_s)
+                slot.wakeup.set()
 
-    async def _consume(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> None:
+    async def drain(self, slots: Iterable[QueueSlot]) -> None:
+        """Closing: consume no further batches, and wait until each queue's batch in flight
+        has settled."""
+        self._stopping = True
+        for slot in slots:
+            async with slot.consuming:
+                pass
+
+    async def _consume_available(self, slot: QueueSlot, is_locked: Callable[[], bool]) -> bool:
+        """Consume batches while there are any; True when one failed (pause, then retry)."""
+        async with slot.consuming:
+            while not slot.pq.dropped and not self._stopping and is_locked():
+                msgs = slot.pq.take(self.batch_max)
+                if not msgs:
+                    return False
+                if not await self._consume(slot, msgs):
+                    return True
+        return False
+
+    async def _consume(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> bool:
+        """One batch; False when some of it failed and went back to be retried."""
         result = await self.c.call(slot, msgs)
         if result is ConsumeResult.SUCCESS:
             self._commit(slot)
-            return
+            return True
         moved = await self._move_spent_to_dlq(slot, msgs)
         rest = msgs[moved:]
         for m in rest:
@@ -368,8 +406,7 @@ class OrderlyService:
         slot.pq.return_taken(rest)
         if moved:
             self._commit(slot)  # only the moved ones are still taken
-        if rest:
-            await trio.sleep(self.suspend_s)
+        return not rest
 
     async def _move_spent_to_dlq(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> int:
         """Send the batch's leading messages that used up their retries to the dead-letter

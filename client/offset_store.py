@@ -6,7 +6,11 @@
   consumer closes.
 - :class:`LocalFileOffsetStore` (``BROADCASTING``): every member keeps its own offsets in
   ``<dir>/<client id>/<group>/offsets.json`` (written atomically, with a ``.bak``), because
-  each member reads every message.
+  each member reads every message. The consumer opens it at start (RocketMQ's ``load()``):
+  it claims the directory with an ``flock`` on ``offsets.lock`` (a second live member with the
+  same path, here or in another process, is refused) and reads the table, so a file that
+  cannot be read fails the start. A table never loaded is never written, and a failed write
+  is logged and retried at the next persist (the offsets stay in memory), as RocketMQ does.
 
 ``update(mq, offset, increase_only=True)`` never moves an offset backwards unless told to
 (a reset does).
@@ -14,7 +18,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, Protocol
@@ -22,7 +28,7 @@ from typing import Final, Protocol
 import trio
 
 from client import api
-from client.errors import MQClientError
+from client.errors import CLIENT_ERROR, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from common.clock import wall_clock_ms
@@ -53,6 +59,10 @@ class OffsetStore(Protocol):
 
     def remove(self, mq: MessageQueue) -> None:
         """Forget ``mq`` (after it was persisted and released)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds (after the last persist)."""
         ...
 
     async def overtaken(self, mq: MessageQueue) -> bool:
@@ -117,6 +127,9 @@ class RemoteOffsetStore:
         self.table.pop(mq, None)
         self._persisted.pop(mq, None)
 
+    def close(self) -> None:
+        """Nothing to release: the offsets live on the brokers."""
+
     async def overtaken(self, mq: MessageQueue) -> bool:
         """True when the broker's committed offset is past ours (asked of the broker; False
         when it cannot be asked)."""
@@ -170,6 +183,24 @@ def _parse_key(key: str) -> MessageQueue | None:
     return MessageQueue(topic, broker, queue_id)
 
 
+def _decode_table(doc: object) -> dict[MessageQueue, int]:
+    """An ``offsets.json`` document -> its table; ValueError if it has the wrong shape."""
+    table = doc.get("offsetTable") if isinstance(doc, dict) else None
+    if not isinstance(table, dict):
+        raise ValueError("expected a map with an 'offsetTable' map")
+    decoded: dict[MessageQueue, int] = {}
+    for key, offset in table.items():
+        mq = _parse_key(str(key))
+        if mq is None or not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"bad offsetTable entry {key!r}: {offset!r}")
+        decoded[mq] = offset
+    return decoded
+
+
+LOCK_FILE_NAME: Final = "offsets.lock"
+"""The file in a group's offsets directory whose ``flock`` marks the directory in use."""
+
+
 class LocalFileOffsetStore:
     """Offsets in a local file per client id and group (broadcasting)."""
 
@@ -179,17 +210,55 @@ class LocalFileOffsetStore:
         self.path = base / safe_id / group / "offsets.json"
         self.table: dict[MessageQueue, int] = {}
         self._loaded = False
+        self._written: dict[MessageQueue, int] | None = None
+        """The table as last written (None: not written by this store yet)."""
+        self._lock_fd: int | None = None
         self._write_lock = trio.Lock()
 
+    def open(self) -> None:
+        """Claim the directory and load the table (blocking: run it in a thread).
+
+        Raises :class:`MQClientError` when another live consumer holds the directory, or when
+        the directory or the file cannot be read (the file and its ``.bak`` both corrupt).
+        """
+        directory = self.path.parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(directory / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise MQClientError(
+                CLIENT_ERROR, f"cannot use the broadcasting offsets directory {directory}: {exc}"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise MQClientError(
+                CLIENT_ERROR,
+                f"the broadcasting offsets in {directory} are in use by another consumer of "
+                "this group on this host; give each member its own instance_name",
+            ) from None
+        self._lock_fd = fd
+        try:
+            self.load()
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise MQClientError(
+                CLIENT_ERROR, f"cannot load the broadcasting offsets: {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        """Release the directory (idempotent)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the flock
+
     def load(self) -> None:
-        """Read the file (or its ``.bak``); a missing file means no offsets yet."""
+        """Read the file (or its ``.bak``); a missing file means no offsets yet. ValueError
+        when both are corrupt; OSError when they cannot be read."""
+        for mq, offset in (load_json(self.path, _decode_table) or {}).items():
+            self.table.setdefault(mq, offset)
         self._loaded = True
-        doc = load_json(self.path)
-        table = doc.get("offsetTable", {}) if isinstance(doc, dict) else {}
-        for key, offset in table.items():
-            mq = _parse_key(str(key))
-            if mq is not None and isinstance(offset, int) and offset >= 0:
-                self.table[mq] = offset
 
     async def read(self, mq: MessageQueue) -> int | None:
         """The offset from the file (loaded once)."""
@@ -208,18 +277,31 @@ class LocalFileOffsetStore:
     async def persist(self, mqs: Iterable[MessageQueue]) -> None:
         """Write the whole table (``mqs`` are all in it) atomically, off the event loop.
 
-        One write at a time (a periodic persist, a dropped queue's and the closing one may
-        overlap): two worker threads would share the temporary files, and an older table
-        could land last. The table is read once the lock is held, so the last write is the
-        newest."""
+        Nothing is written before the file was loaded (an empty table would replace the
+        offsets a restarted member has not read yet) or when the table did not change. A
+        failed write (a full disk, a removed directory) is logged and the table kept: the
+        next persist tries again. One write at a time (a periodic persist, a dropped queue's
+        and the closing one may overlap): two worker threads would share the temporary files,
+        and an older table could land last. The table is read once the lock is held, so the
+        last write is the newest."""
         del mqs
+        if not self._loaded:
+            return
         async with self._write_lock:
-            doc = {"offsetTable": {_key(mq): off for mq, off in sorted(self.table.items())}}
-            await trio.to_thread.run_sync(self._write, doc)
+            table = dict(self.table)
+            if table == self._written:
+                return
+            doc = {"offsetTable": {_key(mq): off for mq, off in sorted(table.items())}}
+            try:
+                await trio.to_thread.run_sync(self._write, doc)
+            except OSError as exc:
+                log.warning("persisting broadcasting offsets to %s failed: %s", self.path, exc)
+                return
+            self._written = table
 
     def _write(self, doc: dict[str, dict[str, int]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, doc)
+        write_json_atomic(self.path, doc, _decode_table)
 
     async def overtaken(self, mq: MessageQueue) -> bool:
         """Never: each broadcasting member alone writes its offsets."""

@@ -31,7 +31,14 @@ RocketMQ consumer carries on from where it froze instead: it consumes again ever
 others consumed meanwhile, and writes its older offset over theirs.
 
 Broadcasting offsets live in ``<offset_dir>/<ip>@<instance_name>/<group>/offsets.json``
-(``~/.minimq_offsets`` and ``DEFAULT`` by default), so a restarted member resumes.
+(``~/.minimq_offsets``; the instance name is the consumer's ``instance_name``, else the client
+config's, else ``DEFAULT``), so a restarted member resumes. The file is loaded at start (a file
+that cannot be read fails the start) and its directory is held with a lock while the consumer
+runs: two live members of one group on one host need different instance names. Orderly
+broadcasting consumes every queue in order with no broker locks (each member reads all).
+
+Closing: pulling stops, the handlers in flight may finish (``CLOSE_DRAIN_S``) and count, every
+offset is persisted at once, then the queues are dropped and the orderly locks released.
 
 Offsets: each queue records the smallest offset still being consumed (one past the last when
 none), kept locally and persisted every ``persist_interval``, when a queue is dropped and when
@@ -90,6 +97,9 @@ LOCK_RETRY_S = 0.5
 """Orderly: a queue the broker would not lock to us is tried again this often."""
 CLOSE_TIMEOUT_S = 5.0
 """Upper bound of persisting offsets and releasing locks when the consumer closes."""
+CLOSE_DRAIN_S = 3.0
+"""Closing: how long the handlers in flight may run on before the offsets are persisted
+(what they finish by then counts; the rest is consumed again by the next owner)."""
 DROP_WAIT_S = 1.0
 """Orderly: how long a dropped queue waits for its in-flight batch before persisting its offset
 (its broker lock is kept until the batch ends)."""
@@ -106,6 +116,8 @@ class _Queue:
     lock_changed: trio.Event = field(default_factory=trio.Event)
     pull_scope: trio.CancelScope | None = None
     """The pull in flight (cancelled when the topic's subscription changes)."""
+    pulling: trio.CancelScope = field(default_factory=trio.CancelScope)
+    """The pull loop (cancelled first when the consumer closes)."""
     owned: bool = False
     """Orderly: this member has held the queue's broker lock since it was added; only then is
     its offset its own to record and write back."""
@@ -147,7 +159,7 @@ class PushConsumer:
         persist_interval: float = 5.0,
         rebalance_interval: float = 20.0,
         offset_dir: Path | None = None,
-        instance_name: str = "DEFAULT",
+        instance_name: str | None = None,
     ) -> None:
         validate_group(group)
         if consume_thread_max <= 0 or not 0 < consume_message_batch_max_size <= 1024:
@@ -209,6 +221,7 @@ class PushConsumer:
         self._orderly: OrderlyService | None = None
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._file_offsets: LocalFileOffsetStore | None = None
         self._running = False
         self.rebalanced = trio.Event()
         """Set after every rebalance round (tests and tools wait on it)."""
@@ -224,6 +237,12 @@ class PushConsumer:
     def clustering(self) -> bool:
         """True in ``CLUSTERING`` (the default), False in ``BROADCASTING``."""
         return self.message_model is MessageModel.CLUSTERING
+
+    @property
+    def uses_locks(self) -> bool:
+        """Orderly clustering: a queue is consumed only while the broker locks it to us.
+        Orderly broadcasting needs no locks (every member reads every queue), as RocketMQ."""
+        return self.orderly and self.clustering
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -276,10 +295,15 @@ class PushConsumer:
         try:
             await self._start()
         except BaseException:
+            self._close_file_offsets()
             if self._own_instance:
                 await self._instance.__aexit__(None, None, None)
             raise
         return self
+
+    def _close_file_offsets(self) -> None:
+        if self._file_offsets is not None:
+            self._file_offsets.close()
 
     async def _start(self) -> None:
         instance = self._instance
@@ -290,8 +314,13 @@ class PushConsumer:
             )
         else:
             # keyed by ip@instance_name, stable across restarts (RocketMQ keeps "DEFAULT" too)
-            stable_id = f"{instance.config.client_ip}@{self.instance_name}"
-            self._offsets = LocalFileOffsetStore(stable_id, self.group, self.offset_dir)
+            name = self.instance_name or instance.config.instance_name or "DEFAULT"
+            store = LocalFileOffsetStore(
+                f"{instance.config.client_ip}@{name}", self.group, self.offset_dir
+            )
+            await trio.to_thread.run_sync(store.open)  # RocketMQ's offsetStore.load() at start
+            self._file_offsets = store
+            self._offsets = store
         self._consumption = Consumption(
             self._handler_of,
             self._send_back,
@@ -312,7 +341,8 @@ class PushConsumer:
             self._orderly = OrderlyService(
                 self._consumption, self.batch_max, self.suspend_current_queue_s
             )
-            self._nursery.start_soon(self.lock_loop)
+            if self.uses_locks:
+                self._nursery.start_soon(self.lock_loop)
         else:
             self._concurrent = ConcurrentService(
                 self._consumption, self.batch_max, self.consume_thread_max
@@ -329,20 +359,24 @@ class PushConsumer:
     ) -> None:
         try:
             if self._nursery is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
-                    async with self._rebalance_lock:  # no rebalance round half-way
-                        self._running = False
-                        await self._release_all()
-                self._nursery.cancel_scope.cancel()
-                assert self._nursery_cm is not None
-                # raises the children's Cancelled when a scope around the block was cancelled
-                # (always, closed by the blocking facade): the group leaves in ``finally``
-                await self._nursery_cm.__aexit__(None, None, None)
+                try:
+                    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+                        async with self._rebalance_lock:  # no rebalance round half-way
+                            self._running = False
+                            await self._release_all()
+                finally:  # the nursery entered by hand is always left, or trio's stack breaks
+                    self._nursery.cancel_scope.cancel()
+                    assert self._nursery_cm is not None
+                    # raises the children's Cancelled when a scope around the block was
+                    # cancelled (always, closed by the blocking facade): the group leaves in
+                    # ``finally``
+                    await self._nursery_cm.__aexit__(None, None, None)
         finally:
             try:
                 await self._leave_group()
             finally:
                 try:
+                    self._close_file_offsets()
                     if self._own_instance:
                         await self._instance.__aexit__(exc_type, exc, tb)
                 finally:
@@ -374,9 +408,32 @@ class PushConsumer:
         return self._nursery
 
     async def _release_all(self) -> None:
-        """Closing: stop every queue, persist every offset, release orderly locks."""
-        for mq in list(self._queues):
-            await self._remove_queue(mq)
+        """Closing: stop pulling, let the handlers in flight finish for up to
+        ``CLOSE_DRAIN_S`` (what they finish counts), persist every offset at once, then drop
+        every queue and release the orderly locks of the idle ones."""
+        queues = dict(self._queues)
+        for q in queues.values():
+            q.pulling.cancel()
+        with trio.move_on_after(CLOSE_DRAIN_S):
+            if self._concurrent is not None:
+                await self._concurrent.drain()
+            if self._orderly is not None:
+                await self._orderly.drain([q.slot for q in queues.values()])
+        now = _now_ms()
+        async with trio.open_nursery() as nursery:
+            for mq, q in queues.items():
+                if q.owned:  # else orderly, never locked here: the owner's offset
+                    nursery.start_soon(self._write_back, mq, self._is_stalled(q, now))
+        idle: list[MessageQueue] = []
+        for mq, q in queues.items():
+            del self._queues[mq]
+            q.slot.pq.dropped = True
+            q.scope.cancel()
+            self._offsets.remove(mq)
+            if not q.slot.consuming.locked():
+                idle.append(mq)
+        if self.uses_locks:
+            await self._unlock(idle)  # a busy queue's lock expires at the broker (60 s)
 
     # ------------------------------------------------------------------ rebalance
 
@@ -457,7 +514,7 @@ class PushConsumer:
         added = sorted(wanted - set(self._queues))
         if not added:
             return
-        locked = await self._lock(added) if self.orderly else set()
+        locked = await self._lock(added) if self.uses_locks else set()
         for mq in added:
             await self._add_queue(mq, mq in locked)
 
@@ -472,11 +529,12 @@ class PushConsumer:
         nursery = self._nursery
         sub, _ = self._subs[mq.topic]
         pq = ProcessQueue(_now_ms())
+        locked = locked or not self.uses_locks
         pq.locked, pq.last_lock_ms = locked, _now_ms()
         busy = self._busy_dropped.get(mq)  # its old handler still runs: share its lock
         consuming = busy.slot.consuming if busy is not None else trio.Lock()
         slot = QueueSlot(mq, pq, trio.Event(), consuming)
-        q = _Queue(slot, sub, offset, owned=locked or not self.orderly)
+        q = _Queue(slot, sub, offset, owned=locked)
         self._queues[mq] = q
         if q.owned:  # an orderly queue not locked yet: the owner's offset, not ours
             self._offsets.update(mq, offset, increase_only=False)
@@ -513,9 +571,9 @@ class PushConsumer:
         if q.owned:  # else orderly, never locked here: the offset is the owner's to write
             await self._write_back(mq, stalled)
         self._offsets.remove(mq)
-        if idle and self.orderly:
+        if idle and self.uses_locks:
             await self._unlock([mq])
-        elif self.orderly and self._nursery is not None:
+        elif not idle and self._nursery is not None:
             # a handler is still on this queue: keep (and renew) the broker lock until it
             # returns, as RocketMQ does, or the new owner would consume the queue meanwhile
             self._nursery.start_soon(self._unlock_when_idle, q)
@@ -540,7 +598,7 @@ class PushConsumer:
         mq = q.slot.mq
         if self._busy_dropped.get(mq) is q:
             del self._busy_dropped[mq]
-        if mq not in self._queues:  # not assigned to us again meanwhile
+        if mq not in self._queues and self.uses_locks:  # not assigned to us again meanwhile
             await self._unlock([mq])
 
     # ------------------------------------------------------------------ pulling
@@ -548,11 +606,17 @@ class PushConsumer:
     async def _queue_tasks(self, q: _Queue) -> None:
         with q.scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pull_loop, q)
+                nursery.start_soon(self._pull_task, q)
                 if self._orderly is not None:
                     nursery.start_soon(self._orderly.run_queue, q.slot, lambda: self._locked(q))
 
+    async def _pull_task(self, q: _Queue) -> None:
+        with q.pulling:
+            await self._pull_loop(q)
+
     def _locked(self, q: _Queue) -> bool:
+        if not self.uses_locks:
+            return True
         pq = q.slot.pq
         return pq.locked and not pq.is_lock_expired(_now_ms())
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
 from client.config import ClientConfig
+from client.errors import MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from client.offset_store import LocalFileOffsetStore, RemoteOffsetStore
@@ -33,6 +35,7 @@ async def test_offsets_survive_a_restart_and_only_increase(tmp_path: Path) -> No
 
 async def test_a_corrupt_file_falls_back_to_the_backup(tmp_path: Path) -> None:
     store = LocalFileOffsetStore("c", "g", tmp_path)
+    store.open()
     store.update(A, 1)
     await store.persist([A])
     store.update(A, 2)
@@ -40,6 +43,68 @@ async def test_a_corrupt_file_falls_back_to_the_backup(tmp_path: Path) -> None:
     store.path.write_text("{not json")
     again = LocalFileOffsetStore("c", "g", tmp_path)
     assert await again.read(A) == 1
+    store.path.write_text('{"offsetTable": {"T@broker-a@0": "one"}}')  # JSON, wrong shape
+    assert await LocalFileOffsetStore("c", "g", tmp_path).read(A) == 1
+
+
+async def test_a_store_never_loaded_writes_nothing(tmp_path: Path) -> None:
+    """A restarted member that has no queue yet when the periodic persist runs must not
+    replace its offsets (and then their backup) with an empty table."""
+    first = LocalFileOffsetStore("c", "g", tmp_path)
+    first.open()
+    first.update(A, 7)
+    await first.persist([A])
+    first.close()
+    restarted = LocalFileOffsetStore("c", "g", tmp_path)
+    await restarted.persist([])
+    await restarted.persist([])
+    assert await LocalFileOffsetStore("c", "g", tmp_path).read(A) == 7
+    restarted.open()
+    await restarted.persist([])  # loaded: the table it writes holds what it read
+    assert await LocalFileOffsetStore("c", "g", tmp_path).read(A) == 7
+
+
+async def test_a_failed_write_is_logged_and_tried_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = LocalFileOffsetStore("c", "g", tmp_path)
+    store.open()
+    store.update(A, 3)
+    directory = store.path.parent
+    directory.rename(tmp_path / "moved")
+    directory.write_text("a file where the directory was")  # mkdir and writes fail
+    await store.persist([A])  # logged, not raised: the consumer keeps consuming
+    assert "persisting broadcasting offsets" in caplog.text
+    directory.unlink()
+    await store.persist([A])  # the same table: written now
+    assert await LocalFileOffsetStore("c", "g", tmp_path).read(A) == 3
+
+
+def test_a_second_live_store_on_one_directory_is_refused(tmp_path: Path) -> None:
+    first = LocalFileOffsetStore("10.0.0.1@DEFAULT", "g", tmp_path)
+    first.open()
+    second = LocalFileOffsetStore("10.0.0.1@DEFAULT", "g", tmp_path)
+    with pytest.raises(MQClientError, match=r"in use by another consumer.*instance_name"):
+        second.open()
+    LocalFileOffsetStore("10.0.0.1@other", "g", tmp_path).open()  # another instance name
+    first.close()
+    second.open()
+    second.close()
+
+
+def test_open_fails_when_neither_the_file_nor_its_backup_loads(tmp_path: Path) -> None:
+    store = LocalFileOffsetStore("c", "g", tmp_path)
+    store.path.parent.mkdir(parents=True)
+    store.path.write_text('{"offsetTable": {"T@broker-a@0": 1')
+    with pytest.raises(MQClientError, match=r"cannot load the broadcasting offsets.*no backup"):
+        store.open()
+    store.path.write_text("{}")  # JSON of the wrong shape, and still no backup
+    with pytest.raises(MQClientError, match="offsetTable"):
+        LocalFileOffsetStore("c", "g", tmp_path).open()
+    store.path.unlink()
+    fresh = LocalFileOffsetStore("c", "g", tmp_path)
+    fresh.open()  # the failed opens released the directory
+    fresh.close()
 
 
 async def test_a_local_offset_is_overtaken_only_by_a_higher_committed_one(tmp_path: Path) -> None:
@@ -76,6 +141,7 @@ async def test_overlapping_persists_write_one_at_a_time_and_the_newest_last(
     """A periodic persist, a dropped queue's and the closing one may overlap: they must not
     share the temporary files (FileNotFoundError), and the file ends with the newest table."""
     store = LocalFileOffsetStore("c", "g", tmp_path)
+    store.open()
     mq = MessageQueue("T", "broker-a", 0)
     async with trio.open_nursery() as nursery:
         for offset in range(1, 41):
