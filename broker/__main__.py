@@ -9,11 +9,17 @@ Task tree::
 
 Rules:
 
-- Settings, lowest first: ``-c FILE`` (``.properties`` with RocketMQ's keys), ``NAMESRV_ADDR``,
-  ``-n``, then ``--<key> <value>`` for any broker or store key (``--listenPort 0``,
-  ``--storePathRootDir /tmp/s``). An unknown key or bad value prints one line to stderr, exit 1.
-- ``--bindAddress`` (not a RocketMQ broker key, default 0.0.0.0) is the address to listen on.
-- ``-p`` prints the effective settings as ``key=value`` lines and exits 0.
+- Settings, lowest first: defaults (``NAMESRV_ADDR`` is the default ``namesrvAddr`` and
+  ``MINIMQ_BUSY_POLL_US`` the default ``busyPollMicros``, as in RocketMQ), ``-c FILE``
+  (``.properties`` with RocketMQ's keys), ``-n``, then ``--<key> <value>`` for any broker or
+  store key (``--listenPort 0``, ``--storePathRootDir /tmp/s``). An unknown key or bad value
+  prints one line to stderr, exit 1.
+- ``bindAddress`` (default 0.0.0.0) is the address to listen on, for the broker and its
+  metrics; ``--bindAddress`` overrides it like any ``--<key>``.
+- ``-p`` prints the effective settings as ``key=value`` lines (escaped as Java's
+  ``Properties#store`` does, so ``-p`` output is a valid ``-c`` file) and exits 0.
+- A disk ratio outside RocketMQ's bounds is clamped, with one WARNING at startup naming the
+  key, the value configured and the value used.
 - Once serving (and after the first registration round), one line goes to stdout, flushed:
   ``The broker[<brokerName>, <brokerIP1>:<port>] boot success. serializeType=MSGPACK and name
   server is <namesrvAddr>``.
@@ -68,9 +74,9 @@ def parse_overrides(args: Sequence[str]) -> dict[str, str]:
     return out
 
 
-async def _serve(config: BrokerConfig, host: str) -> None:
-    """Run a :class:`BrokerController` until SIGTERM or SIGINT."""
-    controller = BrokerController(config, host=host)
+async def _serve(config: BrokerConfig) -> None:
+    """Run a :class:`BrokerController` on ``bindAddress`` until SIGTERM or SIGINT."""
+    controller = BrokerController(config, host=config.bind_address)
 
     def announce(port: int) -> None:
         addr, namesrv = controller.broker_addr, config.namesrv_addr or ""
@@ -93,15 +99,14 @@ async def _serve(config: BrokerConfig, host: str) -> None:
     "--namesrvAddr",
     "namesrv_addr",
     default=None,
-    help="Name server addresses, host:port;host:port (overrides NAMESRV_ADDR).",
+    help="Name server addresses, host:port;host:port (overrides -c and NAMESRV_ADDR).",
 )
 @print_config_option
 @click.option(
     "--bindAddress",
     "bind_address",
-    default="0.0.0.0",
-    show_default=True,
-    help="Address to listen on.",
+    default=None,
+    help="Address to listen on (overrides bindAddress in -c). [default: 0.0.0.0]",
 )
 @log_level_option
 @click.pass_context
@@ -110,13 +115,15 @@ def main(
     config_file: str | None,
     namesrv_addr: str | None,
     print_config: bool,
-    bind_address: str,
+    bind_address: str | None,
     log_level: str,
     log_file: str | None,
 ) -> None:
     """Start a minimq broker. Any broker or store key may be given as --<key> <value>."""
     try:
         overrides = parse_overrides(ctx.args)
+        if bind_address is not None:
+            overrides["bindAddress"] = bind_address
         config = BrokerConfig.load(
             None if config_file is None else Path(config_file),
             namesrv_addr,
@@ -132,9 +139,11 @@ def main(
         setup_logging(log_level, log_file)
     except OSError as exc:
         fail(PROGRAM, f"cannot open log file: {exc}")
+    for warning in config.clamped_settings():
+        log.warning("%s", warning)
     try:
         tune_gc()
-        trio.run(_serve, config, bind_address)
+        trio.run(_serve, config)
     except* (OSError, StoreError, ValueError) as group:
         fail(PROGRAM, f"cannot start: {first_leaf(group)}")
 

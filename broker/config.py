@@ -8,9 +8,19 @@ Rules:
   from those names (``mapped_file_size_commit_log`` -> ``mappedFileSizeCommitLog``), with the few
   irregular RocketMQ spellings in ``_STORE_KEY_EXCEPTIONS``. Settings given explicitly are kept in
   ``store_settings``; :meth:`BrokerConfig.store_config` builds the ``StoreConfig``.
-- ``.properties`` files are read with :func:`namesrv.config.load_properties`.
-- Unknown keys and bad values raise :class:`ValueError` naming the key. Optional values
-  (``namesrvAddr``, ``metricsPort``) are written as an empty string when unset.
+- ``.properties`` files are read with :func:`common.properties.load_properties`;
+  :meth:`BrokerConfig.to_properties` escapes what it writes, so its output reads back.
+- Settings, lowest first (:meth:`BrokerConfig.load`): defaults, of which ``NAMESRV_ADDR`` and
+  ``MINIMQ_BUSY_POLL_US`` set ``namesrvAddr`` and ``busyPollMicros`` (as RocketMQ's
+  ``NAMESRV_ADDR``); the ``-c`` file; ``-n``; ``--<key>`` overrides.
+- Unknown keys and bad values raise :class:`ValueError` naming the key and the value, one check
+  per key. Optional values (``namesrvAddr``, ``metricsPort``) are written as an empty string
+  when unset.
+- RocketMQ's clamps: the disk ratios (:data:`store.config.DISK_RATIO_BOUNDS`) are clamped and
+  :meth:`BrokerConfig.clamped_settings` says which; ``registerNameServerPeriod`` must be in
+  [:data:`MIN_REGISTER_PERIOD_MS`, :data:`MAX_REGISTER_PERIOD_MS`].
+- ``brokerRole`` is accepted for RocketMQ's stock ``broker.conf``: only ``ASYNC_MASTER``, what
+  every minimq broker is (there is no replication).
 """
 
 from __future__ import annotations
@@ -25,15 +35,22 @@ from typing import Any, Final
 
 from common.digits import parse_uint
 from common.net import primary_ipv4
-from common.properties import convert_value, format_value, load_properties
+from common.properties import convert_value, format_entry, load_properties
 from common.route import MAX_QUEUE_NUMS, PermName
-from remoting.busy_poll import ENV_VAR as BUSY_POLL_ENV
 from remoting.busy_poll import default_window_us
 from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
-from store.config import StoreConfig
+from store.config import DISK_RATIO_BOUNDS, StoreConfig, effective_disk_ratio
 
 MAX_REGISTER_PERIOD_MS: Final = 60_000
 """RocketMQ's upper clamp of ``registerNameServerPeriod``: well inside the name servers' 120 s."""
+MIN_REGISTER_PERIOD_MS: Final = 100
+"""Smallest ``registerNameServerPeriod``: below it a broker re-registers without pause.
+RocketMQ clamps to 10000; the tests' brokers register every 200-300 ms to see routes soon."""
+NAMESRV_ADDR_ENV: Final = "NAMESRV_ADDR"
+"""Environment variable holding the default ``namesrvAddr`` (RocketMQ's)."""
+BROKER_ROLE: Final = "ASYNC_MASTER"
+"""The only ``brokerRole``: a master whose writes are not replicated."""
+_REPLICATED_ROLES = frozenset({"SYNC_MASTER", "SLAVE"})
 
 _NO_STORE_KEY = frozenset({"store_host"})
 """StoreConfig fields not settable by key (``store_host``: ``brokerIP1``, advertised port)."""
@@ -66,6 +83,23 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def parse_namesrv_addrs(text: str, source: str = "namesrvAddr") -> list[str]:
+    """The ``host:port`` addresses of ``text`` (``;``-separated, blanks skipped).
+
+    ValueError naming ``source`` (the key, or ``NAMESRV_ADDR``) and the bad address.
+    """
+    out = []
+    for part in text.split(";"):
+        addr = part.strip()
+        if not addr:
+            continue
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not 0 < (parse_uint(port, max_digits=5) or 0) <= 65535:
+            raise ValueError(f"{source}: expected host:port, got {addr!r}")
+        out.append(addr)
+    return out
+
+
 def _meta(key: str, kind: type) -> dict[str, Any]:
     return {"key": key, "type": kind}
 
@@ -93,7 +127,11 @@ class BrokerConfig:
     )
     broker_name: str = field(default="broker-a", metadata=_meta("brokerName", str))
     broker_id: int = field(default=0, metadata=_meta("brokerId", int))
+    broker_role: str = field(default=BROKER_ROLE, metadata=_meta("brokerRole", str))
+    """RocketMQ's role; only ``ASYNC_MASTER`` (minimq brokers have no replication)."""
     listen_port: int = field(default=10911, metadata=_meta("listenPort", int))
+    bind_address: str = field(default="0.0.0.0", metadata=_meta("bindAddress", str))
+    """The address the broker (and its metrics endpoint) listens on."""
     namesrv_addr: str | None = field(default=None, metadata=_meta("namesrvAddr", str))
     broker_ip1: str = field(default_factory=primary_ipv4, metadata=_meta("brokerIP1", str))
     advertised_port: int = field(default=0, metadata=_meta("advertisedPort", int))
@@ -156,15 +194,31 @@ class BrokerConfig:
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
 
     def __post_init__(self) -> None:
-        for key, port in (
-            ("listenPort", self.listen_port),
-            ("advertisedPort", self.advertised_port),
-            ("metricsPort", self.metrics_port),
+        """Validate every setting; ValueError names the key and the bad value."""
+        self._check_identity()
+        self._check_ports()
+        self._check_limits()
+        self._check_intervals()
+        parse_namesrv_addrs(self.namesrv_addr or "")
+        parse_delay_levels(self.message_delay_level)
+        self._check_store_settings()
+
+    def _check_identity(self) -> None:
+        for key, name in (
+            ("brokerClusterName", self.broker_cluster_name),
+            ("brokerName", self.broker_name),
         ):
-            if port is not None and not 0 <= port <= 65535:
-                raise ValueError(f"{key} must be in [0, 65535], got {port}")
+            if not name:
+                raise ValueError(f"{key} must not be empty, got {name!r}")
         if self.broker_id < 0:
             raise ValueError(f"brokerId must be >= 0, got {self.broker_id}")
+        if self.broker_role in _REPLICATED_ROLES:
+            raise ValueError(
+                f"brokerRole {self.broker_role} is not supported: minimq brokers have no "
+                f"replication (use {BROKER_ROLE})"
+            )
+        if self.broker_role != BROKER_ROLE:
+            raise ValueError(f"brokerRole must be {BROKER_ROLE}, got {self.broker_role!r}")
         try:
             ipaddress.ip_address(self.broker_ip1)
         except ValueError:
@@ -173,40 +227,62 @@ class BrokerConfig:
             ) from None
         if not 0 <= self.broker_permission < 8:
             raise ValueError(f"brokerPermission must be in [0, 8), got {self.broker_permission}")
-        if self.busy_poll_us < 0:
-            raise ValueError(f"busyPollMicros must be >= 0, got {self.busy_poll_us}")
-        if self.server_max_connections < 0:
-            raise ValueError("serverMaxConnections must be >= 0 (0: the default)")
-        if self.server_max_pending_requests <= 0:
-            raise ValueError("serverMaxPendingRequests must be > 0")
-        if self.server_max_pending_requests_per_connection <= 0:
-            raise ValueError("serverMaxPendingRequestsPerConnection must be > 0")
+
+    def _check_ports(self) -> None:
+        for key, port in (
+            ("listenPort", self.listen_port),
+            ("advertisedPort", self.advertised_port),
+            ("metricsPort", self.metrics_port),
+        ):
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"{key} must be in [0, 65535], got {port}")
+        if not self.bind_address:
+            raise ValueError(f"bindAddress must not be empty, got {self.bind_address!r}")
+
+    def _check_limits(self) -> None:
+        for key, value, low in (
+            ("busyPollMicros", self.busy_poll_us, 0),
+            ("serverMaxConnections", self.server_max_connections, 0),
+            ("serverMaxPendingRequests", self.server_max_pending_requests, 1),
+            (
+                "serverMaxPendingRequestsPerConnection",
+                self.server_max_pending_requests_per_connection,
+                1,
+            ),
+            ("transactionTimeOut", self.transaction_timeout_ms, 0),
+            ("transactionCheckMax", self.transaction_check_max, 0),
+        ):
+            if value < low:
+                raise ValueError(f"{key} must be >= {low}, got {value}")
         if not 0 < self.default_topic_queue_nums <= MAX_QUEUE_NUMS:
             raise ValueError(
                 f"defaultTopicQueueNums must be in [1, {MAX_QUEUE_NUMS}], "
                 f"got {self.default_topic_queue_nums}"
             )
-        if self.register_name_server_period_ms > MAX_REGISTER_PERIOD_MS:
+
+    def _check_intervals(self) -> None:
+        period = self.register_name_server_period_ms
+        if period > MAX_REGISTER_PERIOD_MS:
             raise ValueError(
                 f"registerNameServerPeriod must be at most {MAX_REGISTER_PERIOD_MS} ms (name "
-                "servers drop a broker silent for 120 s), "
-                f"got {self.register_name_server_period_ms}"
+                f"servers drop a broker silent for 120 s), got {period}"
+            )
+        if 0 < period < MIN_REGISTER_PERIOD_MS:
+            raise ValueError(
+                f"registerNameServerPeriod must be at least {MIN_REGISTER_PERIOD_MS} ms (else "
+                f"the broker re-registers without pause), got {period}"
             )
         for key, value in (
             ("flushConsumerOffsetInterval", self.flush_consumer_offset_interval_ms),
-            ("registerNameServerPeriod", self.register_name_server_period_ms),
+            ("registerNameServerPeriod", period),
             ("channelExpiredTimeout", self.channel_expired_timeout_ms),
             ("flushDelayOffsetInterval", self.flush_delay_offset_interval_ms),
             ("transactionCheckInterval", self.transaction_check_interval_ms),
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be > 0 ms, got {value}")
-        if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
-            raise ValueError("transactionTimeOut and transactionCheckMax must be >= 0")
-        if not self.broker_name or not self.broker_cluster_name:
-            raise ValueError("brokerName and brokerClusterName must not be empty")
-        self._parse_namesrv_addrs()
-        parse_delay_levels(self.message_delay_level)
+
+    def _check_store_settings(self) -> None:
         known = set(STORE_KEYS.values())
         for name, _ in self.store_settings:
             if name not in known:
@@ -218,20 +294,6 @@ class BrokerConfig:
 
     # ------------------------------------------------------------------ derived values
 
-    def _parse_namesrv_addrs(self) -> list[str]:
-        if not self.namesrv_addr:
-            return []
-        out = []
-        for part in self.namesrv_addr.split(";"):
-            addr = part.strip()
-            if not addr:
-                continue
-            host, sep, port = addr.rpartition(":")
-            if not sep or not host or not 0 < (parse_uint(port, max_digits=5) or 0) <= 65535:
-                raise ValueError(f"namesrvAddr: expected host:port, got {addr!r}")
-            out.append(addr)
-        return out
-
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:
         """``messageDelayLevel`` in milliseconds; level ``n`` is ``delay_levels_ms[n - 1]``."""
@@ -240,7 +302,7 @@ class BrokerConfig:
     @property
     def namesrv_addrs(self) -> list[str]:
         """The ``host:port`` name server addresses of ``namesrvAddr`` (``;``-separated)."""
-        return self._parse_namesrv_addrs()
+        return parse_namesrv_addrs(self.namesrv_addr or "")
 
     def advertised(self, bound_port: int | None = None) -> int:
         """The port advertised to clients: ``advertisedPort`` when set, else ``bound_port``
@@ -301,28 +363,46 @@ class BrokerConfig:
         env: Mapping[str, str],
         overrides: Mapping[str, str],
     ) -> BrokerConfig:
-        """Merge, lowest first: ``config_file``, ``NAMESRV_ADDR`` and ``MINIMQ_BUSY_POLL_US`` in
-        ``env``, ``-n``, overrides."""
+        """Merge, lowest first: defaults (``NAMESRV_ADDR`` and ``MINIMQ_BUSY_POLL_US`` in ``env``
+        set those of ``namesrvAddr`` and ``busyPollMicros``), ``config_file``, ``-n``
+        (``namesrv_arg``), ``overrides``. A bad environment value is named as such."""
         props: dict[str, str] = dict(load_properties(config_file)) if config_file else {}
-        if env.get("NAMESRV_ADDR"):
-            props["namesrvAddr"] = env["NAMESRV_ADDR"]
-        if env.get(BUSY_POLL_ENV):
-            props["busyPollMicros"] = env[BUSY_POLL_ENV]
         if namesrv_arg:
             props["namesrvAddr"] = namesrv_arg
         props.update(overrides)
+        env_namesrv = env.get(NAMESRV_ADDR_ENV)
+        if env_namesrv and "namesrvAddr" not in props:
+            parse_namesrv_addrs(env_namesrv, NAMESRV_ADDR_ENV)
+            props["namesrvAddr"] = env_namesrv
+        if "busyPollMicros" not in props:
+            props["busyPollMicros"] = str(default_window_us(env))
         return cls.from_properties(props)
 
     def to_properties(self) -> str:
-        """``key=value`` lines (as ``mqbroker -p`` prints): broker keys then every store key."""
+        """``key=value`` lines (as ``mqbroker -p`` prints): broker keys then every store key,
+        escaped as ``Properties#store`` does, so that the text reads back to this config."""
         lines = []
         for f in dataclasses.fields(self):
             if "key" in f.metadata:
-                lines.append(f"{f.metadata['key']}={format_value(getattr(self, f.name))}")
+                lines.append(format_entry(f.metadata["key"], getattr(self, f.name)))
         store = self.store_config()
         for key, name in STORE_KEYS.items():
-            lines.append(f"{key}={format_value(getattr(store, name))}")
+            lines.append(format_entry(key, getattr(store, name)))
         return "\n".join(lines) + "\n"
+
+    def clamped_settings(self) -> list[str]:
+        """One line per disk ratio set outside RocketMQ's bounds: its key, the value configured
+        and the value used (for the broker's startup warnings)."""
+        out = []
+        for name, value in self.store_settings:
+            if name not in DISK_RATIO_BOUNDS or effective_disk_ratio(name, value) == value:
+                continue
+            low, high = DISK_RATIO_BOUNDS[name]
+            out.append(
+                f"{_camel(name)}={value} is outside RocketMQ's range [{low}, {high}]: "
+                f"using {effective_disk_ratio(name, value)}"
+            )
+        return out
 
 
 def _rename_store_fields(message: str) -> str:

@@ -101,9 +101,10 @@ STATS_SAMPLE_S = 1.0
 class BrokerController:
     """Runs one broker; see the module docstring."""
 
-    def __init__(self, config: BrokerConfig, *, host: str = "0.0.0.0") -> None:
+    def __init__(self, config: BrokerConfig, *, host: str | None = None) -> None:
         self.config = config
-        self.host = host
+        self.host = config.bind_address if host is None else host
+        """The address to listen on: ``host``, else the config's ``bindAddress``."""
         self.port: int | None = None
         """The bound port once :meth:`run` has started."""
         self.store: MessageStore | None = None

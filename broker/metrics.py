@@ -47,6 +47,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import re
 import struct
 from collections.abc import Iterable, Iterator
 from typing import Protocol
@@ -86,6 +87,8 @@ REQUEST_TIMEOUT_S = 10.0
 """A scrape connection must send its request head within this time."""
 MAX_HEAD_BYTES = 8192
 """Longest accepted HTTP request head."""
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+"""The blank line ending a request head (CRLF or bare LF line ends)."""
 
 _SEND_CODES = (
     RequestCode.SEND_MESSAGE,
@@ -402,7 +405,7 @@ class BrokerMetrics(Collector):
 
     def respond(self, head: bytes) -> bytes:
         """The HTTP response to a request head (``GET /metrics``; 404/405 otherwise)."""
-        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        request_line = head.split(b"\n", 1)[0].decode("latin-1")
         parts = request_line.split()
         if len(parts) != 3:
             return _http(400, "Bad Request", b"bad request\n")
@@ -416,9 +419,11 @@ class BrokerMetrics(Collector):
 
 
 async def _read_head(stream: trio.SocketStream) -> bytes | None:
-    """The request head up to the blank line; None if the peer closed or sent too much."""
+    """The request head up to the blank line; None if the peer closed or sent too much.
+
+    Lines may end with a bare LF as well as CRLF (RFC 9112 section 2.2), as ``nc`` sends them."""
     buf = b""
-    while b"\r\n\r\n" not in buf:
+    while _HEAD_END.search(buf) is None:
         if len(buf) > MAX_HEAD_BYTES:
             return None
         chunk = await stream.receive_some(4096)

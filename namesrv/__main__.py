@@ -11,7 +11,9 @@ Rules:
 
 - Settings come from ``-c FILE`` (a ``.properties`` file with RocketMQ's keys), then
   ``--listenPort`` / ``--bindAddress`` override it; defaults are RocketMQ's (9876, 0.0.0.0).
-- ``-p`` prints the effective settings as ``key=value`` lines and exits 0.
+- ``-p`` prints the effective settings as ``key=value`` lines (escaped, so that they read back
+  with ``-c``) and exits 0.
+- The name server reads no environment variable (``NAMESRV_ADDR`` is for brokers and clients).
 - Once serving, one line goes to stdout (flushed):
   ``The Name Server boot success. listening on <host>:<port>`` with the bound port.
 - SIGTERM or SIGINT stops the server and exits 0. A bad config file or a failure to bind prints

@@ -7,8 +7,9 @@ Rules:
   :meth:`to_properties`.
 - Intervals are in milliseconds and named ``*_ms``.
 - :func:`common.properties.load_properties` reads the file; :meth:`NamesrvConfig.from_properties`
-  converts values by the field's type and raises :class:`ValueError` naming the key on an
-  unknown key or a bad value.
+  converts values by the field's type and raises :class:`ValueError` naming the key (and the
+  value) on an unknown key or a bad value, one check per key.
+- :meth:`NamesrvConfig.to_properties` escapes what it writes, so its output reads back.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.properties import convert_value, format_value
+from common.properties import convert_value, format_entry
 
 
 def _key(name: str) -> dict[str, str]:
@@ -49,10 +50,12 @@ class NamesrvConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise ValueError(f"listenPort must be in [0, 65535], got {self.listen_port}")
-        if self.scan_not_active_broker_interval_ms <= 0:
-            raise ValueError("scanNotActiveBrokerInterval must be > 0 ms")
-        if self.broker_channel_expired_time_ms <= 0:
-            raise ValueError("brokerChannelExpiredTime must be > 0 ms")
+        for key, value in (
+            ("scanNotActiveBrokerInterval", self.scan_not_active_broker_interval_ms),
+            ("brokerChannelExpiredTime", self.broker_channel_expired_time_ms),
+        ):
+            if value <= 0:
+                raise ValueError(f"{key} must be > 0 ms, got {value}")
 
     @classmethod
     def property_keys(cls) -> dict[str, str]:
@@ -77,11 +80,11 @@ class NamesrvConfig:
             raise ValueError(f"bad namesrv properties: {exc}") from None
 
     def to_properties(self) -> str:
-        """``key=value`` lines (as ``mqnamesrv -p`` prints), one per field, booleans lowercase."""
+        """``key=value`` lines (as ``mqnamesrv -p`` prints), one per field, booleans lowercase,
+        escaped as ``Properties#store`` does."""
         lines = []
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            lines.append(f"{f.metadata['key']}={format_value(value)}")
+            lines.append(format_entry(f.metadata["key"], getattr(self, f.name)))
         return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,22 @@ import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
+
+DISK_RATIO_BOUNDS: Final = {
+    "disk_max_used_space_ratio": (10, 95),
+    "disk_space_warning_level_ratio": (35, 90),
+    "disk_space_clean_forcibly_ratio": (30, 85),
+}
+"""RocketMQ's clamps of the disk ratios (``MessageStoreConfig#getDiskMaxUsedSpaceRatio``,
+``CleanCommitLogService#getDiskSpaceWarningLevelRatio`` / ``getDiskSpaceCleanForciblyRatio``),
+in percent: a stray small value can neither delete live files nor refuse every put."""
+
+
+def effective_disk_ratio(name: str, value: int) -> int:
+    """``value`` of the disk ratio ``name`` (a StoreConfig field) clamped to its bounds."""
+    low, high = DISK_RATIO_BOUNDS[name]
+    return min(max(value, low), high)
 
 
 class FlushDiskType(enum.Enum):
@@ -17,7 +33,11 @@ class FlushDiskType(enum.Enum):
 
 @dataclass(slots=True)
 class StoreConfig:
-    """Store settings (RocketMQ's ``MessageStoreConfig``); sizes in bytes, intervals in ms."""
+    """Store settings (RocketMQ's ``MessageStoreConfig``); sizes in bytes, intervals in ms.
+
+    The disk ratios hold their effective values: a percentage outside 0..100 is refused, one
+    outside :data:`DISK_RATIO_BOUNDS` is clamped into them.
+    """
 
     store_path_root_dir: Path = field(default_factory=lambda: Path.home() / "store")
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
@@ -52,16 +72,32 @@ class StoreConfig:
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
 
     def __post_init__(self) -> None:
+        """Validate (ValueError naming the field and its value) and clamp the disk ratios to
+        :data:`DISK_RATIO_BOUNDS`, as RocketMQ's getters do."""
         self.store_path_root_dir = Path(self.store_path_root_dir)
         if isinstance(self.flush_disk_type, str):
             self.flush_disk_type = FlushDiskType(self.flush_disk_type)
-        if self.mapped_file_size_consume_queue % 20:
-            raise ValueError("mapped_file_size_consume_queue must be a multiple of 20")
-        if self.mapped_file_size_commit_log < 4096:
-            raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
-        if self.max_index_num < 2 or self.max_hash_slot_num < 1:
-            raise ValueError("max_index_num must be >= 2 and max_hash_slot_num >= 1")
+        self._check_geometry()
         self._check_ranges()
+        for name in DISK_RATIO_BOUNDS:
+            setattr(self, name, effective_disk_ratio(name, getattr(self, name)))
+
+    def _check_geometry(self) -> None:
+        """File sizes and index geometry, one check per field."""
+        cq_size = self.mapped_file_size_consume_queue
+        if cq_size % 20:
+            raise ValueError(
+                f"mapped_file_size_consume_queue must be a multiple of 20, got {cq_size}"
+            )
+        if self.mapped_file_size_commit_log < 4096:
+            raise ValueError(
+                "mapped_file_size_commit_log must be at least 4096 bytes, "
+                f"got {self.mapped_file_size_commit_log}"
+            )
+        if self.max_index_num < 2:
+            raise ValueError(f"max_index_num must be >= 2, got {self.max_index_num}")
+        if self.max_hash_slot_num < 1:
+            raise ValueError(f"max_hash_slot_num must be >= 1, got {self.max_hash_slot_num}")
 
     def _check_ranges(self) -> None:
         """Values that would crash a put, answer every send with an error or spin a loop
@@ -83,12 +119,7 @@ class StoreConfig:
         for name in ("sync_flush_timeout", "file_reserved_time", "warm_ahead_size_commit_log"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        ratios = (
-            "disk_max_used_space_ratio",
-            "disk_space_warning_level_ratio",
-            "disk_space_clean_forcibly_ratio",
-        )
-        for name in ratios:
+        for name in DISK_RATIO_BOUNDS:
             if not 0 <= getattr(self, name) <= 100:
                 raise ValueError(
                     f"{name} must be a percentage in 0..100, got {getattr(self, name)}"

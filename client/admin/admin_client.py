@@ -20,6 +20,7 @@ from client.errors import MQBrokerError, MQClientError, TopicRouteError
 from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage, from_record
 from common.message_id import decode_offset_msg_id
+from common.properties import escape_key, escape_value, parse_properties
 from common.record import RecordError, decode_records
 from common.route import MASTER_ID, ClusterInfo, TopicConfig, TopicRouteData
 from common.subscription import build_subscription
@@ -258,16 +259,12 @@ class AdminClient:
     async def broker_config(self, addr: str) -> dict[str, str]:
         """GET_BROKER_CONFIG as a key -> value map (file order)."""
         resp = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
-        out: dict[str, str] = {}
-        for line in resp.body.decode("utf-8", "replace").splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                out[key.strip()] = value.strip()
-        return out
+        props = parse_properties(resp.body.decode("utf-8", "replace"))
+        return {key: value.strip() for key, value in props.items()}
 
     async def update_broker_config(self, addr: str, props: Mapping[str, str]) -> None:
         """UPDATE_BROKER_CONFIG."""
-        body = "".join(f"{k}={v}\n" for k, v in props.items()).encode()
+        body = "".join(f"{escape_key(k)}={escape_value(v)}\n" for k, v in props.items()).encode()
         await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
 
     # ------------------------------------------------------------------ messages

@@ -43,7 +43,8 @@ async def test_cluster_list_and_broker_status(tmp_path: Path) -> None:
 
 
 async def test_broker_config_get_and_update(tmp_path: Path) -> None:
-    async with cluster(tmp_path) as c:
+    root = tmp_path / "back\\slash"  # the broker escapes it, mqadmin reads it back
+    async with cluster(root) as c:
         n = ("-n", c.namesrv)
         addr = c.brokers["broker-b"]
         text = await ok("getBrokerConfig", *n, "-b", addr)
@@ -51,6 +52,7 @@ async def test_broker_config_get_and_update(tmp_path: Path) -> None:
         assert "brokerName" in text
         config = await as_json("getBrokerConfig", *n, "-b", addr)
         assert config[addr]["brokerName"] == "broker-b"
+        assert config[addr]["storePathRootDir"] == str(root / "broker-b" / "store")
         assert config[addr]["defaultTopicQueueNums"] == "8"
 
         text = await ok(

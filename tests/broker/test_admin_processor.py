@@ -185,14 +185,16 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
 
 
 async def test_runtime_info_says_why_sends_are_refused(tmp_path: Path) -> None:
-    """A disk above diskSpaceWarningLevelRatio (0 here, checked every 20 ms) refuses sends; the
-    runtime info says so."""
-    overrides = {"diskSpaceWarningLevelRatio": "0", "cleanResourceInterval": "20"}
+    """A disk above diskSpaceWarningLevelRatio (90 %; the disk reads 95 % full here, checked
+    every 20 ms) refuses sends; the runtime info says so."""
+    overrides = {"cleanResourceInterval": "20"}
     with trio.fail_after(30):
         async with (
-            running_broker(tmp_path, overrides=overrides) as (_broker, addr),
+            running_broker(tmp_path, overrides=overrides) as (broker, addr),
             RemotingClient() as client,
         ):
+            assert broker.store is not None
+            broker.store.disk_usage = lambda _path: 0.95  # what statvfs would say
 
             async def refusal() -> str | None:
                 resp = await client.invoke(addr, req(RequestCode.GET_BROKER_RUNTIME_INFO))

@@ -33,33 +33,53 @@ def test_defaults_match_rocketmq() -> None:
     assert config.store_config().store_host == (config.broker_ip1, 10911)
 
 
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "broker.conf"
+def _write(tmp_path: Path, text: str, name: str = "broker.conf") -> Path:
+    path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def test_namesrv_precedence(tmp_path: Path) -> None:
+    """NAMESRV_ADDR is only the default (RocketMQ's BrokerConfig): -c, -n and --key win."""
     conf = _write(tmp_path, "namesrvAddr=file:1\nbrokerName=broker-b\n")
+    bare = _write(tmp_path, "brokerName=broker-b\n", name="bare.conf")
     env = {"NAMESRV_ADDR": "env:2"}
     assert BrokerConfig.load(conf, None, {}, {}).namesrv_addr == "file:1"
-    assert BrokerConfig.load(conf, None, env, {}).namesrv_addr == "env:2"
+    assert BrokerConfig.load(conf, None, env, {}).namesrv_addr == "file:1"
+    assert BrokerConfig.load(bare, None, env, {}).namesrv_addr == "env:2"
+    assert BrokerConfig.load(None, None, env, {}).namesrv_addr == "env:2"
     assert BrokerConfig.load(conf, "arg:3", env, {}).namesrv_addr == "arg:3"
+    assert BrokerConfig.load(bare, "arg:3", env, {}).namesrv_addr == "arg:3"
     over = BrokerConfig.load(conf, "arg:3", env, {"namesrvAddr": "over:4"})
     assert over.namesrv_addr == "over:4"
     assert over.broker_name == "broker-b"
+    assert BrokerConfig.load(bare, None, env, {"namesrvAddr": "over:4"}).namesrv_addr == "over:4"
     assert BrokerConfig.load(None, None, {"NAMESRV_ADDR": ""}, {}).namesrv_addr is None
 
 
-def test_busy_poll_from_file_env_and_overrides(tmp_path: Path) -> None:
+def test_bad_namesrv_addr_env_is_named_only_when_used(tmp_path: Path) -> None:
+    env = {"NAMESRV_ADDR": "foo"}
+    with pytest.raises(ValueError, match=r"^NAMESRV_ADDR: expected host:port, got 'foo'$"):
+        BrokerConfig.load(None, None, env, {})
+    conf = _write(tmp_path, "namesrvAddr=10.0.0.1:9876\n")
+    assert BrokerConfig.load(conf, None, env, {}).namesrv_addr == "10.0.0.1:9876"
+
+
+def test_busy_poll_env_is_only_the_default(tmp_path: Path) -> None:
+    """MINIMQ_BUSY_POLL_US is the default: busyPollMicros in -c or --busyPollMicros wins."""
     conf = _write(tmp_path, "busyPollMicros=50\n")
     assert BrokerConfig.load(conf, None, {}, {}).busy_poll_us == 50
     env = {"MINIMQ_BUSY_POLL_US": "0"}
-    assert BrokerConfig.load(conf, None, env, {}).busy_poll_us == 0
+    assert BrokerConfig.load(conf, None, env, {}).busy_poll_us == 50
+    assert BrokerConfig.load(None, None, env, {}).busy_poll_us == 0
+    assert BrokerConfig.load(None, None, {"MINIMQ_BUSY_POLL_US": "750"}, {}).busy_poll_us == 750
     assert BrokerConfig.load(conf, None, env, {"busyPollMicros": "75"}).busy_poll_us == 75
-    assert "busyPollMicros=50\n" in BrokerConfig.load(conf, None, {}, {}).to_properties()
-    with pytest.raises(ValueError, match="busyPollMicros"):
-        BrokerConfig.load(None, None, {"MINIMQ_BUSY_POLL_US": "fast"}, {})
+    assert BrokerConfig.load(None, None, env, {"busyPollMicros": "75"}).busy_poll_us == 75
+    assert "busyPollMicros=50\n" in BrokerConfig.load(conf, None, env, {}).to_properties()
+    bad = {"MINIMQ_BUSY_POLL_US": "fast"}
+    with pytest.raises(ValueError, match=r"^MINIMQ_BUSY_POLL_US must be .*, got 'fast'$"):
+        BrokerConfig.load(None, None, bad, {})
+    assert BrokerConfig.load(conf, None, bad, {}).busy_poll_us == 50  # not used: not read
 
 
 def test_overrides_beat_file_for_any_key(tmp_path: Path) -> None:
@@ -84,6 +104,14 @@ def test_namesrv_addrs_split() -> None:
         ("defaultTopicQueueNums", "0"),
         ("defaultTopicQueueNums", "1025"),  # past what a route may carry
         ("registerNameServerPeriod", "60001"),  # name servers drop a broker after 120 s
+        ("registerNameServerPeriod", "99"),  # would re-register without pause
+        ("registerNameServerPeriod", "0"),
+        ("registerNameServerPeriod", "-5"),
+        ("listenPort", "1_000"),  # Java's parseInt refuses it
+        ("brokerRole", "SLAVE"),
+        ("brokerRole", "SYNC_MASTER"),
+        ("brokerRole", "async_master"),
+        ("bindAddress", ""),
         ("namesrvAddr", "127.0.0.1:\u00b2"),
         ("flushDiskType", "SOMETIMES"),
         ("mappedFileSizeCommitLog", "12"),

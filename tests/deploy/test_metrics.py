@@ -157,6 +157,29 @@ async def test_other_paths_and_methods(tmp_path: Path) -> None:
         assert reply.startswith(b"HTTP/1.1 405 ")
 
 
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        b"GET /metrics HTTP/1.0\n\n",  # what `printf ... | nc` sends
+        b"GET /metrics HTTP/1.1\nHost: x\n\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+)
+async def test_bare_lf_line_ends_are_accepted(tmp_path: Path, request_head: bytes) -> None:
+    """RFC 9112 section 2.2: a request with bare LF line ends is answered at once (it used to
+    wait out the 10 s request time-out and close without an answer)."""
+    port = free_port()
+    async with running_broker(tmp_path, overrides={"metricsPort": str(port)}):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(request_head)
+            reply = b""
+            while chunk := await stream.receive_some():
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200 OK\r\n"), reply[:80]
+        assert b"rocketmq_broker_info" in reply
+
+
 @pytest.mark.parametrize("setting", [None, "", "0"])
 async def test_metrics_off_by_default(tmp_path: Path, setting: str | None) -> None:
     overrides = {} if setting is None else {"metricsPort": setting}

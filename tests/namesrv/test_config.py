@@ -35,7 +35,7 @@ def test_parse_separators_comments_and_blanks() -> None:
     assert parse_properties(text) == {
         "a": "override",
         "b": "2",
-        "c": "three words",
+        "c": "three words  ",  # kept, as Java does; convert_value trims
         "d": "4",
         "e": "",
         "f": "",
@@ -89,6 +89,15 @@ def test_to_properties_round_trip() -> None:
     assert NamesrvConfig.from_properties(parse_properties(text)) == config
 
 
+def test_to_properties_escapes_backslashes_and_leading_space() -> None:
+    """-p output reads back with -c: Properties#store's escaping of what it writes."""
+    config = NamesrvConfig(kv_config_path="C:\\data\\new\\kv.json", rocketmq_home=" home")
+    text = config.to_properties()
+    assert "kvConfigPath=C:\\\\data\\\\new\\\\kv.json\n" in text
+    assert parse_properties(text)["kvConfigPath"] == "C:\\data\\new\\kv.json"
+    assert parse_properties(text)["rocketmqHome"] == " home"
+
+
 @pytest.mark.parametrize(
     ("props", "message"),
     [
@@ -96,7 +105,12 @@ def test_to_properties_round_trip() -> None:
         ({"listenPort": "abc"}, "property 'listenPort': expected an integer, got 'abc'"),
         ({"clusterTest": "yes"}, "property 'clusterTest': expected true or false, got 'yes'"),
         ({"listenPort": "70000"}, "listenPort must be in [0, 65535]"),
-        ({"scanNotActiveBrokerInterval": "0"}, "scanNotActiveBrokerInterval must be > 0"),
+        ({"scanNotActiveBrokerInterval": "0"}, "scanNotActiveBrokerInterval must be > 0 ms, got 0"),
+        (
+            {"scanNotActiveBrokerInterval": "-5"},
+            "scanNotActiveBrokerInterval must be > 0 ms, got -5",
+        ),
+        ({"brokerChannelExpiredTime": "0"}, "brokerChannelExpiredTime must be > 0 ms, got 0"),
     ],
 )
 def test_from_properties_errors(props: dict[str, str], message: str) -> None:

@@ -283,6 +283,32 @@ def check_reads_after_retention(env: Env, new_min: int) -> None:
 
 
 # -- disk full ---------------------------------------------------------------------------------
+def test_small_ratios_act_as_rocketmqs_lower_bounds(env_factory: EnvFactory) -> None:
+    """5 % for every ratio (a typo for 50 or 85) acts as RocketMQ's 10 % (max used), 30 %
+    (forcibly) and 35 % (warning): on a disk 20 % full only expired files go, and puts go on."""
+    env = env_factory(
+        at_delete_hour=False,
+        disk_max_used_space_ratio=5,
+        disk_space_clean_forcibly_ratio=5,
+        disk_space_warning_level_ratio=5,
+    )
+    before = file_starts(env)
+    env.age(2)
+    env.ratio[0] = 0.20
+    env.store.clean_expired_files()
+    assert file_starts(env) == before[2:]  # above 10 %: the expired ones, at any hour
+    assert not env.store.disk_full
+    assert env.store.put_message(make_msg("RetA", b"taken", 0)).status is PutStatus.PUT_OK
+
+
+def test_high_warning_ratio_acts_as_rocketmqs_upper_bound(env_factory: EnvFactory) -> None:
+    """A warning level of 100 % acts as 90 %: a disk 95 % full refuses puts."""
+    env = env_factory(at_delete_hour=False, files=2, disk_space_warning_level_ratio=100)
+    env.ratio[0] = 0.95
+    env.store.clean_expired_files()
+    assert env.store.disk_full
+
+
 def test_disk_warning_level_refuses_puts_until_usage_drops(env_factory: EnvFactory) -> None:
     env = env_factory(at_delete_hour=False, files=3)
     store = env.store

@@ -1,0 +1,277 @@
+"""broker/config.py and ``mqbroker``'s command line against RocketMQ's conventions: stock keys
+(``brokerRole``, ``bindAddress``), RocketMQ's clamps, error messages that name the key and the
+value, ``-p`` output that reads back with ``-c``. Command-line cases run real ``python -m
+broker`` / ``python -m namesrv`` processes with a controlled environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.config import BrokerConfig
+from tests.processes import (
+    BROKER_BOOT,
+    NAMESRV_BOOT,
+    REPO,
+    read_log,
+    start_process,
+    stop_process,
+)
+
+STOCK_BROKER_CONF = """\
+brokerClusterName = DefaultCluster
+brokerName = broker-a
+brokerId = 0
+deleteWhen = 04
+fileReservedTime = 48
+brokerRole = ASYNC_MASTER
+flushDiskType = ASYNC_FLUSH
+"""
+"""RocketMQ's distributed ``conf/broker.conf``."""
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m <args>`` with ``env`` added to an environment without NAMESRV_ADDR or
+    MINIMQ_BUSY_POLL_US."""
+    base = {k: v for k, v in os.environ.items() if k not in ("NAMESRV_ADDR", "MINIMQ_BUSY_POLL_US")}
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=REPO,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def printed(*args: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``mqbroker -p <args>`` as a key -> raw line value map (exit 0 asserted)."""
+    out = cli("broker", "-p", *args, env=env)
+    assert out.returncode == 0, out.stderr
+    return dict(line.split("=", 1) for line in out.stdout.splitlines())
+
+
+# --------------------------------------------------------------------------- brokerRole
+
+
+def test_rocketmq_stock_broker_conf_is_accepted(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(STOCK_BROKER_CONF, encoding="utf-8")
+    config = BrokerConfig.load(conf, None, {}, {})
+    assert config.broker_role == "ASYNC_MASTER"
+    assert config.store_config().file_reserved_time == 48
+    assert printed("-c", str(conf))["brokerRole"] == "ASYNC_MASTER"
+
+
+@pytest.mark.parametrize("role", ["SYNC_MASTER", "SLAVE"])
+def test_replicated_roles_are_refused_by_name(role: str) -> None:
+    with pytest.raises(ValueError, match=f"brokerRole {role} is not supported: minimq brokers"):
+        BrokerConfig.load(None, None, {}, {"brokerRole": role})
+    out = cli("broker", "-p", "--brokerRole", role)
+    assert out.returncode == 1
+    assert "have no replication" in out.stderr
+
+
+def test_unknown_role_names_the_key_and_value() -> None:
+    with pytest.raises(ValueError, match="brokerRole must be ASYNC_MASTER, got 'MASTER'"):
+        BrokerConfig.load(None, None, {}, {"brokerRole": "MASTER"})
+
+
+# --------------------------------------------------------------------------- bindAddress
+
+
+def test_bind_address_is_a_key_the_option_overrides(tmp_path: Path) -> None:
+    conf = tmp_path / "bind.conf"
+    conf.write_text("bindAddress=127.0.0.1\n", encoding="utf-8")
+    assert BrokerConfig().bind_address == "0.0.0.0"
+    assert BrokerConfig.load(conf, None, {}, {}).bind_address == "127.0.0.1"
+    assert printed()["bindAddress"] == "0.0.0.0"
+    assert printed("-c", str(conf))["bindAddress"] == "127.0.0.1"
+    assert printed("-c", str(conf), "--bindAddress", "127.0.0.3")["bindAddress"] == "127.0.0.3"
+
+
+async def test_broker_listens_on_the_files_bind_address_and_warns_of_clamps(
+    tmp_path: Path,
+) -> None:
+    """bindAddress from -c is where the broker listens (127.0.0.2, not 127.0.0.1); a disk
+    ratio outside RocketMQ's bounds gives one startup WARNING with both values."""
+    conf = tmp_path / "b.conf"
+    conf.write_text("bindAddress=127.0.0.2\ndiskSpaceWarningLevelRatio=5\n", encoding="utf-8")
+    stderr_path = tmp_path / "stderr.log"
+    procs: list[trio.Process] = []
+    try:
+        ns, match = await start_process(
+            ["namesrv", "--listenPort", "0", "--bindAddress", "127.0.0.1"],
+            stderr_path,
+            NAMESRV_BOOT,
+        )
+        procs.append(ns)
+        broker_args = ["broker", "-c", str(conf), "-n", f"127.0.0.1:{match[1]}"]
+        broker_args += ["--listenPort", "0", "--brokerIP1", "127.0.0.1"]
+        broker_args += ["--storePathRootDir", str(tmp_path / "store")]
+        broker_args += ["--mappedFileSizeCommitLog", "1048576"]
+        broker, match = await start_process(broker_args, stderr_path, BROKER_BOOT)
+        procs.append(broker)
+        port = int(match[1])
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.2", port)
+            await stream.aclose()
+            with pytest.raises(OSError, match="all attempts to connect"):
+                await trio.open_tcp_stream("127.0.0.1", port)
+            broker.send_signal(signal.SIGTERM)
+            assert await broker.wait() == 0
+    finally:
+        for proc in procs:
+            await stop_process(proc)
+    warning = "diskSpaceWarningLevelRatio=5 is outside RocketMQ's range [35, 90]: using 35"
+    lines = [line for line in read_log(stderr_path).splitlines() if warning in line]
+    assert len(lines) == 1, read_log(stderr_path)
+    assert "WARNING" in lines[0]
+
+
+# --------------------------------------------------------------------------- clamps
+
+
+def test_disk_ratios_are_clamped_as_rocketmq() -> None:
+    config = BrokerConfig.load(
+        None,
+        None,
+        {},
+        {
+            "diskMaxUsedSpaceRatio": "5",
+            "diskSpaceWarningLevelRatio": "100",
+            "diskSpaceCleanForciblyRatio": "0",
+        },
+    )
+    store = config.store_config()
+    assert store.disk_max_used_space_ratio == 10
+    assert store.disk_space_warning_level_ratio == 90
+    assert store.disk_space_clean_forcibly_ratio == 30
+    assert config.clamped_settings() == [
+        "diskMaxUsedSpaceRatio=5 is outside RocketMQ's range [10, 95]: using 10",
+        "diskSpaceWarningLevelRatio=100 is outside RocketMQ's range [35, 90]: using 90",
+        "diskSpaceCleanForciblyRatio=0 is outside RocketMQ's range [30, 85]: using 30",
+    ]
+    assert "diskSpaceCleanForciblyRatio=30\n" in config.to_properties()  # the value used
+    within = {"diskMaxUsedSpaceRatio": "10", "diskSpaceWarningLevelRatio": "90"}
+    assert BrokerConfig.load(None, None, {}, within).clamped_settings() == []
+    with pytest.raises(ValueError, match="diskSpaceCleanForciblyRatio must be a percentage"):
+        BrokerConfig.load(None, None, {}, {"diskSpaceCleanForciblyRatio": "101"})
+
+
+def test_register_period_has_a_floor_also_at_runtime() -> None:
+    with pytest.raises(
+        ValueError, match=r"registerNameServerPeriod must be at least 100 ms .*, got 1$"
+    ):
+        BrokerConfig.load(None, None, {}, {"registerNameServerPeriod": "1"})
+    config = BrokerConfig.load(None, None, {}, {"registerNameServerPeriod": "100"})
+    assert config.register_name_server_period_ms == 100
+    with pytest.raises(ValueError, match="registerNameServerPeriod must be at least 100 ms"):
+        dataclasses.replace(config, register_name_server_period_ms=99)  # updateBrokerConfig
+    with pytest.raises(ValueError, match=r"registerNameServerPeriod must be > 0 ms, got 0"):
+        dataclasses.replace(config, register_name_server_period_ms=0)
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "rule"),
+    [
+        ("mappedFileSizeCommitLog", "-5", "must be at least 4096 bytes, got -5"),
+        ("mappedFileSizeConsumeQueue", "30", "must be a multiple of 20, got 30"),
+        ("maxHashSlotNum", "-7", "must be >= 1, got -7"),
+        ("maxIndexNum", "1", "must be >= 2, got 1"),
+        ("serverMaxConnections", "-1", "must be >= 0, got -1"),
+        ("serverMaxPendingRequests", "0", "must be >= 1, got 0"),
+        ("serverMaxPendingRequestsPerConnection", "-3", "must be >= 1, got -3"),
+        ("transactionCheckMax", "-2", "must be >= 0, got -2"),
+        ("transactionTimeOut", "-1", "must be >= 0, got -1"),
+        ("brokerClusterName", "", "must not be empty, got ''"),
+        ("brokerName", " ", "must not be empty, got ''"),
+    ],
+)
+def test_errors_name_the_key_and_the_value(key: str, value: str, rule: str) -> None:
+    """One check per key (finding 6: several keys shared one message without the value)."""
+    with pytest.raises(ValueError, match=re.escape(f"{key} {rule}") + "$"):
+        BrokerConfig.load(None, None, {}, {key: value})
+
+
+def test_cli_errors_name_the_file_line_and_environment(tmp_path: Path) -> None:
+    conf = tmp_path / "b.conf"
+    conf.write_text("brokerId=0\n\nbrokerName=b\\uZZ12\n", encoding="utf-8")
+    out = cli("broker", "-c", str(conf), "-p")
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        f'mqbroker: error: bad config: {conf}:3: malformed \\uXXXX escape "\\uZZ12" '
+        "(four hex digits expected)"
+    )
+    out = cli("broker", "-p", env={"NAMESRV_ADDR": "foo"})
+    assert out.returncode == 1
+    assert "NAMESRV_ADDR: expected host:port, got 'foo'" in out.stderr
+    out = cli("broker", "-p", env={"MINIMQ_BUSY_POLL_US": "abc"})
+    assert out.returncode == 1
+    assert "MINIMQ_BUSY_POLL_US must be" in out.stderr
+    assert "'busyPollMicros'" not in out.stderr
+
+
+def test_latin1_file_is_read_as_java_reads_it(tmp_path: Path) -> None:
+    conf = tmp_path / "latin1.conf"
+    conf.write_bytes(b"brokerName=br\xe9ker\n")
+    assert printed("-c", str(conf))["brokerName"] == "bréker"
+
+
+# --------------------------------------------------------------------------- -p round trip
+
+
+def test_print_config_reads_back_with_c(tmp_path: Path) -> None:
+    """``mqbroker -p > f; mqbroker -c f -p`` gives f again, backslashes and all."""
+    first = cli("broker", "-p", "--storePathRootDir", "C:\\data\\new", "--brokerName", "a#b=c")
+    assert first.returncode == 0, first.stderr
+    assert "storePathRootDir=C:\\\\data\\\\new\n" in first.stdout
+    conf = tmp_path / "x.conf"
+    conf.write_text(first.stdout, encoding="utf-8")
+    again = cli("broker", "-c", str(conf), "-p")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+
+
+def test_namesrv_print_config_reads_back_with_c(tmp_path: Path) -> None:
+    first = cli("namesrv", "-p", "-c", str(_write_kv(tmp_path)))
+    assert first.returncode == 0, first.stderr
+    conf = tmp_path / "again.conf"
+    conf.write_text(first.stdout, encoding="utf-8")
+    again = cli("namesrv", "-c", str(conf), "-p")
+    assert again.stdout == first.stdout
+    assert "kvConfigPath=C:\\\\kv\\\\new.json\n" in again.stdout
+
+
+def _write_kv(tmp_path: Path) -> Path:
+    path = tmp_path / "ns.conf"
+    path.write_text("kvConfigPath=C:\\\\kv\\\\new.json\n", encoding="utf-8")
+    return path
+
+
+def test_precedence_from_the_command_line(tmp_path: Path) -> None:
+    """RocketMQ's order: NAMESRV_ADDR and MINIMQ_BUSY_POLL_US are defaults; -c, -n, --key win."""
+    conf = tmp_path / "b.conf"
+    conf.write_text("namesrvAddr=10.0.0.1:9876\nbusyPollMicros=100\n", encoding="utf-8")
+    env = {"NAMESRV_ADDR": "10.0.0.2:9876", "MINIMQ_BUSY_POLL_US": "0"}
+    assert printed(env=env)["namesrvAddr"] == "10.0.0.2:9876"
+    assert printed(env=env)["busyPollMicros"] == "0"
+    from_file = printed("-c", str(conf), env=env)
+    assert from_file["namesrvAddr"] == "10.0.0.1:9876"
+    assert from_file["busyPollMicros"] == "100"
+    assert printed("-c", str(conf), "-n", "10.0.0.3:9876", env=env)["namesrvAddr"] == (
+        "10.0.0.3:9876"
+    )
+    assert printed("-c", str(conf), "--busyPollMicros", "7", env=env)["busyPollMicros"] == "7"
