@@ -12,7 +12,13 @@ its own thread and client id.
 
 Every blocking call takes a ``timeout`` (seconds) and raises
 :class:`~client.errors.RequestTimeoutError` when it runs out; Ctrl+C interrupts a waiting call
-(the work in the loop is cancelled); ``close()`` always returns.
+(the work in the loop is cancelled); ``close()`` always returns. A bad ``timeout`` (NaN, not a
+number) raises in the calling thread and never reaches the shared loop.
+
+``send_async`` callbacks run in the instance's callback thread (:mod:`client.callback_thread`),
+one at a time, never in the loop thread: they may block and may call the blocking API, waiting
+on another send's future included (futures are resolved in the loop thread, before the
+callback is queued).
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ from client import producer as aio_producer
 from client import pull_consumer as aio_consumer
 from client import push_consumer as aio_push
 from client import transaction as aio_tx
+from client.callback_thread import CallbackThread
 from client.config import ClientConfig, parse_namesrv
 from client.consume_service import Handler
 from client.errors import ClientClosedError, RequestTimeoutError
 from client.instance import ClientInstance
-from client.loop_thread import LoopThread
+from client.loop_thread import LoopThread, checked_timeout
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import DEFAULT_PRODUCER_GROUP, QueueSelector, SendCallback
 
@@ -59,21 +66,27 @@ class _AsyncConsumer(Protocol):
 C = TypeVar("C", bound=_AsyncConsumer)
 
 CLOSE_TIMEOUT_S = 5.0
-"""Upper bound of ``close()``."""
+"""Bound of each step of ``close()``: ending the producer (its accepted ``send_async`` calls
+included) or consumer, then, for the last user of the instance, unregistering from the brokers
+and stopping the loop thread (a consumer's first step may take twice as long)."""
 SLACK_S = 1.0
 """Extra time a blocking call allows beyond the inner operation's own timeout."""
 
 
+_Key = tuple[str, ...] | ClientConfig
+
+
 @dataclass(eq=False)
 class _Shared:
-    key: tuple[str, ...] | int
+    key: _Key
     loop: LoopThread
     instance: ClientInstance
+    callbacks: CallbackThread
     users: int = 0
 
 
-_shared: dict[tuple[str, ...] | int, _Shared] = {}
-"""By name-server list, or by the identity of a ClientConfig (alive while its instance is)."""
+_shared: dict[_Key, _Shared] = {}
+"""By name-server list, or by ClientConfig (equal configs share an instance)."""
 _shared_lock = threading.Lock()
 
 
@@ -91,7 +104,7 @@ os.register_at_fork(after_in_child=_forget_shared_after_fork)
 def _acquire(namesrv: str | Sequence[str] | None, config: ClientConfig | None) -> _Shared:
     """The process's loop thread and client instance for this name-server list, or for this
     client config (+1 user)."""
-    key: tuple[str, ...] | int = id(config) if config is not None else parse_namesrv(namesrv)
+    key: _Key = config if config is not None else parse_namesrv(namesrv)
     with _shared_lock:
         shared = _shared.get(key)
         if shared is None or not shared.loop.running:
@@ -104,7 +117,8 @@ def _acquire(namesrv: str | Sequence[str] | None, config: ClientConfig | None) -
             except BaseException:
                 loop.stop()
                 raise
-            shared = _shared[key] = _Shared(key, loop, instance)
+            callbacks = CallbackThread(f"minimq-callbacks[{';'.join(config.namesrv_addrs)}]")
+            shared = _shared[key] = _Shared(key, loop, instance, callbacks)
         shared.users += 1
         return shared
 
@@ -125,6 +139,7 @@ def _release(shared: _Shared) -> None:
         log.exception("closing the client instance failed")
     finally:
         shared.loop.stop(CLOSE_TIMEOUT_S)
+        shared.callbacks.stop()  # after the loop: the closing sends' callbacks still run
 
 
 def _check_options(options: Mapping[str, Any]) -> None:
@@ -209,6 +224,8 @@ class _BlockingBase:
             return
         self._closed = True
         shared, self._shared = self._shared, None
+        if shared.loop.forked:  # the parent's client: nothing of it runs in this process
+            return
         try:
             close_fn(shared.loop)
         except Exception:
@@ -220,9 +237,10 @@ class _BlockingBase:
 class Producer(_BlockingBase):
     """Blocking producer: ``with Producer(group="pg", namesrv="127.0.0.1:9876") as p:``.
 
-    Options are those of :class:`client.aio.Producer`; ``send_timeout`` (3 s) is also the
-    default timeout of each blocking send. ``client_config`` tunes the shared client instance
-    (see the module docstring).
+    Options are those of :class:`client.aio.Producer`. A send's ``timeout`` is its whole
+    budget, retries included, as RocketMQ's ``send(msg, timeout)`` (default ``send_timeout``,
+    3 s); a ``timeout`` of 0 or less fails at once with RequestTimeoutError. ``client_config``
+    tunes the shared client instance (see the module docstring).
     """
 
     def __init__(
@@ -256,8 +274,9 @@ class Producer(_BlockingBase):
         """Unregister the group and leave the shared instance; always returns."""
 
         def close_(loop: LoopThread) -> None:
-            if self._async is not None:
-                loop.run(self._async.__aexit__, None, None, None, timeout=CLOSE_TIMEOUT_S)
+            if self._async is not None:  # it waits up to send_timeout for send_async calls
+                limit = max(CLOSE_TIMEOUT_S, self.send_timeout + SLACK_S)
+                loop.run(self._async.__aexit__, None, None, None, timeout=limit)
 
         self._close(close_)
 
@@ -269,17 +288,29 @@ class Producer(_BlockingBase):
     def _timeout(self, timeout: float | None) -> float:
         return self.send_timeout + SLACK_S if timeout is None else timeout
 
+    def _budget(self, timeout: float | None, what: str) -> float:
+        """A send's budget: ``timeout`` (checked), else ``send_timeout``."""
+        budget = checked_timeout(timeout)
+        if budget is None:
+            return self.send_timeout
+        if budget <= 0:
+            raise RequestTimeoutError(f"{self._what} {what}", budget)
+        return budget
+
     def send(
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> SendResult:
-        """Send one message and return the broker's answer (retrying on another broker)."""
-        return self._run(_send, self._p(), msg, queue, timeout=self._timeout(timeout))
+        """Send one message and return the broker's answer (retrying on another broker)
+        within ``timeout`` seconds."""
+        budget = self._budget(timeout, "send")
+        return self._run(_send, self._p(), msg, queue, budget, timeout=budget + SLACK_S)
 
     def send_batch(
         self, messages: Sequence[Message], *, timeout: float | None = None
     ) -> SendResult:
-        """Send messages of one topic in one request."""
-        return self._run(self._p().send_batch, messages, timeout=self._timeout(timeout))
+        """Send messages of one topic in one request, within ``timeout`` seconds."""
+        budget = self._budget(timeout, "batch send")
+        return self._run(_send_batch, self._p(), messages, budget, timeout=budget + SLACK_S)
 
     def send_oneway(self, msg: Message, *, timeout: float | None = None) -> None:
         """Send without waiting for the broker's answer."""
@@ -294,7 +325,9 @@ class Producer(_BlockingBase):
         arg: Any = None,
         timeout: float | None = None,
     ) -> SendResult:
-        """Send to the queue ``sharding_key`` (or ``selector``) picks; see the aio producer."""
+        """Send to the queue ``sharding_key`` (or ``selector``) picks, within ``timeout``
+        seconds; see the aio producer."""
+        budget = self._budget(timeout, "orderly send")
         return self._run(
             _send_orderly,
             self._p(),
@@ -302,17 +335,34 @@ class Producer(_BlockingBase):
             sharding_key,
             selector,
             arg,
-            timeout=self._timeout(timeout),
+            budget,
+            timeout=budget + SLACK_S,
         )
 
     def send_async(
         self, msg: Message, callback: SendCallback | None = None
     ) -> concurrent.futures.Future[SendResult]:
-        """Send in the background; returns a Future. ``callback(result, error)``, if given,
-        runs in the client's loop thread when the send ends (keep it short)."""
-        future = self._loop().submit(self._p().send, msg)
-        if callback is not None:
-            future.add_done_callback(lambda f: _deliver(f, callback))
+        """Send in the background within ``send_timeout``; returns a Future of the result.
+
+        The message is checked here (raising as :meth:`send` would). The future is already
+        running (``cancel()`` cannot unsend it); it is resolved in the client's loop thread, so
+        functions given to its ``add_done_callback`` run there and must be quick.
+        ``callback(result, error)`` runs in the client's callback thread, in the order the
+        sends end; it may block or use the blocking API. :meth:`close` waits (up to
+        ``send_timeout``) for the sends accepted before it.
+        """
+        shared = self._shared
+        producer = self._p()
+        assert shared is not None
+        future: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
+
+        def done(result: SendResult | None, error: BaseException | None) -> None:
+            _resolve(future, result, error)  # in the loop thread: waiters wake at once
+            if callback is not None:
+                shared.callbacks.submit(_call_back, callback, result, error)
+
+        self._run(_call_sync, producer.send_async, msg, done, timeout=self._timeout(None))
         return future
 
 
@@ -387,9 +437,15 @@ class TransactionProducer(Producer):
 
 
 async def _send(
-    producer: aio_producer.Producer, msg: Message, queue: MessageQueue | None
+    producer: aio_producer.Producer, msg: Message, queue: MessageQueue | None, budget: float
 ) -> SendResult:
-    return await producer.send(msg, queue=queue)
+    return await producer.send(msg, queue=queue, send_timeout=budget)
+
+
+async def _send_batch(
+    producer: aio_producer.Producer, messages: Sequence[Message], budget: float
+) -> SendResult:
+    return await producer.send_batch(messages, send_timeout=budget)
 
 
 async def _send_orderly(
@@ -398,18 +454,30 @@ async def _send_orderly(
     sharding_key: str | None,
     selector: QueueSelector | None,
     arg: Any,
+    budget: float,
 ) -> SendResult:
-    return await producer.send_orderly(msg, sharding_key, selector=selector, arg=arg)
+    return await producer.send_orderly(
+        msg, sharding_key, selector=selector, arg=arg, send_timeout=budget
+    )
 
 
-def _deliver(future: concurrent.futures.Future[SendResult], callback: SendCallback) -> None:
+def _resolve(
+    future: concurrent.futures.Future[SendResult],
+    result: SendResult | None,
+    error: BaseException | None,
+) -> None:
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]
+
+
+def _call_back(
+    callback: SendCallback, result: SendResult | None, error: BaseException | None
+) -> None:
+    """In the callback thread: ``callback(result, error)``, an exception logged."""
     try:
-        if future.cancelled():
-            callback(None, concurrent.futures.CancelledError())
-        elif future.exception() is not None:
-            callback(None, future.exception())
-        else:
-            callback(future.result(), None)
+        callback(result, error)
     except Exception:
         log.exception("send callback raised")
 
@@ -537,9 +605,13 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
         return self._run(self._c().committed, mq, timeout=self._t(timeout))
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ReceivedMessage]:
-        """Messages buffered or arriving within ``timeout`` seconds (``[]`` if none)."""
+        """Messages buffered or arriving within ``timeout`` seconds (``[]`` if none; 0 or
+        less: what is buffered now)."""
+        seconds = checked_timeout(timeout)
+        if seconds is None:
+            raise TypeError("poll needs a timeout in seconds")
         try:
-            return self._run(self._c().poll_for, timeout, max_records, timeout=timeout + SLACK_S)
+            return self._run(self._c().poll_for, seconds, max_records, timeout=seconds + SLACK_S)
         except RequestTimeoutError:
             # The loop's clock jumped past both deadlines at once (the process was stopped, by
             # SIGSTOP say, while the poll waited), so the outer one won. poll_for hands messages

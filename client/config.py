@@ -74,6 +74,17 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if self.busy_poll_us < 0:
             raise MQClientError(CLIENT_ERROR, f"busy_poll_us must be >= 0, got {self.busy_poll_us}")
+        for name in (
+            "poll_name_server_interval_s",
+            "heartbeat_broker_interval_s",
+            "request_timeout_s",
+            "connect_timeout_s",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise MQClientError(
+                    CLIENT_ERROR, f"{name} must be a number of seconds > 0, got {value!r}"
+                )
 
     def client_id(self) -> str:
         """``clientIP@instanceName``, a fresh default name each call when none is set."""

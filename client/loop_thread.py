@@ -17,8 +17,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import math
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Generic, TypeVar, TypeVarTuple
 
@@ -36,9 +38,29 @@ INTERRUPT_GRACE_S: Final = 1.0
 _WAIT_SLICE_S: Final = 0.1
 """Waits are sliced so that a pending KeyboardInterrupt is seen even when no real signal
 interrupts the lock wait (``_thread.interrupt_main()``, Windows)."""
+STUCK_LOOP_GRACE_S: Final = 2.0
+"""How long past its own ``timeout`` a blocking call waits for the loop before it cancels the
+task and gives up: a loop thread kept busy (user code blocking in it) cannot make a call with a
+timeout hang."""
 _TASK_NAME: Final = "minimq-loop-thread-call"
 """Fixed task name: saves trio from deriving one from the function on every call."""
 _MISSING: Final = object()
+
+
+def checked_timeout(timeout: object) -> float | None:
+    """``timeout`` as seconds for :meth:`LoopThread.run`: None (no bound), else a real number;
+    a negative one is 0 (a deadline already passed: the call times out at once).
+
+    Raises TypeError for a non-number and ValueError for NaN, in the caller's thread: a bad
+    value must never reach the loop, where it would end it for every client sharing it.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if math.isnan(timeout):
+        raise ValueError("timeout must be a number of seconds, got nan")
+    return max(0.0, float(timeout))
 
 
 def _describe(async_fn: object) -> str:
@@ -180,21 +202,23 @@ class LoopThread:
         """Run ``async_fn(*args)`` as a new task in the loop and block until it finishes.
 
         Returns its value or re-raises its exception (the same object). With ``timeout``, trio
-        cancels the task after that many seconds and :class:`TimeoutError` is raised here. A
+        cancels the task after that many seconds and :class:`TimeoutError` is raised here; if
+        the loop has not answered ``STUCK_LOOP_GRACE_S`` later (its thread is blocked), the
+        task is cancelled from here and TimeoutError raised all the same. A negative
+        ``timeout`` is 0; NaN or a non-number raises here (:func:`checked_timeout`). A
         KeyboardInterrupt while waiting cancels the task, waits for it at most
         ``INTERRUPT_GRACE_S`` and is re-raised. Raises RuntimeError if called in the loop thread
         (it would deadlock), before :meth:`start` or after :meth:`stop`.
         """
-        call: _Call[T] = _Call(async_fn, args, timeout, None)
+        call: _Call[T] = _Call(async_fn, args, checked_timeout(timeout), None)
         done = call.done
         assert done is not None
         self._check_caller()
         try:
             # scheduling inside the try: a Ctrl+C landing right after it still cancels the task
             self._schedule(call, blocking=True)
-            if not done.acquire(timeout=_WAIT_SLICE_S):
-                while not done.acquire(timeout=_WAIT_SLICE_S):
-                    pass
+            if not self._wait(done, call.timeout):
+                self._give_up(call, done)
         except KeyboardInterrupt:
             self._interrupt(call, done)
             raise
@@ -303,10 +327,10 @@ class LoopThread:
         if call.cancel_requested:  # cancelled before it started: do not start it at all
             call.finish()
             return
-        scope = call.scope = trio.CancelScope()
-        if call.timeout is not None:
-            scope.relative_deadline = call.timeout
         try:
+            scope = call.scope = trio.CancelScope()
+            if call.timeout is not None:
+                scope.relative_deadline = call.timeout
             with scope:
                 call.value = await call.async_fn(*call.args)
             if scope.cancelled_caught and not call.cancel_requested:
@@ -392,6 +416,30 @@ class LoopThread:
         """Done-callback of a submitted future: propagate ``future.cancel()`` to the task."""
         if future.cancelled():
             self._cancel_in_loop(call)
+
+    @staticmethod
+    def _wait(done: threading.Lock, timeout: float | None) -> bool:
+        """Wait for ``done``: True once released, False when ``timeout`` plus
+        ``STUCK_LOOP_GRACE_S`` passed first (never, without a timeout)."""
+        if done.acquire(timeout=_WAIT_SLICE_S):
+            return True
+        limit = None if timeout is None else time.monotonic() + timeout + STUCK_LOOP_GRACE_S
+        while not done.acquire(timeout=_WAIT_SLICE_S):
+            if limit is not None and time.monotonic() > limit:
+                return False
+        return True
+
+    def _give_up(self, call: _Call[Any], done: threading.Lock) -> None:
+        """The loop did not end the call in time: cancel it and wait a bounded moment. The
+        call's own outcome wins if it comes (a loop back from a pause answers at once);
+        otherwise ``call.error`` becomes a TimeoutError."""
+        answered = self._cancel_in_loop(call) and done.acquire(timeout=INTERRUPT_GRACE_S)
+        if answered and (call.error is not None or call.value is not _MISSING):
+            return
+        call.error = TimeoutError(
+            f"{self._name} did not finish {_describe(call.async_fn)} within {call.timeout} s "
+            f"plus {STUCK_LOOP_GRACE_S} s: its loop thread is busy (is code blocking in it?)"
+        )
 
     def _interrupt(self, call: _Call[Any], done: threading.Lock) -> None:
         """Ctrl+C while waiting: cancel the task and give it a bounded moment to finish."""

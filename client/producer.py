@@ -110,6 +110,7 @@ class Producer:
         validate_group(group)
         if retry_times < 0:
             raise ValueError("retry_times must be >= 0")
+        _check_budget(send_timeout, "send_timeout")
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -174,8 +175,11 @@ class Producer:
         """Writable queues; the auto-create route's brokers for a topic nobody knows yet."""
         try:
             queues = await self._instance.publish_queues(topic)
-        except TopicRouteError:
-            default = await self._instance.publish_queues(AUTO_CREATE_TOPIC_KEY_TOPIC)
+        except TopicRouteError as exc:
+            try:
+                default = await self._instance.publish_queues(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            except TopicRouteError:  # no broker creates topics: the error is about the user's
+                raise TopicRouteError(topic) from exc
             per_broker = self.default_topic_queue_nums
             queues = [
                 MessageQueue(topic, q.broker_name, q.queue_id)
@@ -198,31 +202,48 @@ class Producer:
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, msg: Message, *, queue: MessageQueue | None = None) -> SendResult:
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        send_timeout: float | None = None,
+    ) -> SendResult:
         """Send one message and wait for the broker's answer (to ``queue`` if given).
 
-        Retries included, the call takes at most ``send_timeout`` seconds; wrap it in
-        ``trio.fail_after`` for a shorter bound.
+        Retries included, the call takes at most ``send_timeout`` seconds (default: the
+        producer's), as RocketMQ's ``send(msg, timeout)``; ``trio.fail_after`` also works.
         """
         if queue is not None and queue.topic != msg.topic:
             raise MQClientError(
                 CLIENT_ERROR, f"message's topic {msg.topic} not equal mq's topic {queue.topic}"
             )
-        return await self._send_prepared(msg, self._prepare(msg), queue)
+        budget_s = self._budget(send_timeout)
+        return await self._send_prepared(msg, self._prepare(msg), queue, budget_s)
+
+    def _budget(self, send_timeout: float | None) -> float:
+        """The time a send may take: ``send_timeout`` of the call, else the producer's."""
+        if send_timeout is None:
+            return self.send_timeout
+        _check_budget(send_timeout, "send_timeout")
+        return send_timeout
 
     async def _send_prepared(
-        self, msg: Message, prepared: tuple[str, bytes, int], queue: MessageQueue | None
+        self,
+        msg: Message,
+        prepared: tuple[str, bytes, int],
+        queue: MessageQueue | None,
+        budget_s: float,
     ) -> SendResult:
         uniq, body, sys_flag = prepared
         if queue is not None:
             await self._queues(msg.topic)  # a new topic: learn the brokers from TBW102's route
-            return await self._send_to(queue, msg, uniq, body, sys_flag, self.send_timeout)
-        return await self._send_with_retries(msg, uniq, body, sys_flag)
+            return await self._send_to(queue, msg, uniq, body, sys_flag, budget_s)
+        return await self._send_with_retries(msg, uniq, body, sys_flag, budget_s)
 
     async def _send_with_retries(
-        self, msg: Message, uniq: str, body: bytes, sys_flag: int
+        self, msg: Message, uniq: str, body: bytes, sys_flag: int, budget_s: float
     ) -> SendResult:
-        budget_s = self.send_timeout
         deadline = trio.current_time() + budget_s
         queues = await self._queues(msg.topic)
         selector = self._selector(msg.topic)
@@ -281,11 +302,15 @@ class Producer:
         resp = await self._instance.invoke(addr, cmd, budget_s)
         return api.parse_send(resp, mq, uniq, addr)
 
-    async def send_batch(self, messages: Sequence[Message]) -> SendResult:
-        """Send messages of one topic in one request, to one queue, with retries.
+    async def send_batch(
+        self, messages: Sequence[Message], *, send_timeout: float | None = None
+    ) -> SendResult:
+        """Send messages of one topic in one request, to one queue, with retries, within
+        ``send_timeout`` seconds (default: the producer's).
 
         ``msg_id`` of the result is the messages' ``UNIQ_KEY``s joined by commas, in order.
         """
+        budget_s = self._budget(send_timeout)
         if not messages:
             raise MQClientError(CLIENT_ERROR, "send_batch needs at least one message")
         uniqs = self._prepare_batch(messages)
@@ -296,7 +321,7 @@ class Producer:
                 f"the batch is {len(body)} bytes, over the limit {self.max_message_size}",
             )
         carrier = Message(messages[0].topic, body)
-        return await self._send_batch_with_retries(carrier, ",".join(uniqs))
+        return await self._send_batch_with_retries(carrier, ",".join(uniqs), budget_s)
 
     def _prepare_batch(self, messages: Sequence[Message]) -> list[str]:
         """Validate a batch (its one topic once) and stamp UNIQ_KEYs: each message's key."""
@@ -316,8 +341,10 @@ class Producer:
             props[uniq] = key
         return [m.properties[uniq] for m in messages]
 
-    async def _send_batch_with_retries(self, carrier: Message, uniqs: str) -> SendResult:
-        deadline = trio.current_time() + self.send_timeout
+    async def _send_batch_with_retries(
+        self, carrier: Message, uniqs: str, budget_s: float
+    ) -> SendResult:
+        deadline = trio.current_time() + budget_s
         queues = await self._queues(carrier.topic)
         selector = self._selector(carrier.topic)
         last_broker: str | None = None
@@ -341,7 +368,7 @@ class Producer:
         raise _exhausted(
             f"batch send to {carrier.topic} failed: {error or 'timed out'}",
             error,
-            self.send_timeout,
+            budget_s,
         )
 
     async def send_oneway(self, msg: Message) -> None:
@@ -377,8 +404,10 @@ class Producer:
         *,
         selector: QueueSelector | None = None,
         arg: Any = None,
+        send_timeout: float | None = None,
     ) -> SendResult:
-        """Send to the queue ``sharding_key`` hashes to (or ``selector(queues, msg, arg)``).
+        """Send to the queue ``sharding_key`` hashes to (or ``selector(queues, msg, arg)``),
+        within ``send_timeout`` seconds (default: the producer's).
 
         The same key reaches the same queue while the topic's queues do not change; a failed
         send is not moved to another queue (that would break the order).
@@ -393,7 +422,7 @@ class Producer:
         else:
             assert sharding_key is not None
             mq = select_by_key(queues, sharding_key)
-        return await self.send(msg, queue=mq)
+        return await self.send(msg, queue=mq, send_timeout=send_timeout)
 
     def send_async(self, msg: Message, callback: SendCallback) -> None:
         """Send in a background task of the client instance; ``callback(result, error)`` runs
@@ -413,7 +442,7 @@ class Producer:
         self, msg: Message, prepared: tuple[str, bytes, int], callback: SendCallback
     ) -> None:
         try:
-            result = await self._send_prepared(msg, prepared, None)
+            result = await self._send_prepared(msg, prepared, None, self.send_timeout)
         except trio.Cancelled:
             _call(callback, None, ClientClosedError(f"producer {self.group}"))
             raise
@@ -425,6 +454,14 @@ class Producer:
             self._async_sends -= 1
             if self._async_sends == 0:
                 self._async_idle.set()
+
+
+def _check_budget(seconds: object, name: str) -> None:
+    """A send's time budget must be a number of seconds > 0 (ValueError / TypeError)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {seconds!r}")
+    if not seconds > 0:  # also NaN
+        raise ValueError(f"{name} must be > 0 seconds, got {seconds!r}")
 
 
 def _exhausted(what: str, last: MQClientError | None, timeout_s: float) -> MQClientError:

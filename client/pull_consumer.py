@@ -619,8 +619,9 @@ class PullConsumer:
     async def poll_for(
         self, seconds: float, max_records: int | None = None
     ) -> list[ReceivedMessage]:
-        """:meth:`poll`, but return ``[]`` after ``seconds`` without messages."""
-        with trio.move_on_after(seconds):
+        """:meth:`poll`, but return ``[]`` after ``seconds`` without messages (0 or less:
+        what is buffered now)."""
+        with trio.move_on_after(max(0.0, seconds)):
             return await self.poll(max_records)
         return []
 

@@ -242,7 +242,7 @@ class TransactionProducer(Producer):
         uniq, body, sys_flag = self._prepare(msg)
         msg.transaction_id = uniq
         sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
-        return await self._send_with_retries(msg, uniq, body, sys_flag)
+        return await self._send_with_retries(msg, uniq, body, sys_flag, self.send_timeout)
 
     async def end_transaction(
         self, half: SendResult, state: LocalTransactionState

@@ -5,6 +5,8 @@ The happy path of the blocking API runs against real processes in tests/e2e.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import signal
 import socket
@@ -61,13 +63,14 @@ def test_producer_and_consumer_share_one_loop_thread(silent_namesrv: str) -> Non
 
 def test_a_client_config_gets_an_instance_of_its_own(silent_namesrv: str) -> None:
     config = ClientConfig.create(silent_namesrv, heartbeat_broker_interval_s=0.5)
+    equal = ClientConfig.create(silent_namesrv, heartbeat_broker_interval_s=0.5)
     with (
         Producer("pg", silent_namesrv),
         Producer("pg2", client_config=config),
-        PullConsumer("cg", client_config=config),
+        PullConsumer("cg", client_config=equal),  # an equal config shares the instance
     ):
         assert len(_loop_threads()) == 2
-        tuned = blocking._shared[id(config)]
+        tuned = blocking._shared[config]
         assert tuned.users == 2
         assert tuned.instance.config.heartbeat_broker_interval_s == 0.5
         plain = blocking._shared[(silent_namesrv,)]
@@ -148,8 +151,12 @@ def test_a_client_inherited_across_a_fork_fails_fast_and_closes(silent_namesrv: 
                     outcome = b"sent"
                 except RuntimeError as exc:
                     outcome = b"refused" if b"fork" in str(exc).encode() else b"other"
-                producer.close()
-                outcome += b" closed"
+                errors: list[logging.LogRecord] = []
+                handler = logging.Handler(logging.ERROR)
+                handler.emit = errors.append  # type: ignore[method-assign]
+                logging.getLogger("client").addHandler(handler)
+                producer.close()  # nothing to close here: no error logged
+                outcome += b" closed" + (b" but logged an error" if errors else b"")
             finally:
                 os.write(write, outcome)
                 os._exit(0)
@@ -184,3 +191,35 @@ def test_ctrl_c_during_close_reaches_the_caller_and_the_loop_is_released(
     assert not shared.loop.running
     with pytest.raises(MQClientError):  # ClientClosedError
         producer.send(Message("T", b"x"))
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [
+        (math.nan, ValueError),
+        ("2", TypeError),
+        (-1.0, RequestTimeoutError),
+        (0, RequestTimeoutError),
+    ],
+)
+def test_a_bad_timeout_fails_in_the_caller_and_the_loop_lives_on(
+    silent_namesrv: str, timeout: object, error: type[Exception]
+) -> None:
+    """A bad timeout used to reach the shared loop, end it (every client of the process then
+    said "is closed") and leave the caller waiting for ever."""
+    with Producer("pg", silent_namesrv) as producer, PullConsumer("cg", silent_namesrv) as other:
+        with pytest.raises(error):
+            producer.send(Message("Orders", b"x"), timeout=timeout)  # type: ignore[arg-type]
+        with pytest.raises(error):
+            other.fetch_queues("Orders", timeout=timeout)  # type: ignore[arg-type]
+        assert other.poll(timeout=-1) == []
+        with pytest.raises(RequestTimeoutError):  # the loop still serves: a real timeout
+            other.fetch_queues("Orders", timeout=0.2)
+
+
+def test_bad_client_timeouts_are_refused_when_made(silent_namesrv: str) -> None:
+    with pytest.raises(ValueError, match="send_timeout must be > 0"):
+        Producer("pg", silent_namesrv, send_timeout=-2).start()
+    with pytest.raises(MQClientError, match="request_timeout_s must be a number of seconds > 0"):
+        ClientConfig.create(silent_namesrv, request_timeout_s=-5)
+    assert _loop_threads() == []
