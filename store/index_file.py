@@ -21,7 +21,7 @@ Rules:
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -261,6 +261,18 @@ class IndexFile:
                 hi = mid
         return lo
 
+    def hashes_at(self, phys_offset: int) -> list[int]:
+        """The key hashes of the entries pointing at ``phys_offset``: entries are in commitlog
+        order, so they are the run found by :meth:`entries_below`'s binary search."""
+        out: list[int] = []
+        mm, base = self.file.mm, self._entry_pos(0)
+        for idx in range(self.entries_below(phys_offset), self.index_count):
+            key_hash, phy, _, _ = _ENTRY.unpack_from(mm, base + idx * INDEX_SIZE)
+            if phy != phys_offset:
+                break
+            out.append(key_hash)
+        return out
+
     def _time_diffs(self, ts: npt.NDArray[np.int64], first_idx: int) -> npt.NDArray[np.int64]:
         """Seconds since the file's begin timestamp, clamped to [0, INT_MAX] (0 without one).
 
@@ -343,15 +355,41 @@ class IndexFile:
     def select_phy_offsets(self, key_hash: int, max_num: int, begin: int, end: int) -> list[int]:
         """Commitlog offsets whose key hash equals ``key_hash`` and time is in [begin, end]."""
         out: list[int] = []
+        for _ in self.walk_phy_offsets(key_hash, max_num, begin, end, out, step=INT_MAX):
+            pass
+        return out
+
+    def walk_phy_offsets(
+        self,
+        key_hash: int,
+        max_num: int,
+        begin: int,
+        end: int,
+        out: list[int],
+        *,
+        step: int,
+        done: int = 0,
+    ) -> Generator[None, None, int]:
+        """:meth:`select_phy_offsets` in steps: append the offsets to ``out`` until it holds
+        ``max_num``, newest first, pausing (a bare yield) whenever the lookup has read a
+        multiple of ``step`` entries; ``done`` were read in earlier files, and the count
+        after this one is returned.
+
+        The walk may pause for as long as the caller likes: entries are only appended, and
+        each points at an older one, so the part of the chain still to read never changes.
+        """
         if self.index_count <= 1:
-            return out
+            return done
         mm = self.file.mm
         slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         (idx,) = _SLOT.unpack_from(mm, slot_pos)
         if idx <= INVALID_INDEX or idx > self.index_count:
-            return out
-        seen = 0
+            return done
+        seen, pause = 0, -done % step
         while len(out) < max_num and seen <= self.index_count:
+            if seen == pause:
+                pause += step
+                yield
             seen += 1
             h, off, tdiff, prev = _ENTRY.unpack_from(mm, self._entry_pos(idx))
             time_read = self.begin_timestamp + tdiff * 1000
@@ -360,7 +398,7 @@ class IndexFile:
             if prev <= INVALID_INDEX or prev > self.index_count or prev == idx or time_read < begin:
                 break
             idx = prev
-        return out
+        return done + seen
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """True when this file's time range overlaps [begin, end]."""

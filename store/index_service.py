@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -30,6 +30,19 @@ log = logging.getLogger(__name__)
 
 SMALL_BATCH = 24
 """At or below this many keys a dispatch indexes in pure Python; above it, in numpy."""
+WALK_STEP = 1 << 13
+"""Index entries a lookup reads between two pauses: a few milliseconds of pure Python."""
+
+
+def run_steps(steps: Generator[None, None, _T]) -> _T:
+    """Run ``steps`` (a lookup in steps, such as :meth:`IndexService.query_steps`) without
+    pausing; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: _T = done.value
+            return result
 
 
 def timestamp_file_name(ms: int) -> str:
@@ -141,6 +154,15 @@ def _all_set(values: list[str]) -> bool:
     return None not in values and "" not in values
 
 
+def _missing_suffixes(
+    prefix: int, props: dict[str, str], phys: int, files: Sequence[IndexFile]
+) -> list[str]:
+    """The key suffixes of the record at ``phys`` that none of ``files`` maps to ``phys``
+    (a record's keys can straddle two index files)."""
+    held = {h for f in files for h in f.hashes_at(phys)}
+    return [s for s in key_suffixes(props) if index_key_hash_prefixed(prefix, s) not in held]
+
+
 class IndexService:
     """Owns the index files; see :mod:`store.index_file` for the format."""
 
@@ -154,6 +176,8 @@ class IndexService:
         self.unflushed_full: list[IndexFile] = []
         self.last_full_end_timestamp = 0
         self._prefix_hashes: dict[str, int] = {}  # topic -> unsigned hash of "topic#"
+        self.walk_step = WALK_STEP
+        """Index entries a lookup reads between two pauses (:meth:`query_steps`)."""
 
     def load(self, *, last_exit_ok: bool, mark: IndexMark | None = None) -> None:
         """Map existing index files; after a crash, cut them back to the checkpoint's ``mark``.
@@ -340,20 +364,8 @@ class IndexService:
         Its keys may have straddled two index files with a crash or a full disk before the
         second: only the missing ones are added.
         """
-        record_suffixes = key_suffixes(props)
-        depth = len(record_suffixes) + 1
-        missing = [
-            suffix
-            for suffix in record_suffixes
-            if not self._has_entry(index_key_hash_prefixed(prefix, suffix), phys, depth)
-        ]
+        missing = _missing_suffixes(prefix, props, phys, self.files[-2:])
         keys.add(prefix, missing, phys, run.store_timestamp)
-
-    def _has_entry(self, key_hash: int, phys: int, depth: int) -> bool:
-        """True when one of the two newest files maps ``key_hash`` to ``phys``."""
-        return any(
-            phys in f.select_phy_offsets(key_hash, depth, 0, 2**63 - 1) for f in self.files[-2:]
-        )
 
     def _writable_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None
@@ -384,11 +396,13 @@ class IndexService:
     def uncovered(self, log_min: int, log_end: int) -> list[tuple[int, int, int]]:
         """Stretches of the commitlog before or between index files that no file vouches for.
 
-        Each is ``(after, before, position)``: the records with ``after < offset < before``
+        Each is ``(after, before, position)``: the records with ``after <= offset <= before``
         would sit in a file at ``position`` of :attr:`files`. A file vouches for the records
         from its first entry to its ``end_phy_offset`` (keyless ones included); a stretch holds
-        records with keys only when a file was lost. Records past the last file's end are not
-        listed: dispatch indexes them (:attr:`indexed_up_to`).
+        records with keys only when a file was lost. The records at ``after`` and ``before``
+        are the neighbours' last and first: their keys may have straddled into the lost file
+        (:meth:`backfill` adds only the keys the neighbours lack). Records past the last
+        file's end are not listed: dispatch indexes them (:attr:`indexed_up_to`).
         """
         out = []
         after = log_min - 1
@@ -404,12 +418,11 @@ class IndexService:
         """Index ``records`` (commitlog order) into new files placed at ``position`` of
         :attr:`files`, named to sort there, as the lost file was; return the entries written.
 
-        Fewer than all when no file name is left between the neighbours (logged).
+        A record the neighbouring files also point at (the stretch's boundary records, see
+        :meth:`uncovered`) gets only the keys they lack. Fewer than all when no file name is
+        left between the neighbours (logged).
         """
-        keys = _KeyBatch()
-        for rec in records:
-            prefix = self._prefix_hashes.get(rec.topic) or self._prefix_hash(rec.topic)
-            keys.add_record(prefix, rec.properties, rec.phys_offset, rec.store_timestamp)
+        keys = self._lost_keys(records, position)
         if not keys.suffixes:
             return 0
         lower = self.files[position - 1].path.name if position else ""
@@ -440,6 +453,23 @@ class IndexService:
             )
         return done
 
+    def _lost_keys(self, records: Sequence[LostIndexRecord], position: int) -> _KeyBatch:
+        """The keys of ``records`` that the files around ``position`` do not hold."""
+        neighbours = self.files[max(position - 1, 0) : position + 1]
+        low = self.files[position - 1].end_phy_offset if position else -1
+        high = self.files[position].begin_phy_offset
+        keys = _KeyBatch()
+        for rec in records:
+            prefix = self._prefix_hashes.get(rec.topic) or self._prefix_hash(rec.topic)
+            phys, stamp = rec.phys_offset, rec.store_timestamp
+            if low < phys < high:
+                keys.add_record(prefix, rec.properties, phys, stamp)
+            else:
+                keys.add(
+                    prefix, _missing_suffixes(prefix, rec.properties, phys, neighbours), phys, stamp
+                )
+        return keys
+
     # -- lookup ----------------------------------------------------------------------------
     def query_offsets(
         self,
@@ -453,15 +483,36 @@ class IndexService:
 
         Returns ``(offsets, last_update_timestamp, last_update_phy_offset)``.
         """
+        return run_steps(self.query_steps(topic, key, max_num, begin, end))
+
+    def query_steps(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> Generator[None, None, tuple[list[int], int, int]]:
+        """:meth:`query_offsets` in steps: yields after every :attr:`walk_step` entries read.
+
+        A key many records share, queried for an old time window, has its whole chain of
+        newer entries read first (millions of entries, seconds of pure Python); an event loop
+        running the steps lets other tasks run between two. Pausing is safe where the steps
+        run on the thread that indexes (the broker's loop) and retention runs elsewhere: the
+        files are those of the first step (retention's ``delete_expired`` and new files change
+        only :attr:`files`), entries are only appended (:meth:`IndexFile.walk_phy_offsets`),
+        and a file retention deletes stays mapped while a walk holds it
+        (:meth:`MappedFile.destroy` does not unmap). Only :meth:`close` unmaps: a walk
+        resumed after it raises ValueError.
+        """
         max_num = min(max_num, self.max_msgs_num_batch)
         key_hash = index_key_hash(f"{topic}#{key}")
         out: list[int] = []
-        last_ts = last_phy = 0
-        for f in reversed(self.files):
-            if f is self.files[-1]:
-                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+        files = list(self.files)
+        if not files:
+            return out, 0, 0
+        last_ts, last_phy = files[-1].end_timestamp, files[-1].end_phy_offset
+        done = 0  # entries read
+        for f in reversed(files):
             if f.is_time_matched(begin, end):
-                out.extend(f.select_phy_offsets(key_hash, max_num - len(out), begin, end))
+                done = yield from f.walk_phy_offsets(
+                    key_hash, max_num, begin, end, out, step=self.walk_step, done=done
+                )
             if f.begin_timestamp < begin or len(out) >= max_num:
                 break
         return out, last_ts, last_phy

@@ -15,7 +15,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from store.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from store.deleted_topics import DeletedTopics
 from store.dispatch_request import DispatchRequest
 from store.errors import CorruptFileError, MappedFileCreateError, StoreLockedError
-from store.index_service import IndexService
+from store.index_service import IndexService, run_steps
 from store.mapped_file import fsync_directory
 from store.status import GetResult, GetStatus, PutResult, PutStatus, QueryResult
 
@@ -581,7 +581,21 @@ class MessageStore:
         end: int,
     ) -> QueryResult:
         """Records of ``topic`` whose KEYS or UNIQ_KEY equals ``key``, stored in [begin, end]."""
-        offsets, last_ts, last_phy = self.index.query_offsets(topic, key, max_num, begin, end)
+        return run_steps(self.query_steps(topic, key, max_num, begin, end))
+
+    def query_steps(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> Generator[None, None, QueryResult]:
+        """:meth:`query_messages` in steps, for the event loop: it yields while it walks the
+        index (see :meth:`IndexService.query_steps` for why pausing there is safe), then reads
+        the at most ``maxMsgsNumBatch`` records found in one go."""
+        found = yield from self.index.query_steps(topic, key, max_num, begin, end)
+        return self._query_result(topic, key, *found)
+
+    def _query_result(
+        self, topic: str, key: str, offsets: list[int], last_ts: int, last_phy: int
+    ) -> QueryResult:
+        """The records at ``offsets`` that really are ``topic``'s and have ``key``."""
         out = QueryResult(
             index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_phy
         )

@@ -21,7 +21,9 @@ Steps (both after a clean shutdown and after a crash):
    rebuild the next queue offsets and readable minimums from the consume queues.
 5. Index files lost before or between others (a file deleted by hand, or dropped for a bad
    size) leave stretches of the log no file vouches for; their keyed records are indexed into
-   new files named to sort where the lost ones did.
+   new files named to sort where the lost ones did, and so are the keys the surviving
+   neighbours lack of the two records at the stretch's ends (a record's keys can straddle
+   two files).
 6. After a crash, flush the consume queues and the index and write the checkpoint, so that
    what recovery did is durable before new records go past the end. (Cuts of the commitlog
    and the consume queues are synced where they are made.)
@@ -313,11 +315,12 @@ def _rebuild_lost_index_files(store: MessageStore) -> None:
     cl = store.commitlog
     index = store.index
     for after, before, position in reversed(index.uncovered(cl.min_offset, cl.max_offset)):
-        if not _may_hold_keys(store, max(after, cl.min_offset), before):
+        end = before + cl.record_size_at(before)  # the boundary record at ``before`` included
+        if not _may_hold_keys(store, max(after, cl.min_offset), end):
             continue  # keyless records only (or none): nothing was lost
         records = _keyed_records_between(store, after, before)
-        if records:
-            done = index.backfill(records, position)
+        done = index.backfill(records, position) if records else 0
+        if done:
             log.warning(
                 "index: rebuilt %d entries of a lost index file (commitlog %d..%d)",
                 done,
@@ -339,7 +342,8 @@ def _may_hold_keys(store: MessageStore, start: int, end: int) -> bool:
 
 
 def _keyed_records_between(store: MessageStore, after: int, before: int) -> list[LostIndexRecord]:
-    """The records with ``after < offset < before`` that have index keys, commitlog order."""
+    """The records with ``after <= offset <= before`` that have index keys, commitlog order
+    (the boundary records too: see :meth:`IndexService.uncovered`)."""
     cl = store.commitlog
     check_crc = store.config.check_crc_on_recover
     start = max(after, cl.min_offset)
@@ -349,9 +353,9 @@ def _keyed_records_between(store: MessageStore, after: int, before: int) -> list
     rollback = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
     out = []
     for item in scan_records(cl, start, check_crc=check_crc):
-        if isinstance(item, int) or item.offset >= before:
+        if isinstance(item, int) or item.offset > before:
             break
-        if item.offset <= after or not item.properties_raw:
+        if item.offset < after or not item.properties_raw:
             continue
         if store.deleted_topics.is_dead(item.topic, item.offset):
             continue  # never indexed on purpose: its topic was deleted before dispatch

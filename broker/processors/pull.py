@@ -15,6 +15,8 @@
     VIEW_MESSAGE_BY_ID          33  offset -> raw record | SYSTEM_ERROR
     QUERY_MESSAGE               12  topic key maxNum beginTimestamp endTimestamp
                                     [_UNIQUE_KEY_QUERY] -> raw records | QUERY_NOT_FOUND
+                                    (maxNum <= 0 finds nothing; answered after a walk that
+                                    lets other requests run, see ``query_message``)
 
 Pull codes and ``nextBeginOffset`` come from :mod:`broker.status_codes` only. Tag filtering
 (facts §4): ``"*"`` or empty matches everything; otherwise the ``||``-separated tags' Java hash
@@ -32,7 +34,9 @@ message arrives in its queue or the suspend time elapses, then the read is re-ru
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
+
+import trio
 
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
@@ -48,7 +52,7 @@ from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.headers import error, guarded, header_int, header_str, opt_bool, opt_int, opt_str
-from store import GetResult, GetStatus, MessageStore
+from store import GetResult, GetStatus, MessageStore, QueryResult
 
 SUB_ALL = "*"
 
@@ -276,8 +280,20 @@ class PullProcessor:
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=raw)
 
-    def query_message(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        """QUERY_MESSAGE: records of ``topic`` with ``key`` in the time range."""
+    def query_message(
+        self, request: RemotingCommand, channel: Channel
+    ) -> Awaitable[RemotingCommand]:
+        """QUERY_MESSAGE: records of ``topic`` with ``key`` in the time range.
+
+        A ``maxNum`` of 0 or less finds nothing (QUERY_NOT_FOUND), as RocketMQ's
+        ``min(maxNum, maxMsgsNumBatch)`` does. The answer is awaited: the index walk pauses
+        every :attr:`IndexService.walk_step` entries (:meth:`MessageStore.query_steps`), so a
+        key many messages share, queried for an old time window, does not hold up the
+        broker's other requests while millions of entries are read. The walk stays on the
+        event loop, where every index write happens, so it sees whole batches only; in a
+        worker thread it would read entries while the loop writes them, and compete with the
+        loop for the GIL.
+        """
         topic = header_str(request, "topic")
         key = header_str(request, "key")
         max_num = header_int(request, "maxNum")
@@ -285,22 +301,9 @@ class PullProcessor:
         end = header_int(request, "endTimestamp")
         if opt_bool(request, "_UNIQUE_KEY_QUERY"):
             max_num = self.store.config.default_query_max_num
-        max_num = max(1, min(max_num, self.store.config.max_msgs_num_batch))
-        result = self.store.query_messages(topic, key, max_num, begin, end)
-        fields: dict[str, ExtValue] = {
-            "indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
-            "indexLastUpdatePhyoffset": str(result.index_last_update_phy_offset),
-        }
-        if not result.records:
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.QUERY_NOT_FOUND,
-                remark="can not find message, maybe time range not correct",
-                ext_fields=fields,
-            )
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS, ext_fields=fields, body=b"".join(result.records)
-        )
+        max_num = min(max_num, self.store.config.max_msgs_num_batch)
+        steps = self.store.query_steps(topic, key, max_num, begin, end)
+        return _answer_query(request, steps)
 
     def handlers(self) -> dict[int, Handler]:
         """The ``{request code: handler}`` table."""
@@ -331,6 +334,33 @@ def _pull_response(
         remark=result.status.value,
         ext_fields=fields,
         body=b"".join(result.records),
+    )
+
+
+async def _answer_query(
+    request: RemotingCommand, steps: Generator[None, None, QueryResult]
+) -> RemotingCommand:
+    """Run a query's steps, letting the loop's other tasks run between two; its answer."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: QueryResult = done.value
+            break
+        await trio.lowlevel.checkpoint()
+    fields: dict[str, ExtValue] = {
+        "indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
+        "indexLastUpdatePhyoffset": str(result.index_last_update_phy_offset),
+    }
+    if not result.records:
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.QUERY_NOT_FOUND,
+            remark="can not find message, maybe time range not correct",
+            ext_fields=fields,
+        )
+    return RemotingCommand.response_to(
+        request, ResponseCode.SUCCESS, ext_fields=fields, body=b"".join(result.records)
     )
 
 

@@ -9,10 +9,12 @@ answer) with a one-line reason; nothing is retried.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 import msgpack
+import trio
 
 from client import api
 from client.config import ClientConfig
@@ -31,6 +33,16 @@ from remoting.route_bodies import decode_cluster_info_body, decode_topic_list_bo
 
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
 """The group RocketMQ's tools pull with (a built-in subscription group)."""
+
+
+@dataclass(frozen=True)
+class MessageQuery:
+    """What :meth:`AdminClient.query_message` found, and the brokers that failed to answer."""
+
+    messages: list[ReceivedMessage]
+    """The matching messages of the brokers that answered, broker by broker (name order)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Broker name -> why it did not answer (the reason names its address)."""
 
 
 class AdminClient:
@@ -315,34 +327,64 @@ class AdminClient:
         begin: int = 0,
         end: int = 2**62,
         unique: bool = False,
-    ) -> list[ReceivedMessage]:
-        """QUERY_MESSAGE by key (or UNIQ_KEY with ``unique``) on every broker of ``topic``.
+    ) -> MessageQuery:
+        """QUERY_MESSAGE by key (or UNIQ_KEY with ``unique``) on every master of ``topic``, all
+        at once.
 
-        The index answers by hash: as RocketMQ's admin does, only messages whose KEYS hold
-        ``key`` (whose id is ``key`` with ``unique``) are kept.
+        As RocketMQ's ``MQAdminImpl.queryMessage``, a broker that fails (no answer in time,
+        a refused connection, an error answer) does not hide what the others found: the
+        result names it in ``failed``. MQClientError only when every broker failed. The index
+        answers by hash: as RocketMQ's admin does, only messages whose KEYS hold ``key``
+        (whose id is ``key`` with ``unique``) are kept.
         """
-        out: list[ReceivedMessage] = []
-        for name, addr in await self.topic_masters(topic):
-            fields: dict[str, ExtValue] = {
-                "topic": topic,
-                "key": key,
-                "maxNum": max_num,
-                "beginTimestamp": begin,
-                "endTimestamp": end,
-            }
-            if unique:
-                fields["_UNIQUE_KEY_QUERY"] = "true"
-            resp = await self.call(
-                addr,
-                RequestCode.QUERY_MESSAGE,
-                fields,
-                ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
-            )
-            if resp.code == ResponseCode.SUCCESS:
-                out.extend(self._decode(resp.body, name, addr))
+        masters = await self.topic_masters(topic)
+        fields: dict[str, ExtValue] = {
+            "topic": topic,
+            "key": key,
+            "maxNum": max_num,
+            "beginTimestamp": begin,
+            "endTimestamp": end,
+        }
         if unique:
-            return [m for m in out if m.msg_id == key]
-        return [m for m in out if key in m.keys]
+            fields["_UNIQUE_KEY_QUERY"] = "true"
+        found: dict[str, list[ReceivedMessage]] = {}
+        failed: dict[str, str] = {}
+
+        async def ask(name: str, addr: str) -> None:
+            try:
+                found[name] = await self._query_broker(name, addr, fields)
+            except MQClientError as exc:  # a transport error's reason names the address
+                failed[name] = exc.reason if addr in exc.reason else f"{addr}: {exc.reason}"
+
+        async with trio.open_nursery() as nursery:
+            for name, addr in masters:
+                nursery.start_soon(ask, name, addr)
+        if not found:
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR,
+                "no broker answered the query: "
+                + "; ".join(f"{name} ({failed[name]})" for name, _ in masters),
+            )
+        out = [m for name, _ in masters for m in found.get(name, ())]
+        if unique:
+            out = [m for m in out if m.msg_id == key]
+        else:
+            out = [m for m in out if key in m.keys]
+        return MessageQuery(out, {name: failed[name] for name, _ in masters if name in failed})
+
+    async def _query_broker(
+        self, name: str, addr: str, fields: Mapping[str, ExtValue]
+    ) -> list[ReceivedMessage]:
+        """One broker's answer to QUERY_MESSAGE (none for QUERY_NOT_FOUND)."""
+        resp = await self.call(
+            addr,
+            RequestCode.QUERY_MESSAGE,
+            fields,
+            ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return []
+        return self._decode(resp.body, name, addr)
 
     async def _broker_name_of(self, addr: str) -> str:
         info = await self.cluster_info()

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from client import api
-from client.admin.admin_client import TOOLS_CONSUMER, AdminClient
+from client.admin.admin_client import TOOLS_CONSUMER, AdminClient, MessageQuery
 from client.admin.base import (
     admin_command,
     charset_option,
@@ -42,6 +42,22 @@ def _show(msgs: list[ReceivedMessage], as_json: bool, charset: str = "utf-8") ->
         print_message(msg, charset)
 
 
+def _warn_failed(failed: dict[str, str]) -> None:
+    """One line on stderr per broker that did not answer a query (stdout stays the result)."""
+    ctx = click.get_current_context(silent=True)
+    name = ctx.info_name if ctx is not None else "mqadmin"
+    for broker, reason in failed.items():
+        one_line = " ".join(reason.split())
+        click.echo(f"mqadmin {name}: warning: broker {broker} did not answer: {one_line}", err=True)
+
+
+def _unanswered(failed: dict[str, str]) -> str:
+    """`` (broker-b did not answer: ...)`` for the brokers in ``failed``, or ""."""
+    if not failed:
+        return ""
+    return " (" + "; ".join(f"{b} did not answer: {r}" for b, r in failed.items()) + ")"
+
+
 @admin_command("queryMsgById")
 @click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id or UNIQ_KEY.")
 @click.option("-t", "--topic", help="Topic (needed to look a UNIQ_KEY up).")
@@ -49,24 +65,33 @@ def _show(msgs: list[ReceivedMessage], as_json: bool, charset: str = "utf-8") ->
 def query_msg_by_id(
     namesrv: str | None, as_json: bool, msg_id: str, topic: str | None, charset: str
 ) -> None:
-    """Query Message by Id (offsetMsgId, or the UNIQ_KEY with -t)."""
+    """Query Message by Id (offsetMsgId, or the UNIQ_KEY with -t).
 
-    async def body(admin: AdminClient) -> list[ReceivedMessage]:
+    With -t, a broker of the topic that does not answer is named on stderr; the command fails
+    only when none answers (or nothing is found).
+    """
+
+    async def body(admin: AdminClient) -> MessageQuery:
+        failed: dict[str, str] = {}
         if topic:
-            found = await admin.query_message(topic, msg_id, unique=True)
-            if found:
-                return found
+            query = await admin.query_message(topic, msg_id, unique=True)
+            if query.messages:
+                return query
+            failed = query.failed
         try:
-            return [await admin.view_message(msg_id)]
+            return MessageQuery([await admin.view_message(msg_id)], failed)
         except ValueError:
             reason = (
-                f"no message with this UNIQ_KEY in topic {topic}, and not an offset message id"
+                f"no message with this UNIQ_KEY in topic {topic}"
+                f"{_unanswered(failed)}, and not an offset message id"
                 if topic
                 else "not an offset message id; give -t to look a UNIQ_KEY up"
             )
             raise MQClientError(ResponseCode.SYSTEM_ERROR, f"{msg_id}: {reason}") from None
 
-    _show(run(namesrv, body), as_json, charset)
+    result = run(namesrv, body)
+    _warn_failed(result.failed)
+    _show(result.messages, as_json, charset)
 
 
 @admin_command("queryMsgByKey")
@@ -74,7 +99,9 @@ def query_msg_by_id(
 @click.option("-k", "--msgKey", "key", required=True, help="Message key.")
 @click.option("-b", "--beginTimestamp", "begin", default="0", help="Stored at or after.")
 @click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")
-@click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
+@click.option(
+    "-m", "--maxNum", "max_num", type=click.IntRange(min=1), default=64, show_default=True
+)
 def query_msg_by_key(
     namesrv: str | None,
     as_json: bool,
@@ -84,14 +111,20 @@ def query_msg_by_key(
     end: str | None,
     max_num: int,
 ) -> None:
-    """Query Message by Key."""
+    """Query Message by Key.
+
+    A broker of the topic that does not answer is named on stderr, and the others' messages
+    are printed; the command fails only when no broker answers.
+    """
     lo = parse_timestamp(begin)
     hi = parse_timestamp(end) if end else 2**62
 
-    async def body(admin: AdminClient) -> list[ReceivedMessage]:
+    async def body(admin: AdminClient) -> MessageQuery:
         return await admin.query_message(topic, key, max_num=max_num, begin=lo, end=hi)
 
-    msgs = run(namesrv, body)
+    result = run(namesrv, body)
+    _warn_failed(result.failed)
+    msgs = result.messages
     if as_json:
         emit_json([message_json(m) for m in msgs])
         return
