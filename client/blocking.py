@@ -139,7 +139,7 @@ def _release(shared: _Shared) -> None:
         log.exception("closing the client instance failed")
     finally:
         shared.loop.stop(CLOSE_TIMEOUT_S)
-        shared.callbacks.stop()  # after the loop: the closing sends' callbacks still run
+        shared.callbacks.stop(CLOSE_TIMEOUT_S)  # after the loop: the closing sends' callbacks
 
 
 def _check_options(options: Mapping[str, Any]) -> None:
@@ -199,9 +199,11 @@ class _BlockingBase:
             raise ClientClosedError(self._what)
         return self._shared.loop
 
-    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float) -> T:
+    def _run(
+        self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float, give_up: bool = True
+    ) -> T:
         try:
-            return self._loop().run(fn, *args, timeout=timeout)
+            return self._loop().run(fn, *args, timeout=timeout, give_up=give_up)
         except TimeoutError as exc:
             if isinstance(exc, RequestTimeoutError):
                 raise
@@ -611,7 +613,11 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
         if seconds is None:
             raise TypeError("poll needs a timeout in seconds")
         try:
-            return self._run(self._c().poll_for, seconds, max_records, timeout=seconds + SLACK_S)
+            # never given up on while the loop is busy: a poll abandoned so would still take
+            # messages once the loop runs again, and nobody would receive them
+            return self._run(
+                self._c().poll_for, seconds, max_records, timeout=seconds + SLACK_S, give_up=False
+            )
         except RequestTimeoutError:
             # The loop's clock jumped past both deadlines at once (the process was stopped, by
             # SIGSTOP say, while the poll waited), so the outer one won. poll_for hands messages

@@ -10,8 +10,9 @@ Rules:
 - :meth:`CallbackThread.submit` queues a call and returns at once (it is called from the loop
   thread); the thread starts with the first call.
 - Calls run one at a time in the order submitted; an exception is logged, never raised.
-- :meth:`CallbackThread.stop` lets the calls already queued run, then ends the thread. It is a
-  daemon thread: a callback that never returns cannot hold up the interpreter's exit.
+- :meth:`CallbackThread.stop` lets the calls already queued run, then ends the thread, and waits
+  for that up to its ``timeout`` (not when called from a callback). It is a daemon thread: a
+  callback that never returns cannot hold up the interpreter's exit beyond that bound.
 """
 
 from __future__ import annotations
@@ -46,9 +47,16 @@ class CallbackThread:
                 self._thread.start()
         self._queue.put((fn, args))
 
-    def stop(self) -> None:
-        """End the thread once the calls queued so far have run (does not wait for them)."""
+    def stop(self, timeout: float) -> None:
+        """End the thread once the calls queued so far have run; wait for them at most
+        ``timeout`` seconds (a callback closing its own client is not waited for)."""
         self._queue.put(None)
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("%s: callbacks still running %.3g s after close", self._name, timeout)
 
     def _main(self) -> None:
         while (item := self._queue.get()) is not None:

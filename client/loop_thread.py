@@ -198,13 +198,15 @@ class LoopThread:
         async_fn: Callable[[*Ts], Awaitable[T]],
         *args: *Ts,
         timeout: float | None = None,
+        give_up: bool = True,
     ) -> T:
         """Run ``async_fn(*args)`` as a new task in the loop and block until it finishes.
 
         Returns its value or re-raises its exception (the same object). With ``timeout``, trio
         cancels the task after that many seconds and :class:`TimeoutError` is raised here; if
         the loop has not answered ``STUCK_LOOP_GRACE_S`` later (its thread is blocked), the
-        task is cancelled from here and TimeoutError raised all the same. A negative
+        task is cancelled from here and TimeoutError raised all the same (unless ``give_up`` is
+        False: for a call whose outcome must not be lost, as a poll's messages). A negative
         ``timeout`` is 0; NaN or a non-number raises here (:func:`checked_timeout`). A
         KeyboardInterrupt while waiting cancels the task, waits for it at most
         ``INTERRUPT_GRACE_S`` and is re-raised. Raises RuntimeError if called in the loop thread
@@ -217,7 +219,7 @@ class LoopThread:
         try:
             # scheduling inside the try: a Ctrl+C landing right after it still cancels the task
             self._schedule(call, blocking=True)
-            if not self._wait(done, call.timeout):
+            if not self._wait(done, call.timeout if give_up else None):
                 self._give_up(call, done)
         except KeyboardInterrupt:
             self._interrupt(call, done)

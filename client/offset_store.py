@@ -8,7 +8,8 @@
   ``<dir>/<client id>/<group>/offsets.json`` (written atomically, with a ``.bak``), because
   each member reads every message. The consumer opens it at start (RocketMQ's ``load()``):
   it claims the directory with an ``flock`` on ``offsets.lock`` (a second live member with the
-  same path, here or in another process, is refused) and reads the table, so a file that
+  same path, here or in another process, is refused; a forked child closes its copy of the
+  descriptor, so the lock is the parent's alone) and reads the table, so a file that
   cannot be read fails the start. A table never loaded is never written, and a failed write
   is logged and retried at the next persist (the offsets stay in memory), as RocketMQ does.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, Protocol
@@ -197,6 +199,20 @@ def _decode_table(doc: object) -> dict[MessageQueue, int]:
     return decoded
 
 
+_OPEN_STORES: weakref.WeakSet[LocalFileOffsetStore] = weakref.WeakSet()
+"""Stores holding their directory's lock (their descriptors are closed in a forked child)."""
+
+
+def _drop_locks_in_child() -> None:
+    """After a fork, in the child: close the inherited lock descriptors (without unlocking:
+    the lock belongs to the parent's open file description, which an unlock would release)."""
+    for store in list(_OPEN_STORES):
+        store.forget_lock()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
+
+
 LOCK_FILE_NAME: Final = "offsets.lock"
 """The file in a group's offsets directory whose ``flock`` marks the directory in use."""
 
@@ -239,6 +255,7 @@ class LocalFileOffsetStore:
                 "this group on this host; give each member its own instance_name",
             ) from None
         self._lock_fd = fd
+        _OPEN_STORES.add(self)
         try:
             self.load()
         except (OSError, ValueError) as exc:
@@ -249,9 +266,14 @@ class LocalFileOffsetStore:
 
     def close(self) -> None:
         """Release the directory (idempotent)."""
+        self.forget_lock()  # closing the last descriptor of the lock drops the flock
+
+    def forget_lock(self) -> None:
+        """Close this process's descriptor of the directory lock."""
         fd, self._lock_fd = self._lock_fd, None
+        _OPEN_STORES.discard(self)
         if fd is not None:
-            os.close(fd)  # closing the descriptor drops the flock
+            os.close(fd)
 
     def load(self) -> None:
         """Read the file (or its ``.bak``); a missing file means no offsets yet. ValueError

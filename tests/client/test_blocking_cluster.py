@@ -4,6 +4,7 @@ budget, and errors that name the user's topic."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,23 @@ async def test_a_topic_no_broker_creates_is_named_in_the_error(tmp_path: Path) -
         with pytest.raises(TopicRouteError, match="NoSuchTopic") as failed:
             await trio.to_thread.run_sync(run)
         assert failed.value.topic == "NoSuchTopic"
+
+
+async def test_close_returns_after_the_callbacks_of_its_sends_ran(tmp_path: Path) -> None:
+    """Callbacks still queued when close() returned used to be lost at the process's exit
+    (a daemon thread): close waits for them (bounded)."""
+    async with cluster(tmp_path) as c:
+
+        def run() -> int:
+            ran: list[int] = []
+
+            def callback(result: SendResult | None, error: BaseException | None) -> None:
+                time.sleep(0.005)  # a callback with some work in it
+                ran.append(1)
+
+            with Producer("pg", c.namesrv) as producer:
+                for i in range(100):
+                    producer.send_async(Message(TOPIC, b"%d" % i), callback)
+            return len(ran)  # right after close(): every callback has run
+
+        assert await trio.to_thread.run_sync(run) == 100

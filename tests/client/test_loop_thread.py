@@ -7,12 +7,14 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 import trio
 import trio.testing
 
+from client import loop_thread
 from client.loop_thread import LoopThread
 
 WAIT_S = 10.0
@@ -373,3 +375,41 @@ def test_stop_fails_blocked_callers_with_closed_error() -> None:
     thread.join(WAIT_S)
     assert [str(e) for e in errors] == ["lt-stop-callers is closed: task cancelled by stop()"]
     assert not _threads_named("lt-stop-callers")
+
+
+def _block_the_loop(loop: LoopThread, seconds: float) -> None:
+    """Make the loop thread sleep in a plain function (as blocking user code would)."""
+    started = threading.Event()
+
+    def block() -> None:
+        started.set()
+        time.sleep(seconds)
+
+    future = loop.submit(add, 1, 2)
+    future.add_done_callback(lambda _: block())  # runs in the loop thread
+    assert started.wait(WAIT_S)
+
+
+def test_a_call_on_a_blocked_loop_gives_up_or_waits_as_told(
+    loop: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its timeout plus the grace a call gives up (TimeoutError), so a blocked loop cannot
+    hang it; with give_up=False it waits for the call's own outcome, which must not be lost
+    (a poll's messages)."""
+    monkeypatch.setattr(loop_thread, "STUCK_LOOP_GRACE_S", 0.2)
+    monkeypatch.setattr(loop_thread, "INTERRUPT_GRACE_S", 0.2)
+    _block_the_loop(loop, 2.0)
+    with pytest.raises(TimeoutError, match="its loop thread is busy"):
+        loop.run(add, 1, 2, timeout=0.1)
+    _block_the_loop(loop, 1.0)
+    assert loop.run(add, 2, 3, timeout=0.1, give_up=False) == 5
+    assert loop.run(add, 3, 4, timeout=0.1) == 7  # the loop serves again
+
+
+@pytest.mark.parametrize(("timeout", "error"), [(float("nan"), ValueError), ("1", TypeError)])
+def test_a_bad_timeout_is_refused_in_the_caller(
+    loop: LoopThread, timeout: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        loop.run(add, 1, 2, timeout=timeout)  # type: ignore[arg-type]
+    assert loop.run(add, 1, 2, timeout=1.0) == 3  # the loop lives on

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -162,3 +163,30 @@ def test_consume_from_timestamp_defaults_to_half_an_hour_ago() -> None:
         assert before - half_hour <= consumer.consume_timestamp_ms <= after - half_hour
     given = PushConsumer("g", "127.0.0.1:9876", consume_timestamp_ms=1234)
     assert given.consume_timestamp_ms == 1234
+
+
+def test_a_forked_child_does_not_keep_the_directory_locked(tmp_path: Path) -> None:
+    """flock belongs to the open file description, which a fork shares: the child closes its
+    copy, so the parent's close() releases the directory while the child lives on."""
+    store = LocalFileOffsetStore("c", "g", tmp_path)
+    store.open()
+    read, write = os.pipe()
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait until the parent is done, never return into pytest
+        try:
+            os.write(ready_write, b"r")  # past os.fork(): its at-fork handlers have run
+            os.read(read, 1)
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready_read, 1) == b"r"
+        store.close()
+        again = LocalFileOffsetStore("c", "g", tmp_path)
+        again.open()  # refused while the child held the lock
+        again.close()
+    finally:
+        os.write(write, b"x")
+        os.waitpid(pid, 0)
+        for fd in (read, write, ready_read, ready_write):
+            os.close(fd)
