@@ -378,15 +378,14 @@ def test_stop_fails_blocked_callers_with_closed_error() -> None:
 
 
 def _block_the_loop(loop: LoopThread, seconds: float) -> None:
-    """Make the loop thread sleep in a plain function (as blocking user code would)."""
+    """Make the loop thread sleep in plain code (as blocking user code in it would)."""
     started = threading.Event()
 
-    def block() -> None:
+    async def hog() -> None:
         started.set()
-        time.sleep(seconds)
+        time.sleep(seconds)  # noqa: ASYNC251 - blocking the loop is the point
 
-    future = loop.submit(add, 1, 2)
-    future.add_done_callback(lambda _: block())  # runs in the loop thread
+    loop.submit(hog)
     assert started.wait(WAIT_S)
 
 
