@@ -58,6 +58,14 @@ async def start_process(
     return await start_command([sys.executable, "-m", *args], stderr_path, boot)
 
 
+async def start_namesrv(stderr_path: Path) -> tuple[trio.Process, str]:
+    """Start ``mqnamesrv`` on 127.0.0.1 and a free port; return it and its ``host:port``."""
+    proc, boot = await start_process(
+        ["namesrv", "--listenPort", "0", "--bindAddress", "127.0.0.1"], stderr_path, NAMESRV_BOOT
+    )
+    return proc, f"127.0.0.1:{boot[1]}"
+
+
 async def start_command(
     argv: list[str], stderr_path: Path, boot: re.Pattern[str]
 ) -> tuple[trio.Process, re.Match[str]]:

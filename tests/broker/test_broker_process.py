@@ -28,9 +28,9 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.route_bodies import decode_cluster_info_body, decode_route_body
 from tests.processes import (
     BROKER_BOOT,
-    NAMESRV_BOOT,
     read_log,
     run_cli,
+    start_namesrv,
     start_process,
     stop_process,
 )
@@ -180,13 +180,8 @@ async def test_broker_process_sigterm_and_restart(tmp_path: Path) -> None:
     store = tmp_path / "store"
     procs: list[trio.Process] = []
     try:
-        ns, match = await start_process(
-            ["namesrv", "--listenPort", "0", "--bindAddress", "127.0.0.1"],
-            stderr_path,
-            NAMESRV_BOOT,
-        )
+        ns, ns_addr = await start_namesrv(stderr_path)
         procs.append(ns)
-        ns_addr = f"127.0.0.1:{match[1]}"
         broker_args = [
             "broker",
             "-n",

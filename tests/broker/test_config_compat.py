@@ -20,9 +20,9 @@ import trio
 from broker.config import BrokerConfig
 from tests.processes import (
     BROKER_BOOT,
-    NAMESRV_BOOT,
     REPO,
     read_log,
+    start_namesrv,
     start_process,
     stop_process,
 )
@@ -122,13 +122,9 @@ async def test_broker_listens_on_the_files_bind_address_and_warns_of_clamps(
     stderr_path = tmp_path / "stderr.log"
     procs: list[trio.Process] = []
     try:
-        ns, match = await start_process(
-            ["namesrv", "--listenPort", "0", "--bindAddress", "127.0.0.1"],
-            stderr_path,
-            NAMESRV_BOOT,
-        )
+        ns, ns_addr = await start_namesrv(stderr_path)
         procs.append(ns)
-        broker_args = ["broker", "-c", str(conf), "-n", f"127.0.0.1:{match[1]}"]
+        broker_args = ["broker", "-c", str(conf), "-n", ns_addr]
         broker_args += ["--listenPort", "0", "--brokerIP1", "127.0.0.1"]
         broker_args += ["--storePathRootDir", str(tmp_path / "store")]
         broker_args += ["--mappedFileSizeCommitLog", "1048576"]
