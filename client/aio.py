@@ -7,7 +7,9 @@
     async with Producer(group="pg", namesrv="127.0.0.1:9876") as producer:
         result = await producer.send(Message("Orders", b"..."))
 
-Bound any call with trio's cancel scopes (``with trio.fail_after(2): ...``). Pass one
+Bound any call with trio's cancel scopes (``with trio.fail_after(2): ...``); each request in
+it still gives up after ``request_timeout_s`` unless the call runs under
+:func:`with_call_budget` (``await with_call_budget(10, consumer.committed, mq)``). Pass one
 :class:`ClientInstance` as ``instance=`` to several producers and consumers to share their
 connections, routes and heartbeats.
 """
@@ -24,7 +26,7 @@ from client.allocate import (
 )
 from client.config import ClientConfig
 from client.consume_service import ConsumeResult
-from client.instance import ClientInstance
+from client.instance import ClientInstance, with_call_budget
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
@@ -58,4 +60,5 @@ __all__ = [
     "SendStatus",
     "TransactionProducer",
     "TransactionSendResult",
+    "with_call_budget",
 ]

@@ -42,7 +42,7 @@ from client.callback_thread import CallbackThread
 from client.config import ClientConfig, parse_namesrv
 from client.consume_service import Handler
 from client.errors import ClientClosedError, RequestTimeoutError
-from client.instance import ClientInstance
+from client.instance import ClientInstance, with_call_budget
 from client.loop_thread import LoopThread, checked_timeout
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import DEFAULT_PRODUCER_GROUP, QueueSelector, SendCallback
@@ -208,6 +208,18 @@ class _BlockingBase:
             if isinstance(exc, RequestTimeoutError):
                 raise
             raise RequestTimeoutError(f"{self._what} call", timeout) from exc
+
+    def _run_within(
+        self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None, default: float
+    ) -> T:
+        """:meth:`_run` bounded by ``timeout``, the call's whole budget: its requests may take
+        all of it (:func:`client.instance.with_call_budget`), not just ``request_timeout_s``.
+        ``timeout`` None: ``default``, and requests keep their own timeout."""
+        budget = checked_timeout(timeout)
+        if budget is None:
+            return self._run(fn, *args, timeout=default)
+        result: T = self._run(with_call_budget, budget, fn, *args, timeout=budget)
+        return result
 
     def _start(self, open_fn: Callable[[_Shared], None]) -> None:
         if self._shared is not None or self._closed:
@@ -435,7 +447,12 @@ class TransactionProducer(Producer):
     ) -> list[MessageQueue]:
         """The topic's writable queues; heartbeats to its brokers at once so they may ask this
         member to check the group's half messages."""
-        return self._run(self._tx().fetch_publish_queues, topic, timeout=self._timeout(timeout))
+        return self._run_within(
+            self._tx().fetch_publish_queues,
+            topic,
+            timeout=timeout,
+            default=self.send_timeout + SLACK_S,
+        )
 
 
 async def _send(
@@ -562,9 +579,12 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
     def _t(self, timeout: float | None) -> float:
         return self.request_timeout if timeout is None else timeout
 
+    def _within(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None) -> T:
+        return self._run_within(fn, *args, timeout=timeout, default=self.request_timeout)
+
     def fetch_queues(self, topic: str, *, timeout: float | None = None) -> list[MessageQueue]:
         """The topic's readable queues, sorted."""
-        return self._run(self._c().fetch_queues, topic, timeout=self._t(timeout))
+        return self._within(self._c().fetch_queues, topic, timeout=timeout)
 
     def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
         """Read exactly ``queues`` from now on, filtered by the TAG ``expression``."""
@@ -585,17 +605,17 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
 
     def seek_to_begin(self, mq: MessageQueue, *, timeout: float | None = None) -> None:
         """Seek to the queue's min offset."""
-        self._run(self._c().seek_to_begin, mq, timeout=self._t(timeout))
+        self._within(self._c().seek_to_begin, mq, timeout=timeout)
 
     def seek_to_end(self, mq: MessageQueue, *, timeout: float | None = None) -> None:
         """Seek to the queue's max offset."""
-        self._run(self._c().seek_to_end, mq, timeout=self._t(timeout))
+        self._within(self._c().seek_to_end, mq, timeout=timeout)
 
     def seek_to_timestamp(
         self, mq: MessageQueue, timestamp_ms: int, *, timeout: float | None = None
     ) -> None:
         """Seek to the first message stored at or after ``timestamp_ms``."""
-        self._run(self._c().seek_to_timestamp, mq, timestamp_ms, timeout=self._t(timeout))
+        self._within(self._c().seek_to_timestamp, mq, timestamp_ms, timeout=timeout)
 
     def position(self, mq: MessageQueue) -> int | None:
         """The next offset :meth:`poll` returns for ``mq`` (None until known)."""
@@ -604,7 +624,7 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
 
     def committed(self, mq: MessageQueue, *, timeout: float | None = None) -> int | None:
         """The group's committed offset of ``mq`` on its broker."""
-        return self._run(self._c().committed, mq, timeout=self._t(timeout))
+        return self._within(self._c().committed, mq, timeout=timeout)
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ReceivedMessage]:
         """Messages buffered or arriving within ``timeout`` seconds (``[]`` if none; 0 or
@@ -628,7 +648,7 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
         self, offsets: Mapping[MessageQueue, int] | None = None, *, timeout: float | None = None
     ) -> None:
         """Commit ``offsets`` (default: every changed position) to the brokers."""
-        self._run(self._c().commit, offsets, timeout=self._t(timeout))
+        self._within(self._c().commit, offsets, timeout=timeout)
 
 
 async def _stop_service(scope: trio.CancelScope, consumer: _AsyncConsumer) -> None:

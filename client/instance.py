@@ -30,8 +30,9 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -61,6 +62,26 @@ log = logging.getLogger(__name__)
 
 UNREGISTER_TIMEOUT_S = 3.0
 """Upper bound of the UNREGISTER_CLIENT round when the instance closes."""
+
+T = TypeVar("T")
+
+_call_budget: ContextVar[float | None] = ContextVar("minimq_call_budget", default=None)
+"""The timeout of requests made without one of their own (None: ``request_timeout_s``)."""
+
+
+async def with_call_budget(seconds: float, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``await fn(*args)``, each request it makes without a timeout of its own (and the tasks
+    it starts) allowed ``seconds`` instead of the client's ``request_timeout_s``.
+
+    A blocking call's ``timeout=`` is its whole budget (Kafka's ``committed(timeout)``): a
+    broker that answers after ``request_timeout_s`` but within it still counts.
+    """
+    token = _call_budget.set(seconds)
+    try:
+        return await fn(*args)
+    finally:
+        _call_budget.reset(token)
+
 
 TransactionCheckHandler = Callable[[MessageRecord, RemotingCommand, str], Awaitable[None]]
 """``handler(half record, CHECK_TRANSACTION_STATE request, broker address)`` of a
@@ -249,9 +270,14 @@ class ClientInstance:
     async def invoke(
         self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None
     ) -> RemotingCommand:
-        """Send a request to ``addr`` and return the response (remoting errors propagate)."""
+        """Send a request to ``addr`` and return the response (remoting errors propagate).
+
+        ``timeout_s`` None: the budget of :func:`with_call_budget`, else ``request_timeout_s``.
+        """
         if self._closed:
             raise ClientClosedError("client instance")
+        if timeout_s is None:
+            timeout_s = _call_budget.get()
         try:
             return await self._remoting.invoke(addr, cmd, timeout_s=timeout_s)
         except RemotingTimeoutError as exc:
