@@ -137,8 +137,11 @@ class Consumption:
     async def call_batches(
         self, slot: QueueSlot, batches: list[list[ReceivedMessage]]
     ) -> list[ConsumeResult]:
-        """Run the handlers for each batch in turn; one result per batch.
+        """Run the handlers for each batch in turn; one result per batch that ran.
 
+        The first batch always runs; the others only while the queue is not dropped (a
+        rebalance or an offset reset took it: RocketMQ's ``ConsumeRequest`` checks before each
+        batch), so fewer results than batches means the rest did not run.
         When every handler involved is a plain function, all batches run in ONE worker-thread
         hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
         """
@@ -157,7 +160,12 @@ class Consumption:
             return await trio.to_thread.run_sync(
                 self._run_plans_sync, slot, plans, limiter=self.limiter
             )
-        return [await self._run_plan(slot, plan) for plan in plans]
+        results: list[ConsumeResult] = []
+        for i, plan in enumerate(plans):
+            if i and slot.pq.dropped:
+                break
+            results.append(await self._run_plan(slot, plan))
+        return results
 
     async def _run_plan(
         self, slot: QueueSlot, plan: list[tuple[Handler | None, list[ReceivedMessage]]]
@@ -174,9 +182,12 @@ class Consumption:
     def _run_plans_sync(
         self, slot: QueueSlot, plans: list[list[tuple[Handler | None, list[ReceivedMessage]]]]
     ) -> list[ConsumeResult]:
-        """In a worker thread: every batch's plain-function handlers, in order."""
+        """In a worker thread: every batch's plain-function handlers, in order, until the
+        queue is dropped."""
         results = []
-        for plan in plans:
+        for i, plan in enumerate(plans):
+            if i and slot.pq.dropped:
+                break
             outcome = ConsumeResult.SUCCESS
             for handler, msgs in plan:
                 if handler is None:
@@ -216,7 +227,9 @@ class Consumption:
         """Run an ``async def`` handler in the loop on each batch in turn (one result per
         batch); an exception or a bad return value means RECONSUME_LATER."""
         results: list[ConsumeResult] = []
-        for msgs in batches:
+        for i, msgs in enumerate(batches):
+            if i and slot.pq.dropped:
+                break
             try:
                 result = handler(msgs)
                 if inspect.isawaitable(result):
@@ -298,7 +311,8 @@ class ConcurrentService:
         batches = [pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)]
         results = await self.c.call_batches(slot, batches)
         done: list[ReceivedMessage] = []
-        for msgs, result in zip(batches, results, strict=True):
+        # the batches after a drop did not run (no result): they are not done
+        for msgs, result in zip(batches, results, strict=False):
             if result is ConsumeResult.SUCCESS:
                 done.extend(msgs)
             else:
