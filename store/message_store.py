@@ -551,6 +551,17 @@ class MessageStore:
             return None
         return self.commitlog.read_record(phys_offset)
 
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the queue's first readable message (RocketMQ's
+        ``getEarliestMessageTime``), or -1 if the queue has none."""
+        cq = self.cq_table.get((topic, queue_id))
+        if cq is None or cq.min_offset >= cq.max_offset:
+            return -1
+        unit = cq.unit_at(cq.min_offset)
+        if unit is None or unit[1] == _BLANK_SIZE or unit[0] < self.commitlog.min_offset:
+            return -1
+        return self.commitlog.store_timestamp_at(unit[0]) or -1
+
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """First logical offset whose store time is >= ``timestamp`` (binary search).
 

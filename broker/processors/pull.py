@@ -11,6 +11,7 @@
     UPDATE_CONSUMER_OFFSET      15  consumerGroup topic queueId commitOffset
     GET_MAX_OFFSET              30  topic queueId -> offset
     GET_MIN_OFFSET              31  topic queueId -> offset
+    GET_EARLIEST_MSG_STORETIME  32  topic queueId -> timestamp (-1 if the queue has none)
     SEARCH_OFFSET_BY_TIMESTAMP  29  topic queueId timestamp -> offset
     VIEW_MESSAGE_BY_ID          33  offset -> raw record | SYSTEM_ERROR
     QUERY_MESSAGE               12  topic key maxNum beginTimestamp endTimestamp
@@ -260,6 +261,16 @@ class PullProcessor:
         topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
         return _offset_response(request, self.store.get_min_offset_in_queue(topic, queue_id))
 
+    def get_earliest_msg_store_time(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GET_EARLIEST_MSG_STORETIME: store time of the queue's first readable message."""
+        topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
+        timestamp = self.store.get_earliest_message_time(topic, queue_id)
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"timestamp": str(timestamp)}
+        )
+
     def search_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """SEARCH_OFFSET_BY_TIMESTAMP: first offset stored at or after ``timestamp``."""
         topic, queue_id = header_str(request, "topic"), header_int(request, "queueId")
@@ -313,6 +324,7 @@ class PullProcessor:
             int(RequestCode.UPDATE_CONSUMER_OFFSET): guarded(self.update_consumer_offset),
             int(RequestCode.GET_MAX_OFFSET): guarded(self.get_max_offset),
             int(RequestCode.GET_MIN_OFFSET): guarded(self.get_min_offset),
+            int(RequestCode.GET_EARLIEST_MSG_STORETIME): guarded(self.get_earliest_msg_store_time),
             int(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP): guarded(self.search_offset),
             int(RequestCode.VIEW_MESSAGE_BY_ID): guarded(self.view_message_by_id),
             int(RequestCode.QUERY_MESSAGE): guarded(self.query_message),

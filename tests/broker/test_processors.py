@@ -417,6 +417,14 @@ async def test_search_by_timestamp_view_by_id_and_query_by_key(tmp_path: Path) -
         assert await search(stamps[2] - 1) == 2
         assert await search(stamps[3] + 1) == 4
 
+        async def earliest(topic: str) -> str:
+            resp = await b.call(RequestCode.GET_EARLIEST_MSG_STORETIME, topic=topic, queueId="0")
+            assert resp.code == ResponseCode.SUCCESS
+            return str(resp.ext_fields["timestamp"])
+
+        assert await earliest(TOPIC) == str(stamps[0])
+        assert await earliest("NoSuchTopic") == "-1"
+
         _, _, phys = decode_offset_msg_id(ids[1])
         resp = await b.call(RequestCode.VIEW_MESSAGE_BY_ID, topic=TOPIC, offset=str(phys))
         assert resp.code == ResponseCode.SUCCESS

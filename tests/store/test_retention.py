@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from common.record import decode_records
+from common.record import decode_record, decode_records
 from store import GetStatus, MessageStore, PutStatus, StoreConfig
 from store.invariants import check_store
 from store.mapped_file import MappedFile
@@ -325,6 +325,8 @@ def test_disk_warning_level_refuses_puts_until_usage_drops(env_factory: EnvFacto
     assert store.get_messages("RetA", 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
     got = store.get_messages("RetA", 0, lo, 8)
     assert got.status is GetStatus.FOUND
+    first_left = decode_record(got.records[0], with_body=False).store_timestamp
+    assert store.get_earliest_message_time("RetA", 0) == first_left  # of the surviving file
     last_key = next(p[4] for p in reversed(env.puts) if p[0] == "RetA")
     assert store.query_messages("RetA", last_key, 8, 0, 2**62).records
     env.ratio[0] = 0.5
