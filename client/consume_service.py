@@ -135,34 +135,40 @@ class Consumption:
         return result
 
     async def call_batches(
-        self, slot: QueueSlot, batches: list[list[ReceivedMessage]]
+        self,
+        slot: QueueSlot,
+        batches: list[list[ReceivedMessage]],
+        stop: Callable[[], bool] | None = None,
     ) -> list[ConsumeResult]:
         """Run the handlers for each batch in turn; one result per batch that ran.
 
         The first batch always runs; the others only while the queue is not dropped (a
         rebalance or an offset reset took it: RocketMQ's ``ConsumeRequest`` checks before each
-        batch), so fewer results than batches means the rest did not run.
+        batch) and ``stop()`` is false, so fewer results than batches means the rest did not
+        run.
         When every handler involved is a plain function, all batches run in ONE worker-thread
         hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
         """
         restore_retry_topic(itertools.chain.from_iterable(batches), self.group)
+        pq = slot.pq
+        halt: Callable[[], bool] = (lambda: pq.dropped) if stop is None else stop
         topic = batches[0][0].topic if batches and batches[0] else None
         if topic is not None and all(m.topic == topic for b in batches for m in b):
             # the usual case: one topic, so one handler for every batch of the pull
             handler = self.handler_of(topic)
             if handler is not None and _is_async(handler):
-                return await self._call_async(slot, handler, batches)
+                return await self._call_async(slot, handler, batches, halt)
             plans = [[(handler, b)] for b in batches]
         else:
             plans = [self._plan(b) for b in batches]
         handlers = [h for plan in plans for h, _ in plan if h is not None]
         if handlers and not any(_is_async(h) for h in handlers):
             return await trio.to_thread.run_sync(
-                self._run_plans_sync, slot, plans, limiter=self.limiter
+                self._run_plans_sync, slot, plans, halt, limiter=self.limiter
             )
         results: list[ConsumeResult] = []
         for i, plan in enumerate(plans):
-            if i and slot.pq.dropped:
+            if i and halt():
                 break
             results.append(await self._run_plan(slot, plan))
         return results
@@ -180,13 +186,16 @@ class Consumption:
         return outcome
 
     def _run_plans_sync(
-        self, slot: QueueSlot, plans: list[list[tuple[Handler | None, list[ReceivedMessage]]]]
+        self,
+        slot: QueueSlot,
+        plans: list[list[tuple[Handler | None, list[ReceivedMessage]]]],
+        halt: Callable[[], bool],
     ) -> list[ConsumeResult]:
-        """In a worker thread: every batch's plain-function handlers, in order, until the
-        queue is dropped."""
+        """In a worker thread: every batch's plain-function handlers, in order, until
+        ``halt()`` (it reads plain attributes only)."""
         results = []
         for i, plan in enumerate(plans):
-            if i and slot.pq.dropped:
+            if i and halt():
                 break
             outcome = ConsumeResult.SUCCESS
             for handler, msgs in plan:
@@ -209,7 +218,7 @@ class Consumption:
     ) -> ConsumeResult:
         """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
         if _is_async(handler):
-            (outcome,) = await self._call_async(slot, handler, [msgs])
+            (outcome,) = await self._call_async(slot, handler, [msgs], lambda: False)
             return outcome
         result: ConsumeResult | Awaitable[ConsumeResult] | None
         try:
@@ -222,13 +231,17 @@ class Consumption:
         return _checked(result)
 
     async def _call_async(
-        self, slot: QueueSlot, handler: Handler, batches: list[list[ReceivedMessage]]
+        self,
+        slot: QueueSlot,
+        handler: Handler,
+        batches: list[list[ReceivedMessage]],
+        halt: Callable[[], bool],
     ) -> list[ConsumeResult]:
         """Run an ``async def`` handler in the loop on each batch in turn (one result per
-        batch); an exception or a bad return value means RECONSUME_LATER."""
+        batch, until ``halt()``); an exception or a bad return value means RECONSUME_LATER."""
         results: list[ConsumeResult] = []
         for i, msgs in enumerate(batches):
-            if i and slot.pq.dropped:
+            if i and halt():
                 break
             try:
                 result = handler(msgs)
@@ -309,9 +322,11 @@ class ConcurrentService:
     async def _consume(self, slot: QueueSlot, pulled: list[ReceivedMessage]) -> None:
         """Consume one pull's messages and record the queue's offset."""
         batches = [pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)]
-        results = await self.c.call_batches(slot, batches)
+        pq = slot.pq
+        # closing stops a pull between batches too: what ran counts, the rest is not done
+        results = await self.c.call_batches(slot, batches, lambda: pq.dropped or self._stopping)
         done: list[ReceivedMessage] = []
-        # the batches after a drop did not run (no result): they are not done
+        # the batches after a drop or a close did not run (no result): they are not done
         for msgs, result in zip(batches, results, strict=False):
             if result is ConsumeResult.SUCCESS:
                 done.extend(msgs)

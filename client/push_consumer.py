@@ -213,6 +213,13 @@ class PushConsumer:
         self._busy_dropped: dict[MessageQueue, _Queue] = {}
         """Orderly: queues dropped while a handler still runs on them; their broker locks are
         renewed until it returns, and a queue assigned again waits for it."""
+        self._dropping: dict[MessageQueue, _Queue] = {}
+        """Queues being released (:meth:`_remove_queue`): closing finishes the ones a cancelled
+        round left half-way (persists their offsets, unlocks the idle ones)."""
+        self._unclaimed_locks: set[MessageQueue] = set()
+        """Orderly: queues locked at the broker by a round that has not added them yet."""
+        self._round = trio.CancelScope()
+        """The running rebalance round or offset reset; closing cancels it."""
         self._rebalance_wakeup = trio.Event()
         self._rebalance_lock = trio.Lock()
         self._offsets: OffsetStore
@@ -360,9 +367,12 @@ class PushConsumer:
         try:
             if self._nursery is not None:
                 try:
+                    # a round in progress stops where it is (a queue half released is finished
+                    # by _release_all): it must not spend the close's time dropping queues
+                    self._running = False
+                    self._round.cancel()
                     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
-                        async with self._rebalance_lock:  # no rebalance round half-way
-                            self._running = False
+                        async with self._rebalance_lock:
                             await self._release_all()
                 finally:  # the nursery entered by hand is always left, or trio's stack breaks
                     self._nursery.cancel_scope.cancel()
@@ -410,7 +420,10 @@ class PushConsumer:
     async def _release_all(self) -> None:
         """Closing: stop pulling, let the handlers in flight finish for up to
         ``CLOSE_DRAIN_S`` (what they finish counts), persist every offset at once, then drop
-        every queue and release the orderly locks of the idle ones."""
+        every queue and release the orderly locks of the idle ones.
+
+        The queues a cancelled round was releasing, or had locked but not added, are
+        finished here too."""
         queues = dict(self._queues)
         for q in queues.values():
             q.pulling.cancel()
@@ -419,14 +432,17 @@ class PushConsumer:
                 await self._concurrent.drain()
             if self._orderly is not None:
                 await self._orderly.drain([q.slot for q in queues.values()])
+        queues.update((mq, q) for mq, q in self._dropping.items() if mq not in queues)
+        self._dropping.clear()
         now = _now_ms()
         async with trio.open_nursery() as nursery:
             for mq, q in queues.items():
                 if q.owned:  # else orderly, never locked here: the owner's offset
                     nursery.start_soon(self._write_back, mq, self._is_stalled(q, now))
-        idle: list[MessageQueue] = []
+        idle = sorted(self._unclaimed_locks - set(queues))
+        self._unclaimed_locks.clear()
         for mq, q in queues.items():
-            del self._queues[mq]
+            self._queues.pop(mq, None)
             q.slot.pq.dropped = True
             q.scope.cancel()
             self._offsets.remove(mq)
@@ -449,15 +465,18 @@ class PushConsumer:
         """Move assigned queues to new offsets (an admin reset): each queue in ``offsets`` that
         is ours drops what it buffered, stores the offset and pulls again from there."""
         async with self._rebalance_lock:
-            for mq, offset in sorted(offsets.items()):
-                if mq not in self._queues or not self._running:
-                    continue
-                await self._remove_queue(mq)
-                self._offsets.update(mq, offset, increase_only=False)
-                await self._offsets.persist([mq])
-                self._offsets.remove(mq)
-                await self._add_queue(mq, locked=False)
-                log.info("%s: %s reset to offset %d", self.group, mq, offset)
+            if not self._running:
+                return
+            with trio.CancelScope() as self._round:
+                for mq, offset in sorted(offsets.items()):
+                    if mq not in self._queues:
+                        continue
+                    await self._remove_queue(mq)
+                    self._offsets.update(mq, offset, increase_only=False)
+                    await self._offsets.persist([mq])
+                    self._offsets.remove(mq)
+                    await self._add_queue(mq, locked=False)
+                    log.info("%s: %s reset to offset %d", self.group, mq, offset)
 
     def rebalance_soon(self) -> None:
         """Run a rebalance round now instead of at the next period."""
@@ -480,15 +499,18 @@ class PushConsumer:
     async def do_rebalance(self) -> None:
         """One rebalance round over every subscribed topic."""
         async with self._rebalance_lock:
-            wanted = await rebalance.wanted_queues(
-                self._instance,
-                self.group,
-                self.strategy,
-                list(self._subs),
-                self._queues,
-                clustering=self.clustering,
-            )
-            await self._apply(wanted)
+            if not self._running:
+                return
+            with trio.CancelScope() as self._round:
+                wanted = await rebalance.wanted_queues(
+                    self._instance,
+                    self.group,
+                    self.strategy,
+                    list(self._subs),
+                    self._queues,
+                    clustering=self.clustering,
+                )
+                await self._apply(wanted)
             self.rebalanced.set()
             self.rebalanced = trio.Event()
 
@@ -515,8 +537,10 @@ class PushConsumer:
         if not added:
             return
         locked = await self._lock(added) if self.uses_locks else set()
+        self._unclaimed_locks |= locked
         for mq in added:
             await self._add_queue(mq, mq in locked)
+            self._unclaimed_locks.discard(mq)
 
     async def _add_queue(self, mq: MessageQueue, locked: bool) -> None:
         try:
@@ -556,6 +580,7 @@ class PushConsumer:
         q = self._queues.pop(mq, None)
         if q is None:
             return
+        self._dropping[mq] = q  # until released: closing finishes it if this is cancelled
         stalled = self._is_stalled(q, _now_ms())
         q.slot.pq.dropped = True
         q.scope.cancel()
@@ -571,6 +596,8 @@ class PushConsumer:
         if q.owned:  # else orderly, never locked here: the offset is the owner's to write
             await self._write_back(mq, stalled)
         self._offsets.remove(mq)
+        if self._dropping.get(mq) is q:
+            del self._dropping[mq]
         if idle and self.uses_locks:
             await self._unlock([mq])
         elif not idle and self._nursery is not None:
