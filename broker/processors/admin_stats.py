@@ -9,7 +9,10 @@ rest of RocketMQ's ``AdminBrokerProcessor`` that minimq implements).
     GET_PRODUCER_CONNECTION_LIST  204  producerGroup -> ProducerConnection | SYSTEM_ERROR
     UPDATE_BROKER_CONFIG           25  body = ``key=value`` lines -> SUCCESS | SYSTEM_ERROR
     INVOKE_BROKER_TO_RESET_OFFSET 222  topic group timestamp [isForce] -> ResetOffsetBody
+                                       | TOPIC_NOT_EXIST | SYSTEM_ERROR (no such group)
     CLONE_GROUP_OFFSET            314  srcGroup destGroup [topic] [offline] -> SUCCESS
+    GET_ALL_CONSUMER_OFFSET        43  -> body msgpack of ``{"offsetTable": {"topic@group":
+                                       {"queueId": offset}}}`` (``consumerOffset.json``'s shape)
 
 Bodies: :mod:`remoting.admin_bodies`.
 
@@ -18,11 +21,18 @@ Rules:
 - Topic stats cover the topic's ``writeQueueNums`` queues (as RocketMQ's); the last update time of
   a queue is the store time of its newest message (0 when empty).
 - Consume stats cover the topics the group has committed offsets for plus the topics its online
-  members subscribe to, or only ``topic`` when given; a queue without a committed offset shows
-  consumer offset 0; ``lastTimestamp`` is the store time of the last consumed message.
+  members subscribe to, or only ``topic`` when given; while the group has online members, a
+  topic none of them subscribes to is left out (RocketMQ's ``getConsumeStats``: its offsets
+  are left-overs, not a backlog), so the stats may be empty. A queue without a committed
+  offset shows consumer offset 0; ``lastTimestamp`` is the store time of the last consumed
+  message.
   ``consumeTps`` is not measured and is always 0.
 - UPDATE_BROKER_CONFIG applies only :data:`LIVE_KEYS` (in memory: they take effect at once and
   are lost at restart); any other key, or a bad value, is refused and nothing is changed.
+- A reset is refused (SYSTEM_ERROR "The consumer group <group> not exist", RocketMQ's
+  ``Broker2Client.resetOffset`` answer) and changes nothing when the group has no committed
+  offset on any queue of the topic here and no online member subscribing to it: a reset must
+  not create a group (a mistyped name, say) that would later start from the offsets it set.
 - A reset finds, per queue of the topic, the first offset stored at or after ``timestamp``
   (``-1``: the queue's max offset, i.e. skip everything); without ``isForce`` (default true) a
   queue only moves backwards. The broker commits the new offsets itself (so an offline group is
@@ -31,6 +41,8 @@ Rules:
   and continue from there.
 - CLONE_GROUP_OFFSET copies ``srcGroup``'s committed offsets (of ``topic``, or of every topic it
   has) to ``destGroup``.
+- GET_ALL_CONSUMER_OFFSET answers every committed offset (``mqadmin topicList -c`` finds the
+  groups of each topic there, as RocketMQ's ``queryTopicConsumeByWho`` does from the offsets).
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import msgpack
 import trio
 
 from broker.config import BrokerConfig
@@ -133,6 +146,14 @@ class AdminStatsProcessor:
         config = self.topics.select(topic)
         return range(max(config.read_queue_nums, config.write_queue_nums) if config else 0)
 
+    def _subscribed_topics(self, group: str) -> set[str] | None:
+        """The topics the group's online members subscribe to (its ``%RETRY%`` topic
+        included), or None when it has no member here or they subscribe to nothing."""
+        data = self.clients.manager.consumer_data(group)
+        if data is None or not data.subscriptions:
+            return None
+        return {s.topic for s in data.subscriptions}
+
     # ------------------------------------------------------------------ stats
 
     async def topic_stats(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -161,13 +182,13 @@ class AdminStatsProcessor:
         """GET_CONSUME_STATS."""
         group = header_str(request, "consumerGroup")
         topic = opt_str(request, "topic", "")
+        subscribed = self._subscribed_topics(group)
         if topic:
             topics = {topic}
         else:
-            topics = self.offsets.which_topics_by_group(group)
-            data = self.clients.manager.consumer_data(group)
-            if data is not None:
-                topics |= {s.topic for s in data.subscriptions}
+            topics = self.offsets.which_topics_by_group(group) | (subscribed or set())
+        if subscribed:  # online: only what its members read (RocketMQ's getConsumeStats)
+            topics &= subscribed
         rows: list[QueueConsumeStats] = []
         for t in sorted(topics):
             committed = self.offsets.query_offsets(group, t)
@@ -285,8 +306,15 @@ class AdminStatsProcessor:
         force = opt_bool(request, "isForce", True)
         if self.topics.select(topic) is None:
             return error(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        queue_ids = self._all_queue_ids(topic)
+        known = any(self.offsets.query_offset(group, topic, qid) >= 0 for qid in queue_ids)
+        if not known and topic not in (self._subscribed_topics(group) or set()):
+            # a typo, say: committing would create the group, which would start from here
+            return error(
+                request, ResponseCode.SYSTEM_ERROR, f"The consumer group <{group}> not exist"
+            )
         entries: list[QueueOffset] = []
-        for qid in self._all_queue_ids(topic):
+        for qid in queue_ids:
             if timestamp == -1:
                 offset = self.store.get_max_offset_in_queue(topic, qid)
             else:
@@ -324,6 +352,13 @@ class AdminStatsProcessor:
             self.offsets.clone_offset(src, dst, t)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
+    async def all_consumer_offsets(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GET_ALL_CONSUMER_OFFSET."""
+        body: bytes = msgpack.packb(self.offsets.to_wire(), use_bin_type=True)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
     def handlers(self) -> dict[int, Handler]:
         """The ``{request code: handler}`` table."""
         return {
@@ -334,6 +369,7 @@ class AdminStatsProcessor:
             int(RequestCode.UPDATE_BROKER_CONFIG): guarded(self.update_broker_config),
             int(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET): guarded(self.reset_offset),
             int(RequestCode.CLONE_GROUP_OFFSET): guarded(self.clone_group_offset),
+            int(RequestCode.GET_ALL_CONSUMER_OFFSET): guarded(self.all_consumer_offsets),
         }
 
 

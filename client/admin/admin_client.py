@@ -254,6 +254,23 @@ class AdminClient:
         resp = await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
         return bodies.decode_reset_offset(resp.body)
 
+    async def consumer_offsets(self, addr: str) -> dict[str, set[str]]:
+        """GET_ALL_CONSUMER_OFFSET: topic -> the groups with committed offsets on it there."""
+        resp = await self.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        try:
+            wire = msgpack.unpackb(resp.body, raw=False)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise MQBrokerError(
+                ResponseCode.SYSTEM_ERROR, f"bad offset table: {exc}", addr
+            ) from None
+        table = wire.get("offsetTable", {}) if isinstance(wire, dict) else {}
+        out: dict[str, set[str]] = {}
+        for key in table if isinstance(table, dict) else ():
+            topic, sep, group = str(key).rpartition("@")
+            if sep and topic and group:
+                out.setdefault(topic, set()).add(group)
+        return out
+
     async def clone_group_offset(self, addr: str, src: str, dst: str, topic: str) -> None:
         """CLONE_GROUP_OFFSET."""
         fields: dict[str, ExtValue] = {"srcGroup": src, "destGroup": dst, "topic": topic}

@@ -9,19 +9,22 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 import trio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from client.admin.admin_client import AdminClient
+from client.config import NAMESRV_ADDR_ENV
 from client.errors import MQClientError
 from client.message import ReceivedMessage
 from common.digits import parse_uint
@@ -124,6 +127,10 @@ def _first_error(exc: BaseException) -> BaseException:
 
 def run(namesrv: str | None, body: Callable[[AdminClient], Awaitable[T]]) -> T:
     """Run ``body(admin)`` under ``trio.run``; any failure ends the process via :func:`fail`."""
+    given = namesrv or os.environ.get(NAMESRV_ADDR_ENV, "")  # as the library reads it
+    if not any(part.strip() for part in given.split(";")):
+        # the library's own wording names its keyword argument, not -n
+        fail(f"no name server address: give -n host:port[;host:port] or set {NAMESRV_ADDR_ENV}")
 
     async def go() -> T:
         async with AdminClient(namesrv) as admin:
@@ -147,11 +154,23 @@ def run(namesrv: str | None, body: Callable[[AdminClient], Awaitable[T]]) -> T:
 # ---------------------------------------------------------------------- output
 
 
-def console(*, stderr: bool = False) -> Console:
-    """A rich console on the current stdout (or stderr); wide when not a terminal."""
-    out = Console(file=sys.stderr if stderr else sys.stdout, highlight=False)
+CONSOLE_SETTINGS: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
+"""Text is printed as given: a value with ``[/x]`` or ``:smile:`` in it is neither markup nor an
+emoji code."""
+
+
+TABLE_PIPE_WIDTH: Final = 1 << 24
+"""The console width of a table in a file or a pipe: wider than any row (rich prints a table
+only as wide as its widest row), so no column is folded."""
+
+
+def console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """A rich console on the current stdout (or stderr) that prints text as given (see
+    :data:`CONSOLE_SETTINGS`); ``width`` columns wide (default 240) when not a terminal."""
+    file = sys.stderr if stderr else sys.stdout
+    out = Console(file=file, **CONSOLE_SETTINGS)
     if not out.is_terminal:
-        out = Console(file=sys.stderr if stderr else sys.stdout, highlight=False, width=240)
+        out = Console(file=file, width=width or 240, **CONSOLE_SETTINGS)
     return out
 
 
@@ -161,18 +180,23 @@ def emit_json(data: Any) -> None:
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
-    """Print a rich table with RocketMQ's ``#Header`` names."""
-    t = Table(*headers, title=title, box=None, header_style="bold", pad_edge=False)
+    """Print a rich table with RocketMQ's ``#Header`` names, every value in full (as RocketMQ's
+    ``printf`` tables): in a terminal, a column too narrow for a value folds it onto more
+    lines; in a file or a pipe, each row is one line as wide as it needs."""
+    out = console(width=TABLE_PIPE_WIDTH)
+    t = Table(title=title, box=None, header_style="bold", pad_edge=False)
+    for header in headers:
+        t.add_column(header, overflow="fold")
     for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
-    console().print(t)
+        t.add_row(*(Text("" if v is None else str(v)) for v in row))
+    out.print(t)
 
 
 def lines(*texts: str) -> None:
-    """Print plain lines."""
+    """Print plain lines, as given (a terminal wraps a long one; nothing is cut)."""
     out = console()
     for text in texts:
-        out.print(text, markup=False)
+        out.print(text, soft_wrap=True)
 
 
 def java_object(name: str, fields: Mapping[str, Any]) -> str:
@@ -200,22 +224,28 @@ def fmt_time_ms(ms: int) -> str:
     return dt.strftime("%Y-%m-%d %H:%M:%S") + f",{ms % 1000:03d}"
 
 
-def parse_timestamp(text: str) -> int:
+def parse_timestamp(text: str, option: str | None = None) -> int:
     """``now``, milliseconds since the epoch (``-1`` allowed), or RocketMQ's
-    ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time); click's BadParameter otherwise."""
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time; as Java's ``SimpleDateFormat``, the last field is
+    a count of milliseconds: ``:5`` is 5 ms, ``:1234`` 1.234 s); click's BadParameter naming
+    ``option`` (``-s``, say) otherwise."""
     text = text.strip()
     if text.lower() == "now":
         return time.time_ns() // 1_000_000
     millis = parse_uint(text.removeprefix("-"))
     if millis is not None:
         return -millis if text.startswith("-") else millis
+    seconds, _, ms_field = text.rpartition(":")
+    ms = parse_uint(ms_field)
     try:
-        dt = datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+        if ms is None:
+            raise ValueError(ms_field)
+        dt = datetime.strptime(seconds, "%Y-%m-%d#%H:%M:%S")
     except ValueError:
         raise click.BadParameter(
-            f"{text!r}: expected now, milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
+            f"{text!r}: expected now, milliseconds or yyyy-MM-dd#HH:mm:ss:SSS", param_hint=option
         ) from None
-    return int(dt.timestamp() * 1000)
+    return int(dt.timestamp()) * 1000 + ms
 
 
 def progress(description: str) -> Progress:
@@ -241,6 +271,14 @@ def check_charset(ctx: click.Context, param: click.Parameter, value: str) -> str
         raise click.BadParameter(f"unknown charset {value!r}") from None
     if not getattr(info, "_is_text_encoding", True):
         raise click.BadParameter(f"{value!r} is not a text encoding")
+    return value
+
+
+def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option callback: BadParameter for a given but empty (or blank) value, which would
+    otherwise read as "not given" (every group, say)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty")
     return value
 
 

@@ -72,23 +72,24 @@ def cluster_list(namesrv: str | None, as_json: bool, cluster: str | None) -> Non
     if as_json:
         emit_json(rows)
         return
-    table(
-        CLUSTER_HEADERS,
-        (
-            (
-                r["clusterName"],
-                r["brokerName"],
-                r["brokerId"],
-                r["addr"],
-                r["runtime"].get("brokerVersionDesc", "(unreachable)" if "error" in r else ""),
-                _tps(r["runtime"].get("putTps", "")),
-                _tps(r["runtime"].get("getTransferedTps", "")),
-                _hours_since(r["runtime"].get("earliestMessageTimeStamp", "0")),
-                f"{float(r['runtime'].get('commitLogDiskRatio', '0')):.4f}",
-                "true" if r["brokerId"] == MASTER_ID else "false",
-            )
-            for r in rows
-        ),
+    table(CLUSTER_HEADERS, (_cluster_row(r) for r in rows))
+
+
+def _cluster_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    """One ``clusterList`` row; a broker that did not answer shows ``-`` for every figure it
+    would have given (nothing is known, not an idle, empty, healthy broker)."""
+    where = (r["clusterName"], r["brokerName"], r["brokerId"], r["addr"])
+    if "error" in r:
+        return (*where, "(unreachable)", "-", "-", "-", "-", "-")
+    runtime = r["runtime"]
+    return (
+        *where,
+        runtime.get("brokerVersionDesc", ""),
+        _tps(runtime.get("putTps", "")),
+        _tps(runtime.get("getTransferedTps", "")),
+        _hours_since(runtime.get("earliestMessageTimeStamp", "0")),
+        f"{float(runtime.get('commitLogDiskRatio', '0')):.4f}",
+        "true" if r["brokerId"] == MASTER_ID else "false",
     )
 
 

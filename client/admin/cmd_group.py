@@ -15,6 +15,7 @@ from client.admin.base import (
     fmt_time,
     java_object,
     lines,
+    not_empty,
     parse_timestamp,
     run,
     table,
@@ -135,12 +136,13 @@ async def connection(admin: AdminClient, group: str) -> ConsumerConnection | Non
 
 
 def allocation(rows: list[QueueConsumeStats], cc: ConsumerConnection | None) -> dict[Any, str]:
-    """Which client (id) consumes each queue, assuming the default AVG strategy."""
+    """Which client (id) consumes each queue, assuming the default AVG strategy; only the
+    queues of topics the group subscribes to have one."""
     if cc is None or not cc.connections:
         return {}
     ids = sorted(c.client_id for c in cc.connections)
     out: dict[Any, str] = {}
-    topics = {r.topic for r in rows}
+    topics = {r.topic for r in rows} & set(cc.subscriptions)
     for topic in topics:
         mqs = sorted(
             MessageQueue(r.topic, r.broker_name, r.queue_id) for r in rows if r.topic == topic
@@ -210,7 +212,9 @@ async def _all_groups(admin: AdminClient) -> list[dict[str, Any]]:
             {
                 "group": group,
                 "count": len(cc.connections) if cc else 0,
-                "version": str(cc.connections[0].version) if cc and online else "OFFLINE",
+                "online": online,
+                # a number, as consumerConnection's; null while no member is online
+                "version": cc.connections[0].version if cc and online else None,
                 "consumeType": _kind(cc.consume_type) if cc else "",
                 "messageModel": cc.message_model if cc else "",
                 "consumeTps": 0.0,
@@ -225,7 +229,13 @@ def _kind(consume_type: str) -> str:
 
 
 @admin_command("consumerProgress")
-@click.option("-g", "--groupName", "group", help="Consumer group (default: every group).")
+@click.option(
+    "-g",
+    "--groupName",
+    "group",
+    callback=not_empty,
+    help="Consumer group (default: every group).",
+)
 @click.option("-t", "--topicName", "topic", default="", help="Only this topic.")
 def consumer_progress(namesrv: str | None, as_json: bool, group: str | None, topic: str) -> None:
     """Query consumer's progress: per queue broker offset, consumer offset and diff."""
@@ -272,7 +282,7 @@ def consumer_progress(namesrv: str | None, as_json: bool, group: str | None, top
                 (
                     g["group"],
                     g["count"],
-                    g["version"],
+                    "OFFLINE" if g["version"] is None else g["version"],
                     g["consumeType"],
                     g["messageModel"],
                     f"{g['consumeTps']:.0f}",
@@ -395,7 +405,7 @@ def reset_offset_by_time(
     namesrv: str | None, as_json: bool, group: str, topic: str, when: str, force: bool
 ) -> None:
     """Reset consumer offset by timestamp (running consumers follow without a restart)."""
-    timestamp = parse_timestamp(when)
+    timestamp = parse_timestamp(when, "-s")
 
     async def body(admin: AdminClient) -> list[dict[str, Any]]:
         rows = []

@@ -59,19 +59,29 @@ def _unanswered(failed: dict[str, str]) -> str:
 
 
 @admin_command("queryMsgById")
-@click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id or UNIQ_KEY.")
+@click.option(
+    "-i",
+    "--msgId",
+    "msg_ids",
+    required=True,
+    help="Offset message id or UNIQ_KEY; several separated by commas.",
+)
 @click.option("-t", "--topic", help="Topic (needed to look a UNIQ_KEY up).")
 @charset_option
 def query_msg_by_id(
-    namesrv: str | None, as_json: bool, msg_id: str, topic: str | None, charset: str
+    namesrv: str | None, as_json: bool, msg_ids: str, topic: str | None, charset: str
 ) -> None:
-    """Query Message by Id (offsetMsgId, or the UNIQ_KEY with -t).
+    """Query Message by Id (offsetMsgId, or the UNIQ_KEY with -t); -i id1,id2 looks each up.
 
     With -t, a broker of the topic that does not answer is named on stderr; the command fails
-    only when none answers (or nothing is found).
+    only when none answers (or nothing is found), and when any id is not found.
     """
+    # as RocketMQ's QueryMsgByIdSubCommand: split at commas, each id trimmed, empty ones skipped
+    ids = [i.strip() for i in msg_ids.split(",") if i.strip()]
+    if not ids:
+        raise click.BadParameter("no message id given", param_hint="-i")
 
-    async def body(admin: AdminClient) -> MessageQuery:
+    async def one(admin: AdminClient, msg_id: str) -> MessageQuery:
         failed: dict[str, str] = {}
         if topic:
             query = await admin.query_message(topic, msg_id, unique=True)
@@ -88,6 +98,15 @@ def query_msg_by_id(
                 else "not an offset message id; give -t to look a UNIQ_KEY up"
             )
             raise MQClientError(ResponseCode.SYSTEM_ERROR, f"{msg_id}: {reason}") from None
+
+    async def body(admin: AdminClient) -> MessageQuery:
+        messages: list[ReceivedMessage] = []
+        failed: dict[str, str] = {}
+        for msg_id in ids:
+            query = await one(admin, msg_id)
+            messages.extend(query.messages)
+            failed.update(query.failed)
+        return MessageQuery(messages, failed)
 
     result = run(namesrv, body)
     _warn_failed(result.failed)
@@ -116,8 +135,8 @@ def query_msg_by_key(
     A broker of the topic that does not answer is named on stderr, and the others' messages
     are printed; the command fails only when no broker answers.
     """
-    lo = parse_timestamp(begin)
-    hi = parse_timestamp(end) if end else 2**62
+    lo = parse_timestamp(begin, "-b")
+    hi = parse_timestamp(end, "-e") if end else 2**62
 
     async def body(admin: AdminClient) -> MessageQuery:
         return await admin.query_message(topic, key, max_num=max_num, begin=lo, end=hi)
@@ -240,8 +259,8 @@ def print_msg(
     print_body: bool,
 ) -> None:
     """Print every message of a topic (optionally in a store-time range)."""
-    lo = parse_timestamp(begin) if begin else None
-    hi = parse_timestamp(end) if end else None
+    lo = parse_timestamp(begin, "-b") if begin else None
+    hi = parse_timestamp(end, "-e") if end else None
 
     async def body(admin: AdminClient) -> list[ReceivedMessage]:
         route = await admin.topic_route(topic)
@@ -333,8 +352,8 @@ def consume_message(
         fail("give both -b brokerName and -i queueId, or neither")
     if offset is not None and broker is None:  # as RocketMQ's consumeMessage
         fail("-o offset needs -b brokerName and -i queueId (one queue)")
-    lo = parse_timestamp(begin) if begin else None
-    hi = parse_timestamp(end) if end else None
+    lo = parse_timestamp(begin, "-s") if begin else None
+    hi = parse_timestamp(end, "-e") if end else None
 
     async def body(admin: AdminClient) -> list[ReceivedMessage]:
         route = await admin.topic_route(topic)

@@ -17,24 +17,43 @@ from client.admin.base import (
     run,
     table,
 )
+from client.errors import MQBrokerError
 from common.route import TopicConfig
-from common.topic import RETRY_GROUP_TOPIC_PREFIX
+from common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from remoting.codes import ResponseCode
 
 
 async def topic_groups(admin: AdminClient) -> dict[str, set[str]]:
-    """Topic -> consumer groups with progress on it (groups found from ``%RETRY%`` topics)."""
+    """Topic -> the consumer groups that consume it, as RocketMQ's ``queryTopicConsumeByWho``:
+    the groups with committed offsets on it (every broker's offset table: cloned groups and
+    Spark's commits too), and the groups of ``%RETRY%`` topics whose stats list it (online
+    members subscribing to it)."""
     out: dict[str, set[str]] = {}
+    brokers = await admin.masters()
+    for _, addr in brokers:
+        try:
+            offsets = await admin.consumer_offsets(addr)
+        except MQBrokerError as exc:
+            if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise
+            continue  # a broker older than this mqadmin: its groups come from the stats below
+        for topic, groups in offsets.items():
+            out.setdefault(topic, set()).update(groups)
     topics = await admin.topic_list()
-    groups = [
+    retry_groups = [
         t[len(RETRY_GROUP_TOPIC_PREFIX) :] for t in topics if t.startswith(RETRY_GROUP_TOPIC_PREFIX)
     ]
-    brokers = await admin.masters()
-    for group in groups:
+    for group in retry_groups:
         for _, addr in brokers:
             stats = await admin.consume_stats(addr, group)
             for row in stats.rows:
                 out.setdefault(row.topic, set()).add(group)
     return out
+
+
+def _group_topic(topic: str) -> bool:
+    """A ``%RETRY%`` or ``%DLQ%`` topic (of a group, not a topic anyone sends to)."""
+    return topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
 @admin_command("topicList")
@@ -43,7 +62,7 @@ async def topic_groups(admin: AdminClient) -> dict[str, set[str]]:
     "--clusterModel",
     "cluster_model",
     is_flag=True,
-    help="Show the cluster and consumer groups of every topic.",
+    help="Show the cluster and consumer groups of every topic (not %RETRY%/%DLQ% topics).",
 )
 def topic_list(namesrv: str | None, as_json: bool, cluster_model: bool) -> None:
     """Fetch all topic list from name server."""
@@ -57,6 +76,8 @@ def topic_list(namesrv: str | None, as_json: bool, cluster_model: bool) -> None:
         rows = []
         for cname in sorted(info.cluster_addr_table):
             for topic in await admin.topic_list(cname):
+                if _group_topic(topic):  # as RocketMQ's topicList -c
+                    continue
                 rows.append(
                     {
                         "clusterName": cname,

@@ -13,14 +13,16 @@ from typing import Any
 import click
 
 from client.admin.admin_client import AdminClient
-from client.admin.base import admin_command, emit_json, fmt_time, table
+from client.admin.base import admin_command, emit_json, fmt_time, not_empty, table
 from client.admin.base import run as run_admin
 from remoting.codes import RequestCode
 from remoting.transaction_bodies import decode_half_messages
 
 
 @admin_command("queryHalfMessages")
-@click.option("-g", "--producerGroup", "group", required=True, help="Producer group name.")
+@click.option(
+    "-g", "--producerGroup", "group", required=True, callback=not_empty, help="Producer group name."
+)
 @click.option("-b", "--brokerAddr", "broker", help="Only this broker.")
 @click.option("-c", "--clusterName", "cluster", help="Only the brokers of this cluster.")
 def query_half_messages(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from client.admin.cmd_group import allocation
 from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
 from client.consume_service import ConsumeResult
 from client.message import MessageQueue, ReceivedMessage
+from remoting.admin_bodies import Connection, ConsumerConnection, QueueConsumeStats
 from tests.admin.harness import as_json, fails, headers_in, ok
 from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import TOPIC, cluster
@@ -68,6 +70,10 @@ async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:
                 "PUSH",
                 "CLUSTERING",
             )
+            # a number, as consumerConnection's "version"
+            cc = await as_json("consumerConnection", *n, "-g", "cg")
+            assert (row["online"], row["version"]) == (True, cc["connectionSet"][0]["version"])
+            assert isinstance(row["version"], int)
             text = await ok("consumerProgress", *n)
             assert headers_in(
                 text, "#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total"
@@ -105,13 +111,19 @@ async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:
 
         summary = await as_json("consumerProgress", *n)
         row = next(g for g in summary if g["group"] == "cg")
-        assert (row["count"], row["version"]) == (0, "OFFLINE")
+        assert (row["count"], row["online"], row["version"]) == (0, False, None)
+        [line] = [li for li in (await ok("consumerProgress", *n)).splitlines() if "cg " in li]
+        assert line.split()[:3] == ["cg", "0", "OFFLINE"]
         err = await fails("consumerConnection", *n, "-g", "cg")
         assert "not online" in err
         err = await fails("producerConnection", *n, "-g", "nobody", "-t", TOPIC)
         assert "not exist" in err
         err = await fails("consumerProgress", *n, "-g", "never-seen")
         assert "never-seen" in err
+        # an empty group is a mistake, not "every group"
+        for empty in ("", " "):
+            err = await fails("consumerProgress", *n, "-g", empty)
+            assert "Invalid value for '-g' / '--groupName': must not be empty" in err
 
 
 async def test_update_and_delete_sub_group(tmp_path: Path) -> None:
@@ -257,9 +269,117 @@ async def test_progress_counts_the_queues_consumers_read_while_a_topic_shrinks(
         async with Producer("pg", c.namesrv) as producer:
             for i in range(16):
                 await producer.send(Message("Shrink", b"m%d" % i))
-        await ok("resetOffsetByTime", *n, "-g", "gs", "-t", "Shrink", "-s", "0")
+        # the group commits offset 0 on every queue (a reset needs a group with offsets)
+        async with PullConsumer("gs", c.namesrv) as pc:
+            queues = await pc.fetch_queues("Shrink")
+            await pc.commit({q: 0 for q in queues if q.broker_name == "broker-a"})
         before = await as_json("consumerProgress", *n, "-g", "gs", "-t", "Shrink")
         assert (before["diffTotal"], len(before["queues"])) == (16, 8)
         await ok("updateTopic", *n, *broker, "-t", "Shrink", "-r", "8", "-w", "4")
         after = await as_json("consumerProgress", *n, "-g", "gs", "-t", "Shrink")
         assert (after["diffTotal"], len(after["queues"])) == (16, 8)
+
+
+async def test_progress_of_an_online_group_leaves_out_topics_it_does_not_subscribe_to(
+    tmp_path: Path,
+) -> None:
+    """As RocketMQ's getConsumeStats: while the group is online, a topic none of its members
+    subscribes to is no backlog of it (offsets left from an earlier subscription, or ``-t``
+    another topic); offline, every topic it has offsets on counts again."""
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        await c.create_topic("Old")
+        got: list[bytes] = []
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            got.extend(m.body for m in msgs)
+            return ConsumeResult.SUCCESS
+
+        async with Producer("pg", c.namesrv) as producer:
+            for i in range(4):
+                await producer.send(Message("Old", b"old%d" % i))
+        old = PushConsumer(
+            "mg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, persist_interval=0.05
+        )
+        old.subscribe("Old", "*", handle)
+        async with old:
+            await wait_until(lambda: len(got) == 4, "Old consumed")
+
+            async def old_committed() -> bool:
+                stats = await as_json("consumerProgress", *n, "-g", "mg", "-t", "Old")
+                return stats["diffTotal"] == 0 and len(stats["queues"]) == 8
+
+            await wait_until(old_committed, "Old's offsets committed")
+        async with Producer("pg", c.namesrv) as producer:
+            for i in range(2):
+                await producer.send(Message("Old", b"unread%d" % i))  # nobody in mg reads Old now
+
+        new = PushConsumer(
+            "mg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, persist_interval=0.05
+        )
+        new.subscribe(TOPIC, "*", handle)
+        async with new:
+            await send(c.namesrv, 4)
+            await wait_until(lambda: len(got) == 8, "Orders consumed")
+
+            async def orders_committed() -> bool:
+                stats = await as_json("consumerProgress", *n, "-g", "mg", "-t", TOPIC)
+                return stats["diffTotal"] == 0 and len(stats["queues"]) == 8
+
+            await wait_until(orders_committed, "Orders' offsets committed")
+            cc = await as_json("consumerConnection", *n, "-g", "mg")
+            assert set(cc["subscriptionTable"]) == {TOPIC, "%RETRY%mg"}
+
+            stats = await as_json("consumerProgress", *n, "-g", "mg")
+            assert {q["topic"] for q in stats["queues"]} <= {TOPIC, "%RETRY%mg"}
+            assert stats["diffTotal"] == 0
+            assert {q["clientId"] for q in stats["queues"] if q["topic"] == TOPIC} == {
+                new.instance.client_id
+            }
+            err = await fails("consumerProgress", *n, "-g", "mg", "-t", "Old")
+            assert "Not found the consumer group consume stats" in err
+            summary = await as_json("consumerProgress", *n)
+            assert next(g for g in summary if g["group"] == "mg")["diffTotal"] == 0
+
+        # offline: the offsets it still has on Old are its backlog again
+        offline = await as_json("consumerProgress", *n, "-g", "mg", "-t", "Old")
+        assert offline["diffTotal"] == 2
+        assert {q["clientId"] for q in offline["queues"]} == {""}
+
+
+def test_progress_owners_only_for_subscribed_topics() -> None:
+    """The #Client IP column: only queues of a topic the group subscribes to have an owner."""
+    rows = [
+        QueueConsumeStats(topic, "broker-a", qid, 1, 0, 0) for topic in ("A", "B") for qid in (0, 1)
+    ]
+    members = (Connection("10.0.0.1@1", "10.0.0.1:1", "PYTHON", 1),)
+    cc = ConsumerConnection(members, {"A": "*"}, "CONSUME_PASSIVELY", "CLUSTERING", "FIRST")
+    owners = allocation(rows, cc)
+    assert set(owners) == {MessageQueue("A", "broker-a", 0), MessageQueue("A", "broker-a", 1)}
+    assert set(owners.values()) == {"10.0.0.1@1"}
+
+
+async def test_reset_offset_of_a_group_without_offsets_is_refused(tmp_path: Path) -> None:
+    """As RocketMQ's Broker2Client.resetOffset: a group with no committed offset on the topic
+    (a typo, say) and no member online is refused, and nothing is created for it; a group that
+    has offsets, online or not, is reset."""
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        await send(c.namesrv, 8)
+        for when in ("0", "-1", "now"):
+            err = await fails("resetOffsetByTime", *n, "-g", "typo-group", "-t", TOPIC, "-s", when)
+            assert "The consumer group <typo-group> not exist" in err
+        for controller in c.controllers.values():
+            assert controller.offsets is not None
+            assert controller.offsets.which_topics_by_group("typo-group") == set()
+        err = await fails("consumerProgress", *n, "-g", "typo-group")
+        assert "Not found the consumer group consume stats" in err
+
+        # an offline group with offsets is reset (to the end here)
+        async with PullConsumer("off", c.namesrv) as pc:
+            queues = await pc.fetch_queues(TOPIC)
+            await pc.commit({q: 0 for q in queues})
+        done = await as_json("resetOffsetByTime", *n, "-g", "off", "-t", TOPIC, "-s", "-1")
+        assert len(done["offsetTable"]) == 8
+        stats = await as_json("consumerProgress", *n, "-g", "off", "-t", TOPIC)
+        assert (stats["diffTotal"], len(stats["queues"])) == (0, 8)

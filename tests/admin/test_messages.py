@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
+from client.admin.base import parse_timestamp
 from client.aio import Message, Producer
 from tests.admin.harness import as_json, fails, headers_in, ok
 from tests.client.inproc_cluster import TOPIC, cluster
@@ -120,3 +122,52 @@ async def test_print_and_consume_messages(tmp_path: Path) -> None:
         assert "-o offset needs -b brokerName and -i queueId" in err
         for count in ("0", "-5"):
             assert "MessageNumber" in await fails("consumeMessage", *n, "-t", TOPIC, "-c", count)
+
+
+async def test_query_msg_by_id_takes_a_comma_separated_list(tmp_path: Path) -> None:
+    """As RocketMQ's QueryMsgByIdSubCommand: -i id1,id2 looks each id up, spaces trimmed."""
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        sent = [
+            await as_json("sendMessage", *n, "-t", TOPIC, "-p", body, "-b", "broker-b", "-i", "1")
+            for body in ("first", "second")
+        ]
+        ids = [s["offsetMsgId"] for s in sent]
+        found = await as_json("queryMsgById", *n, "-i", f" {ids[0]} , {ids[1]} ,")
+        assert [m["body"] for m in found] == ["first", "second"]
+        found = await as_json("queryMsgById", *n, "-i", f"  {ids[1]}  ")
+        assert [m["body"] for m in found] == ["second"]
+        text = await ok("queryMsgById", *n, "-i", ",".join(ids))
+        assert text.count("Message Body:") == 2
+        # UNIQ_KEYs too, with -t
+        uniq = ",".join(s["msgId"] for s in sent)
+        found = await as_json("queryMsgById", *n, "-i", uniq, "-t", TOPIC)
+        assert [m["body"] for m in found] == ["first", "second"]
+        # one id not found fails the command, naming it; an empty list is a usage error
+        err = await fails("queryMsgById", *n, "-i", f"{ids[0]},nonsense")
+        assert "nonsense: not an offset message id" in err
+        err = await fails("queryMsgById", *n, "-i", " , ")
+        assert "no message id given" in err
+
+
+def test_timestamps_read_the_last_field_as_milliseconds() -> None:
+    """yyyy-MM-dd#HH:mm:ss:SSS as Java's SimpleDateFormat reads it: SSS counts milliseconds."""
+    base = parse_timestamp("2026-01-01#00:00:00:000")
+    assert base == int(datetime(2026, 1, 1).timestamp()) * 1000
+    for field, ms in (("5", 5), ("05", 5), ("12", 12), ("120", 120), ("999", 999), ("1234", 1234)):
+        assert parse_timestamp(f"2026-01-01#00:00:00:{field}") - base == ms
+    assert parse_timestamp("2026-01-01#00:00:01:000") - base == 1000
+
+
+async def test_a_bad_time_names_its_option(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        for args, option in (
+            (("printMsg", "-t", TOPIC, "-b", "1", "-e", "garbage"), "-e"),
+            (("printMsg", "-t", TOPIC, "-b", "2026-01-01#00:00:00"), "-b"),
+            (("queryMsgByKey", "-t", TOPIC, "-k", "k", "-b", "x"), "-b"),
+            (("consumeMessage", "-t", TOPIC, "-s", "x"), "-s"),
+            (("resetOffsetByTime", "-g", "g", "-t", TOPIC, "-s", "yesterday"), "-s"),
+        ):
+            err = await fails(*args, *n)
+            assert f"Invalid value for {option}: " in err, err

@@ -5,9 +5,11 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from client.aio import Message, Producer
-from tests.admin.harness import as_json, fails, headers_in, ok
-from tests.broker.inprocess import running_broker, running_namesrv
+from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
+from client.consume_service import ConsumeResult
+from client.message import ReceivedMessage
+from tests.admin.harness import as_json, fails, headers_in, mqadmin, ok
+from tests.broker.inprocess import running_broker, running_namesrv, wait_until
 from tests.client.inproc_cluster import TOPIC, cluster
 
 
@@ -152,6 +154,14 @@ async def test_topic_lifecycle(tmp_path: Path) -> None:
 async def test_unreachable_name_server_and_missing_address(tmp_path: Path) -> None:
     err = await fails("clusterList", "-n", "127.0.0.1:1")
     assert "no name server answered" in err
+    # no address at all: the CLI's own words (-n), not the library's keyword argument
+    for args in ((), ("-n", ""), ("-n", ";"), ("-n", " ; ")):
+        result = await mqadmin("clusterList", *args, env={"NAMESRV_ADDR": None})
+        assert result.exit_code == 1, result.output
+        assert result.stderr == (
+            "mqadmin clusterList: no name server address: give -n host:port[;host:port] "
+            "or set NAMESRV_ADDR\n"
+        )
     err = await fails("topicList", "-n", "not-an-address")
     assert "illegal name server address" in err
     err = await fails("topicRoute", "-t")  # an option without its value names the command
@@ -176,6 +186,11 @@ async def test_cluster_list_shows_a_broker_that_does_not_answer(tmp_path: Path) 
         assert "minimq" in text  # broker-a's version
         assert f"127.0.0.1:{dead}" in text
         assert "(unreachable)" in text
+        # no made-up figures (0 TPS, an empty disk, activated) for a broker that did not answer
+        [row] = [line.split() for line in text.splitlines() if f"127.0.0.1:{dead}" in line]
+        assert row[4:] == ["(unreachable)", "-", "-", "-", "-", "-"]
+        [row] = [line.split() for line in text.splitlines() if "broker-a" in line]
+        assert "-" not in row
         rows = {r["brokerName"]: r for r in await as_json("clusterList", "-n", namesrv)}
         assert "error" not in rows["broker-a"]
         assert rows["broker-b"]["runtime"] == {}
@@ -191,3 +206,53 @@ async def test_delete_topic_tells_every_name_server_it_can_reach(tmp_path: Path)
         err = await fails("deleteTopic", *both, "-t", "Gone")
         assert "127.0.0.1:1" in err
         await fails("topicRoute", "-n", c.namesrv, "-t", "Gone")
+
+
+async def test_topic_list_with_groups_as_rocketmq(tmp_path: Path) -> None:
+    """topicList -c, as RocketMQ's: no %RETRY%/%DLQ% topics; each topic's groups are those with
+    offsets on it (a cloned group, a pull consumer's commits: no retry topic) and the online
+    groups that subscribe to it."""
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        got: list[ReceivedMessage] = []
+        consumer = PushConsumer(
+            "cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, persist_interval=0.05
+        )
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            got.extend(msgs)
+            return ConsumeResult.SUCCESS
+
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            for i in range(8):
+                await producer.send(Message(TOPIC, b"%d" % i))
+            await wait_until(lambda: len(got) == 8, "consumed")
+
+            async def committed() -> bool:
+                stats = await as_json("consumerProgress", *n, "-g", "cg", "-t", TOPIC)
+                return stats["diffTotal"] == 0 and len(stats["queues"]) == 8
+
+            await wait_until(committed, "offsets committed")
+            await ok("cloneGroupOffset", *n, "-s", "cg", "-d", "cg4", "-t", TOPIC)
+            async with PullConsumer("pullg", c.namesrv) as pc:
+                queues = await pc.fetch_queues(TOPIC)
+                await pc.commit({q: 0 for q in queues})
+            await ok(
+                "updateTopic", *n, "-c", "DefaultCluster", "-t", "%DLQ%cg", "-r", "1", "-w", "1"
+            )
+            await ok("updateTopic", *n, "-c", "DefaultCluster", "-t", "Idle")
+            topics = await as_json("topicList", *n)
+            assert {"%RETRY%cg", "%DLQ%cg"} <= set(topics)  # listed without -c
+
+            listed = await as_json("topicList", *n, "-c")
+            by_topic = {r["topic"]: r["consumerGroups"] for r in listed}
+            assert not [t for t in by_topic if t.startswith(("%RETRY%", "%DLQ%"))]
+            assert by_topic[TOPIC] == ["cg", "cg4", "pullg"]
+            assert by_topic["Idle"] == []
+            text = await ok("topicList", *n, "-c")
+            assert "%RETRY%" not in text
+            assert "%DLQ%" not in text
+            assert {tuple(line.split()) for line in text.splitlines() if TOPIC in line} == {
+                ("DefaultCluster", TOPIC, group) for group in ("cg", "cg4", "pullg")
+            }

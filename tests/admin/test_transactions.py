@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from remoting.client import RemotingClient
-from tests.admin.harness import as_json, headers_in, ok
+from tests.admin.harness import as_json, fails, headers_in, ok
 from tests.broker.txn_helpers import COMMIT, end_fields, end_tx, send_half
 from tests.client.inproc_cluster import TOPIC, cluster
 
@@ -39,3 +39,7 @@ async def test_query_half_messages_lists_the_pending_ones_of_a_group(tmp_path: P
         assert str(pending_b.ext_fields["transactionId"]) not in text
         none = await as_json("queryHalfMessages", "-n", c.namesrv, "-g", "nobody")
         assert none["halfMessages"] == []
+        # an empty group is a mistake, not "every producer group"
+        for empty in ("", " "):
+            err = await fails("queryHalfMessages", "-n", c.namesrv, "-g", empty)
+            assert "Invalid value for '-g' / '--producerGroup': must not be empty" in err
