@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -303,10 +304,13 @@ class Producer(_BlockingBase):
         return self.send_timeout + SLACK_S if timeout is None else timeout
 
     def _budget(self, timeout: float | None, what: str) -> float:
-        """A send's budget: ``timeout`` (checked), else ``send_timeout``."""
+        """A send's budget: ``timeout`` (checked; infinity is refused), else
+        ``send_timeout``."""
         budget = checked_timeout(timeout)
         if budget is None:
             return self.send_timeout
+        if math.isinf(budget):
+            raise ValueError(f"timeout of a {what} must be a finite number of seconds, got inf")
         if budget <= 0:
             raise RequestTimeoutError(f"{self._what} {what}", budget)
         return budget
@@ -386,8 +390,9 @@ class TransactionProducer(Producer):
     ``p.send_in_transaction(msg, execute, arg)``.
 
     ``execute(msg, arg)`` runs in the calling thread between the half message and the decision;
-    ``checker(msg)`` runs in a worker thread whenever a broker asks. Options are those of
-    :class:`client.aio.TransactionProducer`.
+    ``checker(msg)`` runs in a worker thread of the producer's check pool whenever a broker
+    asks (``check_threads`` at once; ``close()`` abandons those still running). Options are
+    those of :class:`client.aio.TransactionProducer`.
     """
 
     def __init__(
@@ -430,17 +435,23 @@ class TransactionProducer(Producer):
         timeout: float | None = None,
     ) -> aio_tx.TransactionSendResult:
         """Store ``msg`` as a half message, run ``execute(msg, arg)`` here (an exception or a
-        non-state result counts as UNKNOW), then send the decision; ``timeout`` bounds each of
-        the two network steps."""
+        non-state result counts as UNKNOW), then send the decision.
+
+        ``timeout`` is the half send's whole budget, retries included, as :meth:`send`'s
+        (default ``send_timeout``); sending the decision (oneway) may take as long again.
+        ``execute`` is not bounded. A message that is not one :class:`Message`, or an
+        ``execute`` that is not callable, is refused before anything is sent."""
+        aio_tx.check_transaction_args(msg, execute)
+        budget = self._budget(timeout, "transactional send")
         producer = self._tx()
-        half = self._run(producer.send_half, msg, timeout=self._timeout(timeout))
+        half = self._run(_send_half, producer, msg, budget, timeout=budget + SLACK_S)
         if half.status is not SendStatus.SEND_OK:
             state = aio_tx.LocalTransactionState.ROLLBACK_MESSAGE
         elif aio_tx.is_async_callable(execute):
             state = self._loop().run(aio_tx.run_local, execute, msg, arg)
         else:
             state = aio_tx.run_local_sync(execute, msg, arg)
-        return self._run(producer.end_transaction, half, state, timeout=self._timeout(timeout))
+        return self._run(producer.end_transaction, half, state, timeout=budget + SLACK_S)
 
     def fetch_publish_queues(
         self, topic: str, *, timeout: float | None = None
@@ -459,6 +470,12 @@ async def _send(
     producer: aio_producer.Producer, msg: Message, queue: MessageQueue | None, budget: float
 ) -> SendResult:
     return await producer.send(msg, queue=queue, send_timeout=budget)
+
+
+async def _send_half(
+    producer: aio_tx.TransactionProducer, msg: Message, budget: float
+) -> SendResult:
+    return await producer.send_half(msg, send_timeout=budget)
 
 
 async def _send_batch(

@@ -7,7 +7,9 @@ Rules (``sendDefaultImpl``):
 - ``send`` picks a writable queue round robin (or latency-aware with
   ``latency_fault_tolerance=True``); when an attempt fails with a remoting error or a retriable
   broker answer it retries (``retry_times`` more times, 2 by default) on a queue of another
-  broker while one exists. The whole call, retries included, stays within ``timeout``.
+  broker while one exists. The sending, retries included, stays within ``send_timeout`` (a
+  finite number of seconds); looking up the topic's route first is bounded by the client's
+  ``request_timeout_s`` instead, as RocketMQ's route lookup by its ``mqClientApiTimeout``.
 - A topic the name servers do not know is sent through the auto-create route (``TBW102``) with
   ``default_topic_queue_nums`` queues, as RocketMQ does; brokers with ``autoCreateTopicEnable``
   create it on the first message, with that many queues (at most TBW102's). The default is 8,
@@ -25,6 +27,7 @@ Rules (``sendDefaultImpl``):
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from types import TracebackType
@@ -211,8 +214,10 @@ class Producer:
     ) -> SendResult:
         """Send one message and wait for the broker's answer (to ``queue`` if given).
 
-        Retries included, the call takes at most ``send_timeout`` seconds (default: the
-        producer's), as RocketMQ's ``send(msg, timeout)``; ``trio.fail_after`` also works.
+        Retries included, sending takes at most ``send_timeout`` seconds (default: the
+        producer's), as RocketMQ's ``send(msg, timeout)``; the topic's route, when not known
+        yet, is looked up first, within the client's ``request_timeout_s``. To bound the whole
+        call, ``trio.fail_after`` also works.
         """
         if queue is not None and queue.topic != msg.topic:
             raise MQClientError(
@@ -244,7 +249,8 @@ class Producer:
     async def _send_with_retries(
         self, msg: Message, uniq: str, body: bytes, sys_flag: int, budget_s: float
     ) -> SendResult:
-        deadline = trio.current_time() + budget_s
+        began = trio.current_time()
+        deadline = began + budget_s
         queues = await self._queues(msg.topic)
         selector = self._selector(msg.topic)
         last_broker: str | None = None
@@ -274,7 +280,7 @@ class Producer:
             last_broker = mq.broker_name
         raise _exhausted(
             f"Send [{len(errors)}] times, still failed, cost "
-            f"[{int((trio.current_time() - deadline + budget_s) * 1000)}]ms, "
+            f"[{int((trio.current_time() - began) * 1000)}]ms, "
             f"Topic: {msg.topic}, errors: {'; '.join(errors) or 'timed out'}",
             last,
             budget_s,
@@ -306,7 +312,8 @@ class Producer:
         self, messages: Sequence[Message], *, send_timeout: float | None = None
     ) -> SendResult:
         """Send messages of one topic in one request, to one queue, with retries, within
-        ``send_timeout`` seconds (default: the producer's).
+        ``send_timeout`` seconds (default: the producer's; the route lookup before it is
+        bounded by ``request_timeout_s``, see :meth:`send`).
 
         ``msg_id`` of the result is the messages' ``UNIQ_KEY``s joined by commas, in order.
         """
@@ -407,7 +414,8 @@ class Producer:
         send_timeout: float | None = None,
     ) -> SendResult:
         """Send to the queue ``sharding_key`` hashes to (or ``selector(queues, msg, arg)``),
-        within ``send_timeout`` seconds (default: the producer's).
+        within ``send_timeout`` seconds (default: the producer's; the route lookup before it is
+        bounded by ``request_timeout_s``, see :meth:`send`).
 
         The same key reaches the same queue while the topic's queues do not change; a failed
         send is not moved to another queue (that would break the order).
@@ -457,11 +465,14 @@ class Producer:
 
 
 def _check_budget(seconds: object, name: str) -> None:
-    """A send's time budget must be a number of seconds > 0 (ValueError / TypeError)."""
+    """A send's time budget must be a finite number of seconds > 0 (ValueError /
+    TypeError)."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise TypeError(f"{name} must be a number of seconds, got {seconds!r}")
     if not seconds > 0:  # also NaN
         raise ValueError(f"{name} must be > 0 seconds, got {seconds!r}")
+    if math.isinf(seconds):
+        raise ValueError(f"{name} must be a finite number of seconds, got {seconds!r}")
 
 
 def _exhausted(what: str, last: MQClientError | None, timeout_s: float) -> MQClientError:

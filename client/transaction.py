@@ -7,11 +7,13 @@
 
 Rules (``DefaultMQProducerImpl#sendMessageInTransaction`` and ``checkTransactionState``):
 
-- The message is validated before any network call; a delay level is refused. It gets
-  ``TRAN_MSG=true`` and ``PGROUP=<group>`` and is sent as a *half* message (sysflag
-  ``TRANSACTION_PREPARED_TYPE``), with the usual retries on another broker. A failed half send
-  raises and ``execute`` is not run; a half message stored with a status other than
-  ``SEND_OK`` (e.g. a flush timeout) is rolled back without running ``execute``.
+- The message and ``execute`` are checked before any network call: one :class:`Message` (a
+  batch is refused), a callable ``execute`` (RocketMQ: "tranExecutor is null"), no delay level.
+  The message gets ``TRAN_MSG=true`` and ``PGROUP=<group>`` and is sent as a *half* message
+  (sysflag ``TRANSACTION_PREPARED_TYPE``), with the usual retries on another broker, within
+  ``send_timeout`` (the call's, else the producer's). A failed half send raises and
+  ``execute`` is not run; a half message stored with a status other than ``SEND_OK`` (e.g. a
+  flush timeout) is rolled back without running ``execute``.
 - ``execute(msg, arg)`` then runs the local transaction: a plain function in a worker thread,
   an ``async def`` awaited. An exception, or anything but a :class:`LocalTransactionState`,
   counts as ``UNKNOW`` — never as a commit.
@@ -21,6 +23,12 @@ Rules (``DefaultMQProducerImpl#sendMessageInTransaction`` and ``checkTransaction
   record's PGROUP), the message is rebuilt with its real topic and queue (REAL_TOPIC /
   REAL_QID), ``checker(msg)`` runs like ``execute`` (exception: UNKNOW) and the answer goes
   ONEWAY as END_TRANSACTION with ``fromTransactionCheck=true`` to the asking broker.
+- Checks run on a pool of their own (RocketMQ's ``checkThreadPoolMaxSize`` and
+  ``checkRequestHoldMax``): at most ``check_threads`` checkers at once (1 by default), never
+  on the worker threads of ``execute``; beyond ``check_request_hold_max`` checks waiting or
+  running, a new one is dropped with a warning (the broker asks again). Leaving the producer
+  abandons the checks still running (a plain checker's thread is left to finish alone, its
+  answer dropped): the broker asks again.
 """
 
 from __future__ import annotations
@@ -98,14 +106,29 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
     )
 
 
-async def run_local(fn: Callable[..., Any], *args: Any) -> LocalTransactionState:
+async def run_local(
+    fn: Callable[..., Any],
+    *args: Any,
+    limiter: trio.CapacityLimiter | None = None,
+    abandon_on_cancel: bool = False,
+) -> LocalTransactionState:
     """Run an executor or checker: a plain function in a worker thread, an ``async def``
-    awaited. An exception or a result that is not a state is logged and gives ``UNKNOW``."""
+    awaited. An exception or a result that is not a state is logged and gives ``UNKNOW``.
+
+    ``limiter`` bounds how many run at once (None: trio's default thread limiter, for plain
+    functions only); ``abandon_on_cancel``: a cancelled plain function's thread is left to
+    finish alone (it still holds ``limiter`` until it does)."""
     try:
         if is_async_callable(fn):
-            outcome = await fn(*args)
+            if limiter is None:
+                outcome = await fn(*args)
+            else:
+                async with limiter:
+                    outcome = await fn(*args)
         else:
-            outcome = await trio.to_thread.run_sync(fn, *args)
+            outcome = await trio.to_thread.run_sync(
+                fn, *args, limiter=limiter, abandon_on_cancel=abandon_on_cancel
+            )
     except Exception:
         log.exception("local transaction callback %r raised; state UNKNOW", fn)
         return LocalTransactionState.UNKNOW
@@ -126,6 +149,29 @@ def run_local_sync(fn: Callable[..., Any], *args: Any) -> LocalTransactionState:
         log.warning("%r returned %r, not a LocalTransactionState; state UNKNOW", fn, outcome)
         return LocalTransactionState.UNKNOW
     return outcome
+
+
+def check_transaction_args(msg: object, execute: object) -> None:
+    """Refuse what :meth:`TransactionProducer.send_in_transaction` cannot send, before any
+    network call: anything but one :class:`Message`, or an ``execute`` that is not callable."""
+    if isinstance(msg, list | tuple):
+        raise MQClientError(
+            CLIENT_ERROR,
+            "transactional messages cannot be sent as a batch: send_in_transaction takes one "
+            "Message",
+        )
+    if not isinstance(msg, Message):
+        topic = getattr(msg, "topic", "")
+        raise MessageInvalidError(
+            topic if isinstance(topic, str) else "",
+            f"send_in_transaction takes a client Message, got {type(msg).__name__}",
+        )
+    if execute is None:
+        raise MQClientError(CLIENT_ERROR, "tranExecutor is null")
+    if not callable(execute):
+        raise MQClientError(
+            CLIENT_ERROR, f"the local transaction executor must be callable, got {execute!r}"
+        )
 
 
 def end_transaction_request(
@@ -170,8 +216,11 @@ def checked_message(record: MessageRecord, broker_name: str) -> ReceivedMessage:
 class TransactionProducer(Producer):
     """A producer of transactional messages; ``checker`` answers the brokers' checks.
 
-    Options are those of :class:`client.aio.Producer`. One transactional producer per group
-    and client instance.
+    Options are those of :class:`client.aio.Producer`, plus ``check_threads`` (checkers
+    running at once, 1 by default, as RocketMQ's ``checkThreadPoolMaxSize``) and
+    ``check_request_hold_max`` (checks waiting or running beyond which a new one is dropped,
+    2000, as RocketMQ's ``checkRequestHoldMax``). One transactional producer per group and
+    client instance.
     """
 
     def __init__(
@@ -181,12 +230,25 @@ class TransactionProducer(Producer):
         *,
         checker: TransactionChecker,
         instance: ClientInstance | None = None,
+        check_threads: int = 1,
+        check_request_hold_max: int = 2000,
         **options: Any,
     ) -> None:
         if not callable(checker):
             raise MQClientError(CLIENT_ERROR, "a TransactionProducer needs a checker callable")
+        for name, value in (
+            ("check_threads", check_threads),
+            ("check_request_hold_max", check_request_hold_max),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         super().__init__(group, namesrv, instance=instance, **options)
         self.checker = checker
+        self.check_request_hold_max = check_request_hold_max
+        self._check_limiter = trio.CapacityLimiter(check_threads)
+        self._checks: set[trio.CancelScope] = set()
+        self.checks_dropped = 0
+        """Checks dropped because ``check_request_hold_max`` were waiting or running."""
 
     async def __aenter__(self) -> TransactionProducer:
         await super().__aenter__()
@@ -204,6 +266,8 @@ class TransactionProducer(Producer):
         tb: TracebackType | None,
     ) -> None:
         self._instance.unregister_transaction_checker(self.group)
+        for scope in self._checks:  # their answers would be dropped: the broker asks again
+            scope.cancel()
         await super().__aexit__(exc_type, exc, tb)
 
     async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
@@ -216,10 +280,19 @@ class TransactionProducer(Producer):
     # ------------------------------------------------------------------ sending
 
     async def send_in_transaction(
-        self, msg: Message, execute: LocalExecutor, arg: Any = None
+        self,
+        msg: Message,
+        execute: LocalExecutor,
+        arg: Any = None,
+        *,
+        send_timeout: float | None = None,
     ) -> TransactionSendResult:
-        """Send ``msg`` as a half message, run ``execute(msg, arg)``, commit or roll back."""
-        half = await self.send_half(msg)
+        """Send ``msg`` as a half message, run ``execute(msg, arg)``, commit or roll back.
+
+        The half send, retries included, takes at most ``send_timeout`` seconds (default: the
+        producer's), as :meth:`send`; ``execute`` takes what it takes."""
+        check_transaction_args(msg, execute)
+        half = await self.send_half(msg, send_timeout=send_timeout)
         if half.status is SendStatus.SEND_OK:
             state = await run_local(execute, msg, arg)
         else:
@@ -227,11 +300,14 @@ class TransactionProducer(Producer):
             state = LocalTransactionState.ROLLBACK_MESSAGE
         return await self.end_transaction(half, state)
 
-    async def send_half(self, msg: Message) -> SendResult:
+    async def send_half(self, msg: Message, *, send_timeout: float | None = None) -> SendResult:
         """Validate ``msg`` and store it as a half message (step one of
-        :meth:`send_in_transaction`); raises if no broker stored it."""
+        :meth:`send_in_transaction`) within ``send_timeout`` seconds (default: the
+        producer's); raises if no broker stored it."""
+        budget_s = self._budget(send_timeout)
         if not self._running:
             raise ClientClosedError(f"producer {self.group}")
+        check_transaction_args(msg, _no_executor)
         validate_message(msg, self.max_message_size)
         if msg.properties.get(MessageConst.DELAY, "0") not in ("", "0"):  # "1s" included
             raise MessageInvalidError(
@@ -242,7 +318,7 @@ class TransactionProducer(Producer):
         uniq, body, sys_flag = self._prepare(msg)
         msg.transaction_id = uniq
         sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
-        return await self._send_with_retries(msg, uniq, body, sys_flag, self.send_timeout)
+        return await self._send_with_retries(msg, uniq, body, sys_flag, budget_s)
 
     async def end_transaction(
         self, half: SendResult, state: LocalTransactionState
@@ -278,10 +354,39 @@ class TransactionProducer(Producer):
     # ------------------------------------------------------------------ checks
 
     async def _on_check(self, record: MessageRecord, request: RemotingCommand, addr: str) -> None:
-        """Answer one CHECK_TRANSACTION_STATE from the broker at ``addr``."""
+        """Answer one CHECK_TRANSACTION_STATE from the broker at ``addr``, unless
+        ``check_request_hold_max`` checks are already waiting or running; leaving the producer
+        cancels it."""
+        if len(self._checks) >= self.check_request_hold_max:
+            self.checks_dropped += 1
+            log.warning(
+                "check of %s from %s dropped: %d checks of %s waiting or running "
+                "(check_request_hold_max); the broker asks again",
+                record.uniq_key,
+                addr,
+                len(self._checks),
+                self.group,
+            )
+            return
+        with trio.CancelScope() as scope:
+            self._checks.add(scope)
+            try:
+                await self._answer_check(record, request, addr)
+            finally:
+                self._checks.discard(scope)
+        if scope.cancelled_caught:
+            log.info(
+                "check of %s from %s abandoned: the producer is closing", record.uniq_key, addr
+            )
+
+    async def _answer_check(
+        self, record: MessageRecord, request: RemotingCommand, addr: str
+    ) -> None:
         broker_name = self._instance.broker_name_of(addr) or ""
         msg = checked_message(record, broker_name)
-        state = await run_local(self.checker, msg)
+        state = await run_local(
+            self.checker, msg, limiter=self._check_limiter, abandon_on_cancel=True
+        )
         fields = request.ext_fields
         try:
             cmd = end_transaction_request(
@@ -298,6 +403,10 @@ class TransactionProducer(Producer):
             await self._instance.invoke_oneway(addr, cmd)
         except (MQClientError, ValueError) as exc:
             log.warning("answer to the check of %s not sent to %s: %s", msg.msg_id, addr, exc)
+
+
+def _no_executor(msg: Message, arg: Any) -> None:
+    """Stands for ``execute`` when :meth:`TransactionProducer.send_half` checks a message."""
 
 
 def _int(value: object) -> int:

@@ -111,7 +111,7 @@ class EndTransactionProcessor:
     ) -> RemotingCommand:
         """GET_PENDING_HALF_MESSAGES: the undecided half messages (of one group or all)."""
         group = opt_str(request, "producerGroup", "")
-        entries = self.service.pending(group or None)
+        entries = await self.service.list_pending(group or None)
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, body=encode_half_messages(entries)
         )

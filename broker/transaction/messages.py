@@ -9,7 +9,9 @@ and ``EndTransactionProcessor#endMessageTransaction``).
               removed, preparedTransactionOffset = the half record's commitlog offset
     op        RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, TAGS "d", body = the decided key (ASCII int),
               TRAN_OP = commit | rollback | discard (minimq's own property, for diagnosis)
-    renewed   a checked half record re-stored with TRANSACTION_CHECK_TIMES + 1
+    renewed   a checked half record re-stored with TRANSACTION_CHECK_TIMES + 1 (a half
+              message still inside its CHECK_IMMUNITY_TIME_IN_SECONDS: re-stored unchecked,
+              with the same TRANSACTION_CHECK_TIMES, as RocketMQ's renewImmunityHalfMessageInner)
     discarded a half record moved to TRANS_CHECK_MAX_TIME_TOPIC queue 0
 
 The *key* of a half message is the queue offset of its first half record: re-stored copies
@@ -131,11 +133,14 @@ def op_key(rec: MessageRecord) -> int | None:
     return parse_uint(rec.body.decode("ascii", "replace"))
 
 
-def renewed_record(rec: MessageRecord) -> MessageRecord:
-    """A half record re-stored for its next check: same key, TRANSACTION_CHECK_TIMES + 1."""
+def renewed_record(rec: MessageRecord, *, checked: bool = True) -> MessageRecord:
+    """A half record re-stored for its next check: same key, TRANSACTION_CHECK_TIMES + 1
+    (``checked`` False: the same TRANSACTION_CHECK_TIMES, for a copy re-stored unchecked)."""
     props = dict(rec.properties)
     props[MessageConst.TRAN_PREPARED_QUEUE_OFFSET] = str(key_of(rec))
-    props[MessageConst.TRANSACTION_CHECK_TIMES] = str(check_times(rec) + 1)
+    times = check_times(rec)
+    if checked or MessageConst.TRANSACTION_CHECK_TIMES in props:
+        props[MessageConst.TRANSACTION_CHECK_TIMES] = str(times + 1 if checked else times)
     return _copy(rec, TRANS_HALF_TOPIC, 0, props)
 
 

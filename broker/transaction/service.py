@@ -7,14 +7,20 @@
                       PGROUP; an undecided key is settled by ONE atomic put: commit = [the real
                       message, op "commit"], rollback = [op "rollback"]; UNKNOW only logs
     run               check_once every transactionCheckInterval ms
-    check_once        read the op queue (new decisions), then the half queue from its progress:
-                      each undecided latest copy of a key, older than transactionTimeOut (or its
-                      CHECK_IMMUNITY_TIME_IN_SECONDS), is either moved to
-                      TRANS_CHECK_MAX_TIME_TOPIC with op "discard" (TRANSACTION_CHECK_TIMES >=
-                      transactionCheckMax) or re-stored with TRANSACTION_CHECK_TIMES + 1 and
-                      its producer group asked (CHECK_TRANSACTION_STATE, oneway, to one live
-                      producer connection; with none alive the round counts all the same, so a
-                      vanished group's half messages reach the limit, as in RocketMQ)
+    check_once        read the op queue (new decisions), then the half queue from its progress
+                      (both in steps of READ_STEP records, with a checkpoint between two), in
+                      order; each undecided latest copy of a key:
+                      - younger than transactionTimeOut, without CHECK_IMMUNITY_TIME_IN_SECONDS:
+                        the round stops there (RocketMQ's "check it later" break);
+                      - younger than its CHECK_IMMUNITY_TIME_IN_SECONDS: re-stored unchecked (same
+                        key, same TRANSACTION_CHECK_TIMES) and passed, as RocketMQ's
+                        putImmunityMsgBackToHalfQueue: it never holds the progress;
+                      - otherwise moved to TRANS_CHECK_MAX_TIME_TOPIC with op "discard"
+                        (TRANSACTION_CHECK_TIMES >= transactionCheckMax) or re-stored with
+                        TRANSACTION_CHECK_TIMES + 1 and its producer group asked
+                        (CHECK_TRANSACTION_STATE, oneway, to one live producer connection; with
+                        none alive the round counts all the same, so a vanished group's half
+                        messages reach the limit, as in RocketMQ)
 
 State and its rules (keys: see :mod:`broker.transaction.messages`):
 
@@ -23,7 +29,8 @@ State and its rules (keys: see :mod:`broker.transaction.messages`):
   everything still pending.
 - ``floor``: the smallest key of any half record at or after ``half_progress`` (or the half
   queue's end). It never decreases. A key below it is decided; ops for keys below it are
-  forgotten and the op progress moves past them.
+  forgotten and the op progress moves past them. (A half message inside its immunity keeps
+  its key, so it holds the floor, not the progress, until it is decided.)
 - ``decided``: keys with an op (commit / rollback / discard) at or above ``floor``. A key is
   decided at most once: a second END_TRANSACTION, or one racing a discard, is ignored.
 - Both progresses are the consumer offsets of ``CID_SYS_RMQ_TRANS`` on the half and op queues
@@ -64,6 +71,9 @@ from store.services import StoreServices
 log = logging.getLogger(__name__)
 
 READ_BATCH: Final = 32
+READ_STEP: Final = 512
+"""Records read and decoded from a queue (or looked at by a round) between two checkpoints:
+a long half or op queue never holds the event loop in one stretch."""
 CHECK_SEND_TIMEOUT_S: Final = 3.0
 """Upper bound of one oneway CHECK_TRANSACTION_STATE send."""
 
@@ -146,36 +156,88 @@ class TransactionService:
 
     # ------------------------------------------------------------------ reading queues
 
-    def _read_queue(self, topic: str, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
-        """Decoded ``(queue offset, record)`` of queue 0 of ``topic`` from ``start`` to its
-        end, and the offset after the last one read."""
+    def _read_step(
+        self, topic: str, start: int, stop: int
+    ) -> tuple[list[tuple[int, MessageRecord]], int]:
+        """Up to READ_STEP decoded ``(queue offset, record)`` of queue 0 of ``topic`` from
+        ``start`` and below ``stop``, and the offset to read next (``start``: nothing more)."""
         out: list[tuple[int, MessageRecord]] = []
         offset = start
-        while True:
+        while offset < stop and len(out) < READ_STEP:
             result = self.store.get_messages(topic, 0, offset, READ_BATCH)
             if result.status is not GetStatus.FOUND:
-                if result.next_begin_offset > offset:
-                    offset = result.next_begin_offset  # removed or filtered: skip ahead
+                if result.next_begin_offset > offset:  # removed or filtered: skip ahead
+                    offset = min(result.next_begin_offset, stop)
                     continue
-                return out, offset
+                break
             for raw, queue_offset in zip(result.records, result.queue_offsets, strict=True):
+                if queue_offset >= stop:
+                    break
                 try:
                     out.append((queue_offset, decode_record(raw)))
                 except RecordError:
                     log.exception("%s offset %d unreadable; skipped", topic, queue_offset)
-            offset = result.next_begin_offset
+            offset = min(result.next_begin_offset, stop)
+        return out, offset
+
+    def _read_queue(self, topic: str, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
+        """Decoded ``(queue offset, record)`` of queue 0 of ``topic`` from ``start`` to its
+        end, and the offset after the last one read; in one go (loading, listing)."""
+        stop = self.store.get_max_offset_in_queue(topic, 0)
+        out: list[tuple[int, MessageRecord]] = []
+        offset = start
+        while True:
+            step, after = self._read_step(topic, offset, stop)
+            out.extend(step)
+            if after == offset:
+                return out, offset
+            offset = after
+
+    async def _read_queue_in_steps(
+        self, topic: str, start: int
+    ) -> tuple[list[tuple[int, MessageRecord]], int]:
+        """:meth:`_read_queue` up to the end the queue has now, with a checkpoint after each
+        step of READ_STEP records."""
+        stop = self.store.get_max_offset_in_queue(topic, 0)
+        out: list[tuple[int, MessageRecord]] = []
+        offset = start
+        while True:
+            step, after = self._read_step(topic, offset, stop)
+            out.extend(step)
+            if after == offset:
+                return out, offset
+            offset = after
+            await trio.lowlevel.checkpoint()
 
     def _read_half(self, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
         return self._read_queue(TRANS_HALF_TOPIC, start)
 
-    def _read_ops(self) -> None:
-        """Add the ops stored since the last read to :attr:`decided`."""
-        ops, self._op_read = self._read_queue(TRANS_OP_HALF_TOPIC, self._op_read)
+    def _read_ops_step(self, stop: int) -> bool:
+        """Add up to READ_STEP ops stored since the last read to :attr:`decided`; False when
+        there was nothing more below ``stop``. Reads and moves the op read offset at once, so
+        concurrent readers never add one op twice."""
+        ops, after = self._read_step(TRANS_OP_HALF_TOPIC, self._op_read, stop)
+        if after <= self._op_read:
+            return False
+        self._op_read = after
         for offset, rec in ops:
             key = tx.op_key(rec)
             if key is not None:
                 self.decided.setdefault(key, rec.properties.get(tx.OP_KIND, "removed"))
                 self._op_log.append((offset, key))
+        return True
+
+    def _read_ops(self) -> None:
+        """Add the ops stored since the last read to :attr:`decided` (in one go)."""
+        stop = self.store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0)
+        while self._read_ops_step(stop):
+            pass
+
+    async def _read_ops_in_steps(self) -> None:
+        """:meth:`_read_ops` with a checkpoint after each step of READ_STEP ops."""
+        stop = self.store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0)
+        while self._read_ops_step(stop):
+            await trio.lowlevel.checkpoint()
 
     def is_decided(self, key: int) -> bool:
         """True when ``key`` is settled (or being settled right now)."""
@@ -248,24 +310,26 @@ class TransactionService:
 
     async def check_once(self) -> None:
         """One round over the half queue; see the module docstring."""
-        self._read_ops()
+        await self._read_ops_in_steps()
         start = self.half_progress
-        window, end = self._read_half(start)
+        window, end = await self._read_queue_in_steps(TRANS_HALF_TOPIC, start)
         latest = {tx.key_of(rec): offset for offset, rec in window}
         now = self.clock_ms()
-        progress: int | None = None
+        progress = end
         renewed_keys: list[int] = []
-        for offset, rec in window:
+        for index, (offset, rec) in enumerate(window):
+            if index % READ_STEP == READ_STEP - 1:
+                await trio.lowlevel.checkpoint()
             key = tx.key_of(rec)
             if self.is_decided(key) or latest[key] != offset or offset in self._superseded:
                 continue
-            if await self._check_one(offset, rec, now):
-                # even when decided meanwhile (a commit landing during the re-store): the
-                # re-stored copy lies past the progress, so the floor must not pass its key
-                renewed_keys.append(key)
-            elif progress is None:
-                progress = offset
-        progress = max(start, end if progress is None else progress)
+            if not await self._check_one(offset, rec, now):
+                progress = offset  # too young: this one and everything after wait
+                break
+            # even when decided meanwhile (a commit landing during the re-store): the
+            # re-stored copy lies past the progress, so the floor must not pass its key
+            renewed_keys.append(key)
+        progress = max(start, progress)
         keys = [tx.key_of(rec) for offset, rec in window if offset >= progress]
         self._advance(progress, min([*keys, *renewed_keys, max(end, progress)]))
 
@@ -273,23 +337,30 @@ class TransactionService:
         """Move the half progress and the floor; forget what falls below the floor."""
         self._commit(TRANS_HALF_TOPIC, half_progress)
         self._superseded = {o for o in self._superseded if o >= half_progress}
-        self.floor = max(self.floor, floor)
-        for key in [k for k in self.decided if k < self.floor]:
-            del self.decided[key]
+        if floor > self.floor:
+            self.floor = floor
+            for key in [k for k in self.decided if k < floor]:
+                del self.decided[key]
         while self._op_log and self._op_log[0][1] < self.floor:
             self._commit(TRANS_OP_HALF_TOPIC, self._op_log.popleft()[0] + 1)
         if not self._op_log:
             self._commit(TRANS_OP_HALF_TOPIC, self._op_read)
 
-    def _immunity_ms(self, rec: MessageRecord) -> int:
-        seconds = parse_uint(rec.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS))
-        return self.timeout_ms if seconds is None else seconds * 1000
+    def _immunity_s(self, rec: MessageRecord) -> int | None:
+        """CHECK_IMMUNITY_TIME_IN_SECONDS of a half record; None when absent or malformed."""
+        return parse_uint(rec.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS))
 
     async def _check_one(self, offset: int, rec: MessageRecord, now: int) -> bool:
-        """Check (or discard) one pending latest copy; True when it is done with."""
+        """Check, discard or (inside its immunity) renew one pending latest copy; True when it
+        is done with, False when it is too young to be checked yet."""
         age = now - rec.born_timestamp
-        if 0 <= age < self._immunity_ms(rec):
-            return False
+        immunity_s = self._immunity_s(rec)
+        if immunity_s is None:
+            if 0 <= age < self.timeout_ms:
+                return False
+        elif 0 <= age < immunity_s * 1000:
+            await self._renew(offset, tx.renewed_record(rec, checked=False))
+            return True
         key = tx.key_of(rec)
         if tx.check_times(rec) >= self.check_max:
             moved = [tx.discarded_record(rec), tx.op_record(rec, tx.OP_DISCARD)]
@@ -304,10 +375,7 @@ class TransactionService:
                 tx.check_times(rec),
             )
             return True
-        result = await self.services.put_message(tx.renewed_record(rec))
-        if not result.status.ok:
-            raise PutFailedError(result)
-        self._superseded.add(offset)
+        result = await self._renew(offset, tx.renewed_record(rec))
         group = rec.properties.get(MessageConst.PGROUP, "")
         channel = self._pick_producer(group)
         if channel is None:  # the round counts all the same, as RocketMQ's: the limit applies
@@ -315,6 +383,14 @@ class TransactionService:
         else:
             await self._send_check(channel, rec, result)
         return True
+
+    async def _renew(self, offset: int, copy: MessageRecord) -> PutResult:
+        """Store ``copy`` of the half record at ``offset``, which it supersedes."""
+        result = await self.services.put_message(copy)
+        if not result.status.ok:
+            raise PutFailedError(result)
+        self._superseded.add(offset)
+        return result
 
     def _pick_producer(self, group: str) -> Channel | None:
         """One live producer connection of ``group`` (round robin), or None."""
@@ -351,9 +427,21 @@ class TransactionService:
     # ------------------------------------------------------------------ listing
 
     def pending(self, group: str | None = None) -> list[HalfMessage]:
-        """The undecided half messages (latest copies), of ``group`` or of every group."""
+        """The undecided half messages (latest copies), of ``group`` or of every group; reads
+        the queues in one go (:meth:`list_pending` does it in steps)."""
         window, _ = self._read_half(self.half_progress)
         self._read_ops()
+        return self._pending_of(window, group)
+
+    async def list_pending(self, group: str | None = None) -> list[HalfMessage]:
+        """:meth:`pending`, reading the queues in steps with checkpoints between them."""
+        window, _ = await self._read_queue_in_steps(TRANS_HALF_TOPIC, self.half_progress)
+        await self._read_ops_in_steps()
+        return self._pending_of(window, group)
+
+    def _pending_of(
+        self, window: list[tuple[int, MessageRecord]], group: str | None
+    ) -> list[HalfMessage]:
         latest = {tx.key_of(rec): offset for offset, rec in window}
         host, port = self.store.config.store_host
         out: list[HalfMessage] = []

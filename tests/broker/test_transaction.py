@@ -3,6 +3,7 @@ the check service, restarts and GET_PENDING_HALF_MESSAGES, through real sockets.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -434,3 +435,118 @@ async def test_a_commit_landing_while_its_copy_is_re_stored_is_not_delivered_aga
         await service.check_once()
         assert service.checks_sent == 0
         assert [m.body for m in queue_records(broker, TOPIC)] == [b"pay 10"]
+
+
+async def test_a_half_message_inside_its_immunity_is_re_stored_and_does_not_hold_the_progress(
+    tmp_path: Path,
+) -> None:
+    """CHECK_IMMUNITY_TIME_IN_SECONDS=3600 must not pin the progress for an hour (every round
+    re-reading all that came after it): as RocketMQ's putImmunityMsgBackToHalfQueue, the round
+    re-stores a copy (same key, same check count) and moves past it; the transaction is still
+    pending, decided once, and checked once its immunity is over."""
+    inbox = CheckInbox()
+    async with (
+        running_broker(tmp_path, overrides={**NO_CHECKS, "transactionTimeOut": "0"}) as (
+            broker,
+            addr,
+        ),
+        RemotingClient(handlers=inbox.handlers(), default_timeout_s=LIMIT) as client,
+    ):
+        service, store = broker.transactions, broker.store
+        assert service is not None
+        assert store is not None
+        await heartbeat(client, addr, "producer-1")
+        immune = await send_half(
+            client, addr, b"immune", extra={MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: "3600"}
+        )
+        for i in range(5):
+            later = await send_half(client, addr, f"later {i}".encode())
+            await end_tx(client, addr, end_fields(later, COMMIT))
+        await wait_until(lambda: len(queue_records(broker, TRANS_HALF_TOPIC)) == 6, "halves")
+        await wait_until(lambda: len(queue_records(broker, TRANS_OP_HALF_TOPIC)) == 5, "ops")
+        for round_ in (1, 2):
+            end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
+            await service.check_once()
+            assert service.half_progress == end, f"round {round_}: progress held"
+            await wait_until(
+                lambda: len(queue_records(broker, TRANS_HALF_TOPIC)) == end + 1,  # noqa: B023
+                "the renewed copy",
+            )
+            copy = queue_records(broker, TRANS_HALF_TOPIC)[-1]
+            assert copy.body == b"immune"
+            assert copy.properties[MessageConst.TRAN_PREPARED_QUEUE_OFFSET] == "0"
+            assert MessageConst.TRANSACTION_CHECK_TIMES not in copy.properties
+            [listed] = await pending(client, addr, GROUP)
+            assert (listed.msg_id, listed.check_times) == (immune.ext_fields["transactionId"], 0)
+        assert service.checks_sent == 0
+
+        hour_later = service.clock_ms() + 3_601_000
+        service.clock_ms = lambda: hour_later
+        await service.check_once()
+        check = await inbox.next()
+        assert check.ext_fields["msgId"] == immune.ext_fields["transactionId"]
+        assert decode_record(check.body).properties[MessageConst.TRANSACTION_CHECK_TIMES] == "1"
+        await end_oneway(client, addr, check_end_fields(check, COMMIT))
+        await wait_until(lambda: len(queue_records(broker, TOPIC)) == 6, "the immune commit")
+        late = await end_tx(client, addr, end_fields(immune, COMMIT))
+        assert late.remark == "already decided"
+        assert await pending(client, addr) == []
+    async with running_broker(tmp_path, overrides=NO_CHECKS) as (broker, addr):
+        service = broker.transactions
+        assert service is not None
+        assert service.pending() == []
+        await service.check_once()
+        assert service.checks_sent == 0
+        bodies = sorted(m.body for m in queue_records(broker, TOPIC))
+        assert bodies == sorted([b"immune", *(f"later {i}".encode() for i in range(5))])
+
+
+async def test_a_round_reads_a_long_half_queue_in_steps_without_holding_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round (and the listing of pending half messages) reads the queues READ_STEP records
+    at a time with a checkpoint between two steps: other tasks run meanwhile."""
+    from broker.transaction import service as service_module
+
+    monkeypatch.setattr(service_module, "READ_STEP", 4, raising=False)
+    async with (
+        running_broker(tmp_path, overrides=NO_CHECKS) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        service = broker.transactions
+        assert service is not None
+        for i in range(40):
+            sent = await send_half(client, addr, f"m{i}".encode())
+            await end_tx(client, addr, end_fields(sent, ROLLBACK))
+        await send_half(client, addr, b"young")  # holds the progress: read again every round
+        await wait_until(lambda: len(queue_records(broker, TRANS_OP_HALF_TOPIC)) == 40, "ops")
+        await wait_until(lambda: len(queue_records(broker, TRANS_HALF_TOPIC)) == 41, "halves")
+
+        async def ticks_during(step: Callable[[], Awaitable[object]]) -> int:
+            ticks = 0
+            done = False
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while not done:
+                    await trio.lowlevel.checkpoint()
+                    ticks += 1
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ticker)
+                await trio.lowlevel.checkpoint()  # the ticker is waiting for its turn
+                await step()
+                done = True
+            return ticks
+
+        assert await ticks_during(service.check_once) >= 40 // 4
+        assert service.half_progress == 40
+        assert await ticks_during(service.check_once) >= 1  # the young one only: one step
+        listed: list[HalfMessage] = []
+
+        async def list_all() -> None:
+            listed.extend(await service.list_pending())
+
+        await service.check_once()
+        assert await ticks_during(list_all) >= 1
+        assert [h.key for h in listed] == [40]

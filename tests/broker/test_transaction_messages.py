@@ -57,3 +57,18 @@ def test_commit_op_and_discard_records() -> None:
     assert moved.topic == TRANS_CHECK_MAX_TIME_TOPIC
     broken = MessageRecord(TRANS_HALF_TOPIC, b"x")
     assert tx.commit_record(broken) is None
+
+
+def test_an_immunity_copy_keeps_the_key_and_the_check_count() -> None:
+    """A half message re-stored inside its CHECK_IMMUNITY_TIME_IN_SECONDS was not checked:
+    same key, same TRANSACTION_CHECK_TIMES (RocketMQ's renewImmunityHalfMessageInner)."""
+    first = half(5)
+    copy = tx.renewed_record(first, checked=False)
+    copy.queue_offset = 9
+    assert tx.key_of(copy) == 5
+    assert MessageConst.TRANSACTION_CHECK_TIMES not in copy.properties
+    checked = tx.renewed_record(copy)
+    checked.queue_offset = 12
+    again = tx.renewed_record(checked, checked=False)
+    assert [tx.check_times(r) for r in (copy, checked, again)] == [0, 1, 1]
+    assert tx.key_of(again) == 5

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -43,6 +44,7 @@ from remoting.channel import Channel
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.server import RemotingServer
+from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import LIMIT, TOPIC, cluster
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
@@ -164,6 +166,50 @@ async def test_a_failed_half_send_raises_and_execute_does_not_run() -> None:
             await producer.send_in_transaction(Message(TOPIC, b"x"), refuse)
 
 
+@pytest.mark.parametrize(
+    "msg",
+    [[Message(TOPIC, b"x")], (Message(TOPIC, b"x"), Message(TOPIC, b"y"))],
+    ids=["list", "tuple"],
+)
+async def test_a_batch_is_refused_before_any_network_call(msg: object) -> None:
+    async with TransactionProducer("tx-pg", UNREACHABLE, checker=never) as producer:
+        with pytest.raises(MQClientError, match="cannot be sent as a batch"):
+            await producer.send_in_transaction(msg, refuse)  # type: ignore[arg-type]
+        with pytest.raises(MQClientError, match="cannot be sent as a batch"):
+            await producer.send_half(msg)  # type: ignore[arg-type]
+
+
+async def test_something_else_than_a_message_is_refused_before_any_network_call() -> None:
+    async with TransactionProducer("tx-pg", UNREACHABLE, checker=never) as producer:
+        with pytest.raises(MessageInvalidError, match="takes a client Message, got str"):
+            await producer.send_in_transaction("paid 42", refuse)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("execute", [None, 42], ids=["none", "not-callable"])
+async def test_an_execute_that_is_not_callable_is_refused_before_any_network_call(
+    execute: object,
+) -> None:
+    """As RocketMQ's "tranExecutor is null": no half message is left for the checks."""
+    async with TransactionProducer("tx-pg", UNREACHABLE, checker=never) as producer:
+        with pytest.raises(MQClientError, match=r"tranExecutor is null|must be callable"):
+            await producer.send_in_transaction(Message(TOPIC, b"x"), execute)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("budget", [math.inf, -math.inf, math.nan, 0, -1.0])
+async def test_a_send_timeout_that_is_not_a_finite_positive_number_is_refused(
+    budget: float,
+) -> None:
+    """``send_timeout=inf`` used to be taken, then a failed send raised "cannot convert float
+    NaN to integer" instead of its error."""
+    async with TransactionProducer("tx-pg", UNREACHABLE, checker=never) as producer:
+        with pytest.raises(ValueError, match="send_timeout must be"):
+            await producer.send_in_transaction(Message(TOPIC, b"x"), refuse, send_timeout=budget)
+        with pytest.raises(ValueError, match="send_timeout must be"):
+            await producer.send(Message(TOPIC, b"x"), send_timeout=budget)
+    with pytest.raises(ValueError, match="send_timeout must be a finite"):
+        TransactionProducer("tx-pg", UNREACHABLE, checker=never, send_timeout=math.inf)
+
+
 async def test_one_transactional_producer_per_group_and_instance() -> None:
     async with TransactionProducer("tx-pg", UNREACHABLE, checker=never) as first:
         second = TransactionProducer("tx-pg", instance=first.instance, checker=never)
@@ -262,6 +308,154 @@ async def test_a_check_is_answered_over_the_wire() -> None:
     msg = next(m for m in checked if m.msg_id == "U-1")
     assert (msg.topic, msg.queue.topic, msg.queue.queue_id) == (TOPIC, TOPIC, 3)
     assert msg.body == b"the half message"
+
+
+class FakeBroker:
+    """A RemotingServer standing in for a broker: it takes heartbeats, keeps the
+    END_TRANSACTION answers and sends checks over the producer's connection."""
+
+    def __init__(self) -> None:
+        self.answers_in, self.answers = trio.open_memory_channel[RemotingCommand](1000)
+
+        async def end_transaction(request: RemotingCommand, ch: Channel) -> None:
+            await self.answers_in.send(request)
+
+        async def hello(request: RemotingCommand, ch: Channel) -> RemotingCommand:
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+        self.server = RemotingServer(
+            {RequestCode.END_TRANSACTION: end_transaction, RequestCode.HEART_BEAT: hello},
+            host="127.0.0.1",
+            port=0,
+        )
+        self.addr = ""
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        port = await nursery.start(self.server.run)
+        self.addr = f"127.0.0.1:{port}"
+
+    async def connect(self, producer: TransactionProducer) -> Channel:
+        """The producer's connection to this broker (a heartbeat opens it)."""
+        ping = RemotingCommand.request(RequestCode.HEART_BEAT, {}, opaque=0)
+        await producer.instance.invoke(self.addr, ping)
+        (channel,) = self.server.channels
+        return channel
+
+
+class BlockedChecker:
+    """A plain checker blocked in its worker thread until released, counting how many run."""
+
+    def __init__(self, hold_s: float = LIMIT) -> None:
+        self.hold_s = hold_s
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.started = 0
+
+    def __call__(self, msg: ReceivedMessage) -> LocalTransactionState:
+        with self.lock:
+            self.started += 1
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            self.release.wait(self.hold_s)
+            return COMMIT
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+async def test_stuck_checks_leave_the_worker_threads_to_the_local_transactions() -> None:
+    """Checks run on a pool of their own (1 thread by default, as RocketMQ's check pool): 45
+    checks stuck in the checker used to take trio's 40 shared worker threads, and a plain
+    ``execute`` then never ran."""
+    checker = BlockedChecker()
+    broker = FakeBroker()
+    try:
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                await broker.start(nursery)
+                async with TransactionProducer("tx-pg", UNREACHABLE, checker=checker) as producer:
+                    channel = await broker.connect(producer)
+                    for i in range(45):
+                        await channel.invoke_oneway(check_request(f"U-{i}", "tx-pg"))
+                    await wait_until(lambda: len(producer._checks) == 45, "45 checks held")
+                    await wait_until(lambda: checker.started == 1, "a checker running")
+                    state = await run_local(returns(COMMIT), Message(TOPIC, b"x"), None)
+                    assert state is COMMIT
+                    assert checker.most == 1
+                    checker.release.set()
+                    got = {
+                        str((await broker.answers.receive()).ext_fields["msgId"]) for _ in range(45)
+                    }
+                    assert got == {f"U-{i}" for i in range(45)}
+                    assert checker.most == 1
+                nursery.cancel_scope.cancel()
+    finally:
+        checker.release.set()
+
+
+async def test_checks_beyond_the_hold_max_are_dropped() -> None:
+    checker = BlockedChecker()
+    broker = FakeBroker()
+    try:
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                await broker.start(nursery)
+                async with TransactionProducer(
+                    "tx-pg", UNREACHABLE, checker=checker, check_threads=2, check_request_hold_max=3
+                ) as producer:
+                    channel = await broker.connect(producer)
+                    for i in range(5):
+                        await channel.invoke_oneway(check_request(f"U-{i}", "tx-pg"))
+                    await wait_until(lambda: producer.checks_dropped == 2, "2 checks dropped")
+                    await wait_until(lambda: checker.started == 2, "2 checkers running")
+                    checker.release.set()
+                    answers = [await broker.answers.receive() for _ in range(3)]
+                    got = {str(a.ext_fields["msgId"]) for a in answers}
+                    assert len(got) == 3  # which three is up to the order they arrived in
+                    assert got <= {f"U-{i}" for i in range(5)}
+                    assert (checker.most, checker.started) == (2, 3)
+                nursery.cancel_scope.cancel()
+    finally:
+        checker.release.set()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="check_threads"):
+            TransactionProducer("tx-pg", UNREACHABLE, checker=never, check_threads=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["thread", "async"])
+async def test_leaving_the_producer_abandons_a_running_check(plain: bool) -> None:
+    """Closing used to wait for the checker (forever, for a hung one), to drop its answer
+    anyway: now the check is abandoned at once and the broker asks again."""
+    checker = BlockedChecker(hold_s=10.0)
+
+    async def hung(msg: ReceivedMessage) -> LocalTransactionState:
+        checker.started += 1
+        await trio.sleep(10.0)
+        return COMMIT
+
+    broker = FakeBroker()
+    try:
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                await broker.start(nursery)
+                async with TransactionProducer(
+                    "tx-pg", UNREACHABLE, checker=checker if plain else hung
+                ) as producer:
+                    channel = await broker.connect(producer)
+                    await channel.invoke_oneway(check_request("U-1", "tx-pg"))
+                    await wait_until(lambda: checker.started == 1, "the check running")
+                    leaving = trio.current_time()
+                # the checker holds on for 10 s: leaving must not wait for it
+                assert trio.current_time() - leaving < 5.0
+                assert not checker.release.is_set()
+                nursery.cancel_scope.cancel()
+    finally:
+        checker.release.set()
+    with pytest.raises(trio.WouldBlock):
+        broker.answers.receive_nowait()
 
 
 # --------------------------------------------------------------------------- against a broker
@@ -425,3 +619,31 @@ async def test_a_checker_that_never_decides_until_the_limit(tmp_path: Path) -> N
         assert checker.calls[b"undecided"] == limit
 
     await run_with_reader(tmp_path, checker, scenario)
+
+
+async def test_the_half_send_gets_the_calls_send_timeout_as_its_budget(tmp_path: Path) -> None:
+    """``send_in_transaction(send_timeout=T)`` gives the half message's send T, as ``send``
+    does (it used to have no such argument: always the producer's ``send_timeout``)."""
+    async with (
+        cluster(tmp_path, brokers=("broker-a",), overrides=TX_SETTINGS) as c,
+        TransactionProducer("tx-pg", c.namesrv, checker=never, send_timeout=3.0) as producer,
+    ):
+        budgets: list[float | None] = []
+        invoke = producer.instance.invoke
+
+        async def spy(
+            addr: str, cmd: RemotingCommand, timeout_s: float | None = None
+        ) -> RemotingCommand:
+            if cmd.code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
+                budgets.append(timeout_s)
+            return await invoke(addr, cmd, timeout_s)
+
+        producer.instance.invoke = spy  # type: ignore[method-assign]
+        for send_timeout, expected in ((10.0, 10.0), (None, 3.0)):
+            result = await producer.send_in_transaction(
+                Message(TOPIC, b"x"), returns(ROLLBACK), send_timeout=send_timeout
+            )
+            assert result.status is SendStatus.SEND_OK
+            budget = budgets.pop()
+            assert budget is not None
+            assert expected - 1.0 < budget <= expected
