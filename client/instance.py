@@ -65,22 +65,33 @@ UNREGISTER_TIMEOUT_S = 3.0
 
 T = TypeVar("T")
 
-_call_budget: ContextVar[float | None] = ContextVar("minimq_call_budget", default=None)
-"""The timeout of requests made without one of their own (None: ``request_timeout_s``)."""
+_call_deadline: ContextVar[float | None] = ContextVar("minimq_call_deadline", default=None)
+"""The trio deadline of the budgeted call in progress (see :func:`with_call_budget`)."""
 
 
 async def with_call_budget(seconds: float, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``await fn(*args)``, each request it makes without a timeout of its own (and the tasks
-    it starts) allowed ``seconds`` instead of the client's ``request_timeout_s``.
+    """``await fn(*args)``; a request it makes without a timeout of its own may take what is
+    left of ``seconds`` when that is more than the client's ``request_timeout_s``.
 
     A blocking call's ``timeout=`` is its whole budget (Kafka's ``committed(timeout)``): a
-    broker that answers after ``request_timeout_s`` but within it still counts.
+    broker that answers after ``request_timeout_s`` but within it still counts. It never
+    shortens a request (bound the call with ``trio.fail_after`` for that), and it ends with
+    the budget: a task the call started (a fetch loop, say) is not given more time later.
     """
-    token = _call_budget.set(seconds)
+    token = _call_deadline.set(trio.current_time() + seconds)
     try:
         return await fn(*args)
     finally:
-        _call_budget.reset(token)
+        _call_deadline.reset(token)
+
+
+def _budgeted_timeout(default_s: float) -> float | None:
+    """What is left of the budgeted call's time when it is more than ``default_s``."""
+    deadline = _call_deadline.get()
+    if deadline is None:
+        return None
+    left = deadline - trio.current_time()
+    return left if left > default_s else None
 
 
 TransactionCheckHandler = Callable[[MessageRecord, RemotingCommand, str], Awaitable[None]]
@@ -272,27 +283,36 @@ class ClientInstance:
     ) -> RemotingCommand:
         """Send a request to ``addr`` and return the response (remoting errors propagate).
 
-        ``timeout_s`` None: the budget of :func:`with_call_budget`, else ``request_timeout_s``.
+        ``timeout_s`` None: ``request_timeout_s``, or what is left of a longer budget given by
+        :func:`with_call_budget`.
         """
         if self._closed:
             raise ClientClosedError("client instance")
         if timeout_s is None:
-            timeout_s = _call_budget.get()
+            timeout_s = _budgeted_timeout(self.config.request_timeout_s)
+        # the tasks a request starts (a new connection's reader, the handlers of what the
+        # broker sends on it) serve everyone: they must not inherit the call's budget
+        token = _call_deadline.set(None)
         try:
             return await self._remoting.invoke(addr, cmd, timeout_s=timeout_s)
         except RemotingTimeoutError as exc:
             raise RequestTimeoutError(f"request {cmd.code} to {addr}", exc.timeout) from exc
         except RemotingError as exc:
             raise RemotingFailedError(addr, str(exc)) from exc
+        finally:
+            _call_deadline.reset(token)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """Send a oneway request to ``addr``."""
         if self._closed:
             raise ClientClosedError("client instance")
+        token = _call_deadline.set(None)  # as in :meth:`invoke`
         try:
             await self._remoting.invoke_oneway(addr, cmd)
         except RemotingError as exc:
             raise RemotingFailedError(addr, str(exc)) from exc
+        finally:
+            _call_deadline.reset(token)
 
     async def invoke_namesrv(self, cmd: RemotingCommand) -> tuple[RemotingCommand, str]:
         """Send ``cmd`` to a name server: the last good one first, then the others in turn."""

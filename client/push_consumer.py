@@ -219,7 +219,7 @@ class PushConsumer:
         self._unclaimed_locks: set[MessageQueue] = set()
         """Orderly: queues locked at the broker by a round that has not added them yet."""
         self._round = trio.CancelScope()
-        """The running rebalance round or offset reset; closing cancels it."""
+        """The running rebalance round; closing cancels it."""
         self._rebalance_wakeup = trio.Event()
         self._rebalance_lock = trio.Lock()
         self._offsets: OffsetStore
@@ -425,6 +425,8 @@ class PushConsumer:
         The queues a cancelled round was releasing, or had locked but not added, are
         finished here too."""
         queues = dict(self._queues)
+        queues.update((mq, q) for mq, q in self._dropping.items() if mq not in queues)
+        self._dropping.clear()
         for q in queues.values():
             q.pulling.cancel()
         with trio.move_on_after(CLOSE_DRAIN_S):
@@ -432,8 +434,6 @@ class PushConsumer:
                 await self._concurrent.drain()
             if self._orderly is not None:
                 await self._orderly.drain([q.slot for q in queues.values()])
-        queues.update((mq, q) for mq, q in self._dropping.items() if mq not in queues)
-        self._dropping.clear()
         now = _now_ms()
         async with trio.open_nursery() as nursery:
             for mq, q in queues.items():
@@ -463,20 +463,22 @@ class PushConsumer:
 
     async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
         """Move assigned queues to new offsets (an admin reset): each queue in ``offsets`` that
-        is ours drops what it buffered, stores the offset and pulls again from there."""
+        is ours drops what it buffered, stores the offset and pulls again from there.
+
+        Every new offset is taken locally first, and the old position's work stops counting
+        at once: a close meanwhile persists the new offsets, not the old ones (the broker
+        already holds the new ones)."""
         async with self._rebalance_lock:
-            if not self._running:
-                return
-            with trio.CancelScope() as self._round:
-                for mq, offset in sorted(offsets.items()):
-                    if mq not in self._queues:
-                        continue
-                    await self._remove_queue(mq)
-                    self._offsets.update(mq, offset, increase_only=False)
-                    await self._offsets.persist([mq])
-                    self._offsets.remove(mq)
-                    await self._add_queue(mq, locked=False)
-                    log.info("%s: %s reset to offset %d", self.group, mq, offset)
+            ours = {mq: offset for mq, offset in sorted(offsets.items()) if mq in self._queues}
+            for mq, offset in ours.items():
+                self._queues[mq].slot.pq.dropped = True
+                self._offsets.update(mq, offset, increase_only=False)
+            for mq, offset in ours.items():
+                if mq not in self._queues or not self._running:
+                    continue  # closing: the close persists the new offset
+                await self._remove_queue(mq)  # persists the new offset
+                await self._add_queue(mq, locked=False)
+                log.info("%s: %s reset to offset %d", self.group, mq, offset)
 
     def rebalance_soon(self) -> None:
         """Run a rebalance round now instead of at the next period."""
@@ -536,8 +538,12 @@ class PushConsumer:
         added = sorted(wanted - set(self._queues))
         if not added:
             return
-        locked = await self._lock(added) if self.uses_locks else set()
-        self._unclaimed_locks |= locked
+        if self.uses_locks:
+            self._unclaimed_locks.update(added)  # maybe locked once asked: a cancelled round
+            locked = await self._lock(added)  # leaves them to the close to unlock
+            self._unclaimed_locks.difference_update(set(added) - locked)
+        else:
+            locked = set()
         for mq in added:
             await self._add_queue(mq, mq in locked)
             self._unclaimed_locks.discard(mq)

@@ -12,6 +12,7 @@ and a rebalance round in progress cannot spend the close's time.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from client.consume_service import ConsumeResult
 from client.instance import ClientInstance
 from client.message import ReceivedMessage
 from client.offset_store import RemoteOffsetStore
+from remoting.client_bodies import LockedQueue
 from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import cluster
 
@@ -158,6 +160,106 @@ async def test_an_orderly_close_during_a_rebalance_persists_every_queue(
                 await wait_until(all_persisted, "every queue's offset persisted")
                 gate.set()
                 await c1.closed.wait()
+                c2_scope.cancel()
+        finally:
+            gate.set()
+
+
+async def test_a_close_during_an_offset_reset_keeps_the_reset(tmp_path: Path) -> None:
+    """The reset's offsets are taken locally before its first request, and a close does not
+    cancel it: before, the close persisted the old offsets over the broker's reset ones, so
+    the messages the reset was to replay were skipped. (Orderly, with busy handlers: the reset
+    waits for the first queue's handler, so the close lands inside it.)"""
+    topic, group, queues = "CloseReset", "cg_close_reset", 4
+    async with cluster(tmp_path, brokers=("broker-a",)) as c:
+        await c.create_topic(topic, queues=queues)
+        await send(c.namesrv, topic, queues * 10)
+        gate = threading.Event()
+        done: dict[int, int] = {}
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            for m in msgs:
+                if m.queue_offset == 2:
+                    gate.wait(GATE_S)
+                done[m.queue.queue_id] = m.queue_offset + 1
+            return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer(
+            group,
+            c.namesrv,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            orderly=True,
+            persist_interval=3600,
+        )
+        consumer.subscribe(topic, "*", handle)
+        every = [MessageQueue(topic, "broker-a", i) for i in range(queues)]
+        try:
+            async with trio.open_nursery() as nursery, consumer:
+                await wait_until(
+                    lambda: len(done) == queues and set(done.values()) == {2},
+                    "every queue busy after two messages",
+                )
+                slots = [consumer._queues[mq].slot.pq for mq in every]
+                nursery.start_soon(consumer.reset_offsets, dict.fromkeys(every, 0))
+                await wait_until(lambda: any(pq.dropped for pq in slots), "the reset started")
+                nursery.start_soon(_open_when_closing, consumer, gate)
+                # closed while the reset waited for a busy queue
+        finally:
+            gate.set()
+        assert await committed(c.namesrv, group, every) == [0] * queues
+
+
+async def _open_when_closing(consumer: PushConsumer, gate: threading.Event) -> None:
+    await wait_until(lambda: not consumer._running, "closing")
+    gate.set()
+
+
+async def test_an_orderly_close_unlocks_the_queue_a_round_was_dropping(tmp_path: Path) -> None:
+    """The close waits for the handler of the queue a cancelled round was dropping, as for the
+    others, then unlocks it: before, it stayed locked at the broker for 60 s."""
+    topic, group, queues = "CloseUnlock", "cg_close_unlock", 8
+    async with cluster(tmp_path, brokers=("broker-a",)) as c:
+        await c.create_topic(topic, queues=queues)
+        await send(c.namesrv, topic, queues * 5)
+        gate = threading.Event()
+        busy: set[int] = set()
+        slow: set[int] = set()
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            qid = msgs[0].queue.queue_id
+            busy.add(qid)
+            gate.wait(GATE_S)
+            if qid in slow:
+                time.sleep(0.3)  # returns after the kept queues' handlers
+            return ConsumeResult.SUCCESS
+
+        c1 = PushConsumer(group, c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, orderly=True)
+        c1.subscribe(topic, "*", handle)
+        c2 = PushConsumer(group, c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, orderly=True)
+        c2.subscribe(topic, "*", lambda msgs: ConsumeResult.SUCCESS)
+        locks = c.controllers["broker-a"].locks
+        try:
+            async with trio.open_nursery() as nursery:
+                c1_scope = await nursery.start(c1.run)
+                await wait_until(lambda: len(busy) == queues, "every queue busy")
+                c1_id = c1.instance.client_id
+                c2_scope = await nursery.start(c2.run)
+
+                def kept() -> set[int]:
+                    return {q.queue_id for q in c1.assignment() if q.topic == topic}
+
+                await wait_until(lambda: len(kept()) < queues, "c1 dropping queues")
+                slow.update(set(range(queues)) - kept())  # the one being dropped now
+                c1_scope.cancel()
+                await wait_until(lambda: not c1._running, "c1 closing")
+                gate.set()  # the handlers return within the close's drain
+                await c1.closed.wait()
+                held = [
+                    i
+                    for i in range(queues)
+                    if locks.holder(group, LockedQueue(topic, "broker-a", i)) == c1_id
+                ]
+                assert held == []
                 c2_scope.cancel()
         finally:
             gate.set()
