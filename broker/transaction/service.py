@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Final
 
 import trio
@@ -66,6 +66,7 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.transaction_bodies import HalfMessage
 from store import GetStatus, MessageStore, PutResult
+from store.index_service import run_steps
 from store.services import StoreServices
 
 log = logging.getLogger(__name__)
@@ -180,9 +181,12 @@ class TransactionService:
             offset = min(result.next_begin_offset, stop)
         return out, offset
 
-    def _read_queue(self, topic: str, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
-        """Decoded ``(queue offset, record)`` of queue 0 of ``topic`` from ``start`` to its
-        end, and the offset after the last one read; in one go (loading, listing)."""
+    def _queue_steps(
+        self, topic: str, start: int
+    ) -> Generator[None, None, tuple[list[tuple[int, MessageRecord]], int]]:
+        """Decoded ``(queue offset, record)`` of queue 0 of ``topic`` from ``start`` to the end
+        it has now, and the offset after the last one read; yields after each step of
+        READ_STEP records."""
         stop = self.store.get_max_offset_in_queue(topic, 0)
         out: list[tuple[int, MessageRecord]] = []
         offset = start
@@ -192,21 +196,23 @@ class TransactionService:
             if after == offset:
                 return out, offset
             offset = after
+            yield
+
+    def _read_queue(self, topic: str, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
+        """:meth:`_queue_steps` in one go (loading, listing)."""
+        return run_steps(self._queue_steps(topic, start))
 
     async def _read_queue_in_steps(
         self, topic: str, start: int
     ) -> tuple[list[tuple[int, MessageRecord]], int]:
-        """:meth:`_read_queue` up to the end the queue has now, with a checkpoint after each
-        step of READ_STEP records."""
-        stop = self.store.get_max_offset_in_queue(topic, 0)
-        out: list[tuple[int, MessageRecord]] = []
-        offset = start
+        """:meth:`_queue_steps` with a checkpoint after each step."""
+        steps = self._queue_steps(topic, start)
         while True:
-            step, after = self._read_step(topic, offset, stop)
-            out.extend(step)
-            if after == offset:
-                return out, offset
-            offset = after
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: tuple[list[tuple[int, MessageRecord]], int] = done.value
+                return result
             await trio.lowlevel.checkpoint()
 
     def _read_half(self, start: int) -> tuple[list[tuple[int, MessageRecord]], int]:
