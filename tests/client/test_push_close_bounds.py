@@ -46,6 +46,37 @@ async def committed(namesrv: str, group: str, mqs: list[MessageQueue]) -> list[i
         return [await store.read(mq) for mq in mqs]
 
 
+class BusyAfterTwo:
+    """An orderly handler that consumes two messages of every queue, then waits in the third
+    until :attr:`gate` opens (each queue busy, its offset 2)."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.done: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, msgs: list[ReceivedMessage]) -> ConsumeResult:
+        for m in msgs:
+            if m.queue_offset == 2:
+                self.gate.wait(GATE_S)
+            with self._lock:
+                self.done[m.queue.queue_id] = m.queue_offset + 1
+        return ConsumeResult.SUCCESS
+
+    def all_busy(self, queues: int) -> bool:
+        """Every one of ``queues`` queues consumed two messages and waits in the third."""
+        return len(self.done) == queues and set(self.done.values()) == {2}
+
+
+def orderly_member(group: str, namesrv: str, topic: str, handler: BusyAfterTwo) -> PushConsumer:
+    """An orderly member whose offsets only releasing a queue and closing persist."""
+    consumer = PushConsumer(
+        group, namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, orderly=True, persist_interval=3600
+    )
+    consumer.subscribe(topic, "*", handler)
+    return consumer
+
+
 async def test_closing_stops_a_pull_between_batches(tmp_path: Path) -> None:
     topic, group = "CloseMid", "cg_close_mid"
     async with cluster(tmp_path, brokers=("broker-a",)) as c:
@@ -99,29 +130,13 @@ async def test_an_orderly_close_during_a_rebalance_persists_every_queue(
     async with cluster(tmp_path, brokers=("broker-a",)) as c:
         await c.create_topic(topic, queues=queues)
         await send(c.namesrv, topic, queues * 5)
-        gate = threading.Event()
-        done: dict[int, int] = {}
-        lock = threading.Lock()
-
-        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
-            for m in msgs:
-                if m.queue_offset == 2:  # every queue: two consumed, then busy
-                    gate.wait(GATE_S)
-                with lock:
-                    done[m.queue.queue_id] = m.queue_offset + 1
-            return ConsumeResult.SUCCESS
+        handle = BusyAfterTwo()
+        gate = handle.gate
 
         def mine(consumer: PushConsumer) -> list[MessageQueue]:
             return [q for q in consumer.assignment() if q.topic == topic]
 
-        c1 = PushConsumer(
-            group,
-            c.namesrv,
-            consume_from=ConsumeFrom.FIRST_OFFSET,
-            orderly=True,
-            persist_interval=3600,  # only releasing a queue and closing persist
-        )
-        c1.subscribe(topic, "*", handle)
+        c1 = orderly_member(group, c.namesrv, topic, handle)
         c2 = PushConsumer(group, c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, orderly=True)
         c2.subscribe(topic, "*", lambda msgs: ConsumeResult.SUCCESS)
         every = [MessageQueue(topic, "broker-a", i) for i in range(queues)]
@@ -145,10 +160,7 @@ async def test_an_orderly_close_during_a_rebalance_persists_every_queue(
                     return [await store.read(mq) for mq in every] == [2] * queues
 
                 c1_scope = await nursery.start(run_c1)
-                await wait_until(
-                    lambda: len(done) == queues and all(v == 2 for v in done.values()),
-                    "every queue busy after two messages",
-                )
+                await wait_until(lambda: handle.all_busy(queues), "every queue busy")
                 c2_scope = await nursery.start(c2.run)
                 # c1's round drops four busy queues, waiting up to 1 s for each one's handler
                 await wait_until(lambda: len(mine(c1)) < queues, "c1 dropping queues")
@@ -174,31 +186,13 @@ async def test_a_close_during_an_offset_reset_keeps_the_reset(tmp_path: Path) ->
     async with cluster(tmp_path, brokers=("broker-a",)) as c:
         await c.create_topic(topic, queues=queues)
         await send(c.namesrv, topic, queues * 10)
-        gate = threading.Event()
-        done: dict[int, int] = {}
-
-        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
-            for m in msgs:
-                if m.queue_offset == 2:
-                    gate.wait(GATE_S)
-                done[m.queue.queue_id] = m.queue_offset + 1
-            return ConsumeResult.SUCCESS
-
-        consumer = PushConsumer(
-            group,
-            c.namesrv,
-            consume_from=ConsumeFrom.FIRST_OFFSET,
-            orderly=True,
-            persist_interval=3600,
-        )
-        consumer.subscribe(topic, "*", handle)
+        handle = BusyAfterTwo()
+        gate = handle.gate
+        consumer = orderly_member(group, c.namesrv, topic, handle)
         every = [MessageQueue(topic, "broker-a", i) for i in range(queues)]
         try:
             async with trio.open_nursery() as nursery, consumer:
-                await wait_until(
-                    lambda: len(done) == queues and set(done.values()) == {2},
-                    "every queue busy after two messages",
-                )
+                await wait_until(lambda: handle.all_busy(queues), "every queue busy")
                 slots = [consumer._queues[mq].slot.pq for mq in every]
                 nursery.start_soon(consumer.reset_offsets, dict.fromkeys(every, 0))
                 await wait_until(lambda: any(pq.dropped for pq in slots), "the reset started")
