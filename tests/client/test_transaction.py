@@ -16,6 +16,7 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -32,6 +33,7 @@ from client.aio import (
 from client.errors import MessageInvalidError, MQClientError
 from client.transaction import (
     LocalExecutor,
+    TransactionChecker,
     end_transaction_request,
     run_local,
     run_local_sync,
@@ -310,38 +312,6 @@ async def test_a_check_is_answered_over_the_wire() -> None:
     assert msg.body == b"the half message"
 
 
-class FakeBroker:
-    """A RemotingServer standing in for a broker: it takes heartbeats, keeps the
-    END_TRANSACTION answers and sends checks over the producer's connection."""
-
-    def __init__(self) -> None:
-        self.answers_in, self.answers = trio.open_memory_channel[RemotingCommand](1000)
-
-        async def end_transaction(request: RemotingCommand, ch: Channel) -> None:
-            await self.answers_in.send(request)
-
-        async def hello(request: RemotingCommand, ch: Channel) -> RemotingCommand:
-            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
-
-        self.server = RemotingServer(
-            {RequestCode.END_TRANSACTION: end_transaction, RequestCode.HEART_BEAT: hello},
-            host="127.0.0.1",
-            port=0,
-        )
-        self.addr = ""
-
-    async def start(self, nursery: trio.Nursery) -> None:
-        port = await nursery.start(self.server.run)
-        self.addr = f"127.0.0.1:{port}"
-
-    async def connect(self, producer: TransactionProducer) -> Channel:
-        """The producer's connection to this broker (a heartbeat opens it)."""
-        ping = RemotingCommand.request(RequestCode.HEART_BEAT, {}, opaque=0)
-        await producer.instance.invoke(self.addr, ping)
-        (channel,) = self.server.channels
-        return channel
-
-
 class BlockedChecker:
     """A plain checker blocked in its worker thread until released, counting how many run."""
 
@@ -364,98 +334,6 @@ class BlockedChecker:
         finally:
             with self.lock:
                 self.running -= 1
-
-
-async def test_stuck_checks_leave_the_worker_threads_to_the_local_transactions() -> None:
-    """Checks run on a pool of their own (1 thread by default, as RocketMQ's check pool): 45
-    checks stuck in the checker used to take trio's 40 shared worker threads, and a plain
-    ``execute`` then never ran."""
-    checker = BlockedChecker()
-    broker = FakeBroker()
-    try:
-        with trio.fail_after(LIMIT):
-            async with trio.open_nursery() as nursery:
-                await broker.start(nursery)
-                async with TransactionProducer("tx-pg", UNREACHABLE, checker=checker) as producer:
-                    channel = await broker.connect(producer)
-                    for i in range(45):
-                        await channel.invoke_oneway(check_request(f"U-{i}", "tx-pg"))
-                    await wait_until(lambda: len(producer._checks) == 45, "45 checks held")
-                    await wait_until(lambda: checker.started == 1, "a checker running")
-                    state = await run_local(returns(COMMIT), Message(TOPIC, b"x"), None)
-                    assert state is COMMIT
-                    assert checker.most == 1
-                    checker.release.set()
-                    got = {
-                        str((await broker.answers.receive()).ext_fields["msgId"]) for _ in range(45)
-                    }
-                    assert got == {f"U-{i}" for i in range(45)}
-                    assert checker.most == 1
-                nursery.cancel_scope.cancel()
-    finally:
-        checker.release.set()
-
-
-async def test_checks_beyond_the_hold_max_are_dropped() -> None:
-    checker = BlockedChecker()
-    broker = FakeBroker()
-    try:
-        with trio.fail_after(LIMIT):
-            async with trio.open_nursery() as nursery:
-                await broker.start(nursery)
-                async with TransactionProducer(
-                    "tx-pg", UNREACHABLE, checker=checker, check_threads=2, check_request_hold_max=3
-                ) as producer:
-                    channel = await broker.connect(producer)
-                    for i in range(5):
-                        await channel.invoke_oneway(check_request(f"U-{i}", "tx-pg"))
-                    await wait_until(lambda: producer.checks_dropped == 2, "2 checks dropped")
-                    await wait_until(lambda: checker.started == 2, "2 checkers running")
-                    checker.release.set()
-                    answers = [await broker.answers.receive() for _ in range(3)]
-                    got = {str(a.ext_fields["msgId"]) for a in answers}
-                    assert len(got) == 3  # which three is up to the order they arrived in
-                    assert got <= {f"U-{i}" for i in range(5)}
-                    assert (checker.most, checker.started) == (2, 3)
-                nursery.cancel_scope.cancel()
-    finally:
-        checker.release.set()
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="check_threads"):
-            TransactionProducer("tx-pg", UNREACHABLE, checker=never, check_threads=bad)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("plain", [True, False], ids=["thread", "async"])
-async def test_leaving_the_producer_abandons_a_running_check(plain: bool) -> None:
-    """Closing used to wait for the checker (forever, for a hung one), to drop its answer
-    anyway: now the check is abandoned at once and the broker asks again."""
-    checker = BlockedChecker(hold_s=10.0)
-
-    async def hung(msg: ReceivedMessage) -> LocalTransactionState:
-        checker.started += 1
-        await trio.sleep(10.0)
-        return COMMIT
-
-    broker = FakeBroker()
-    try:
-        with trio.fail_after(LIMIT):
-            async with trio.open_nursery() as nursery:
-                await broker.start(nursery)
-                async with TransactionProducer(
-                    "tx-pg", UNREACHABLE, checker=checker if plain else hung
-                ) as producer:
-                    channel = await broker.connect(producer)
-                    await channel.invoke_oneway(check_request("U-1", "tx-pg"))
-                    await wait_until(lambda: checker.started == 1, "the check running")
-                    leaving = trio.current_time()
-                # the checker holds on for 10 s: leaving must not wait for it
-                assert trio.current_time() - leaving < 5.0
-                assert not checker.release.is_set()
-                nursery.cancel_scope.cancel()
-    finally:
-        checker.release.set()
-    with pytest.raises(trio.WouldBlock):
-        broker.answers.receive_nowait()
 
 
 # --------------------------------------------------------------------------- against a broker
@@ -526,12 +404,19 @@ class Reader:
 Scenario = Callable[[TransactionProducer, Reader], Awaitable[None]]
 
 
-async def run_with_reader(tmp_path: Path, checker: Checker, scenario: Scenario) -> None:
-    """Run ``await scenario(producer, reader)`` against a one-broker cluster."""
+async def run_with_reader(
+    tmp_path: Path,
+    checker: TransactionChecker,
+    scenario: Scenario,
+    settings: dict[str, str] = TX_SETTINGS,
+    **options: Any,
+) -> None:
+    """Run ``await scenario(producer, reader)`` against a one-broker cluster with
+    ``settings``; ``options`` are the producer's."""
     first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
     async with (
-        cluster(tmp_path, brokers=("broker-a",), overrides=TX_SETTINGS) as c,
-        TransactionProducer("tx-pg", c.namesrv, checker=checker) as producer,
+        cluster(tmp_path, brokers=("broker-a",), overrides=settings) as c,
+        TransactionProducer("tx-pg", c.namesrv, checker=checker, **options) as producer,
         PullConsumer("cg-tx", c.namesrv, consume_from=first) as consumer,
     ):
         consumer.assign(await consumer.fetch_queues(TOPIC))
@@ -647,3 +532,99 @@ async def test_the_half_send_gets_the_calls_send_timeout_as_its_budget(tmp_path:
             budget = budgets.pop()
             assert budget is not None
             assert expected - 1.0 < budget <= expected
+
+
+# --------------------------------------------------------------------------- the check pool
+
+PATIENT = {**TX_SETTINGS, "transactionCheckMax": "1000"}
+"""Checked every 200 ms, never discarded while a test's checker is held."""
+
+
+async def send_unknown(producer: TransactionProducer, bodies: list[bytes]) -> None:
+    for body in bodies:
+        result = await producer.send_in_transaction(Message(TOPIC, body), returns(UNKNOW))
+        assert result.local_state is UNKNOW
+
+
+async def test_stuck_checks_leave_the_worker_threads_to_the_local_transactions(
+    tmp_path: Path,
+) -> None:
+    """Checks run on a pool of their own (1 thread by default, as RocketMQ's check pool): 45
+    checks stuck in the checker used to take trio's 40 shared worker threads, and a plain
+    ``execute`` then never ran."""
+    checker = BlockedChecker()
+    bodies = [b"stuck-%d" % i for i in range(45)]
+
+    async def scenario(producer: TransactionProducer, reader: Reader) -> None:
+        await send_unknown(producer, bodies)
+        await wait_until(lambda: len(producer._checks) >= 45, "45 checks held")
+        await wait_until(lambda: checker.started == 1, "a checker running")
+        with trio.fail_after(LIMIT):
+            state = await run_local(returns(COMMIT), Message(TOPIC, b"x"), None)
+        assert state is COMMIT
+        checker.release.set()
+        await reader.until(*bodies)
+        counts = await reader.drain(producer)
+        assert all(counts[b] == 1 for b in bodies)
+        assert checker.most == 1
+
+    try:
+        await run_with_reader(tmp_path, checker, scenario, PATIENT)
+    finally:
+        checker.release.set()
+
+
+async def test_checks_beyond_the_hold_max_are_dropped(tmp_path: Path) -> None:
+    """At most ``check_request_hold_max`` checks wait or run; the ones dropped are asked
+    again by the broker, so every message is still decided once."""
+    checker = BlockedChecker()
+    bodies = [b"held-%d" % i for i in range(5)]
+
+    async def scenario(producer: TransactionProducer, reader: Reader) -> None:
+        await send_unknown(producer, bodies)
+        await wait_until(lambda: producer.checks_dropped >= 2, "checks dropped")
+        await wait_until(lambda: checker.started == 2, "2 checkers running")
+        assert len(producer._checks) <= 3
+        checker.release.set()
+        await reader.until(*bodies)
+        counts = await reader.drain(producer)
+        assert all(counts[b] == 1 for b in bodies)
+        assert checker.most == 2
+
+    try:
+        await run_with_reader(
+            tmp_path, checker, scenario, PATIENT, check_threads=2, check_request_hold_max=3
+        )
+    finally:
+        checker.release.set()
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["thread", "async"])
+async def test_leaving_the_producer_abandons_a_running_check(tmp_path: Path, plain: bool) -> None:
+    """Closing used to wait for the checker (forever, for a hung one), to drop its answer
+    anyway: now the check is abandoned at once, the checker still held, and the broker asks
+    again."""
+    checker = BlockedChecker()
+    finished = trio.Event()
+
+    go = trio.Event()  # never set: a hung async checker
+
+    async def hung(msg: ReceivedMessage) -> LocalTransactionState:
+        checker.started += 1
+        await go.wait()
+        finished.set()
+        return COMMIT
+
+    try:
+        with trio.fail_after(LIMIT):
+            async with cluster(tmp_path, brokers=("broker-a",), overrides=PATIENT) as c:
+                async with TransactionProducer(
+                    "tx-pg", c.namesrv, checker=checker if plain else hung
+                ) as producer:
+                    await send_unknown(producer, [b"hung"])
+                    await wait_until(lambda: checker.started == 1, "the check running")
+                # left while the checker is still held: leaving did not wait for it
+                assert not checker.release.is_set()
+                assert checker.running == 1 if plain else not finished.is_set()
+    finally:
+        checker.release.set()
