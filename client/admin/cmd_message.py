@@ -3,6 +3,7 @@ sendMessage, consumeMessage."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import click
@@ -10,6 +11,7 @@ import click
 from client import api
 from client.admin.admin_client import TOOLS_CONSUMER, AdminClient, MessageQuery
 from client.admin.base import (
+    JsonArrayWriter,
     admin_command,
     charset_option,
     emit_json,
@@ -29,6 +31,8 @@ from client.producer import Producer
 from remoting.codes import RequestCode, ResponseCode
 
 PULL_BATCH = 32
+PRINT_PAGE = 1000
+"""printMsg prints its table in pages of this many rows, each as soon as it is read."""
 TOOLS_PRODUCER = "TOOLS_PRODUCER"
 
 
@@ -190,6 +194,40 @@ async def _queue_range(
     return lo, hi
 
 
+async def iter_range(
+    admin: AdminClient,
+    ranges: list[tuple[MessageQueue, int, int]],
+    *,
+    group: str = TOOLS_CONSUMER,
+    expression: str = "*",
+    limit: int | None = None,
+) -> AsyncIterator[list[ReceivedMessage]]:
+    """Pull each ``(queue, from, to)`` range in turn and yield each pull's messages as they
+    arrive (at most ``limit`` in all), with a progress bar on stderr."""
+    seen = 0
+    total = sum(hi - lo for _, lo, hi in ranges)
+    if limit is not None:
+        total = min(total, limit)
+    with progress("reading messages") as bar:
+        task = bar.add_task("reading messages", total=total)
+        for mq, lo, hi in ranges:
+            offset = lo
+            while offset < hi and (limit is None or seen < limit):
+                result = await admin.pull(
+                    mq, offset, PULL_BATCH, group=group, expression=expression
+                )
+                batch = [m for m in result.messages if offset <= m.queue_offset < hi]
+                if limit is not None:
+                    batch = batch[: limit - seen]
+                if batch:
+                    seen += len(batch)
+                    yield batch
+                if result.next_begin_offset <= offset:
+                    break  # nothing more in this queue
+                bar.advance(task, min(result.next_begin_offset, hi) - offset)
+                offset = result.next_begin_offset
+
+
 async def read_range(
     admin: AdminClient,
     ranges: list[tuple[MessageQueue, int, int]],
@@ -198,27 +236,10 @@ async def read_range(
     expression: str = "*",
     limit: int | None = None,
 ) -> list[ReceivedMessage]:
-    """Pull every message of each ``(queue, from, to)`` range, with a progress bar on stderr."""
+    """Every message of each ``(queue, from, to)`` range (at most ``limit``), in one list."""
     out: list[ReceivedMessage] = []
-    total = sum(hi - lo for _, lo, hi in ranges)
-    if limit is not None:
-        total = min(total, limit)
-    with progress("reading messages") as bar:
-        task = bar.add_task("reading messages", total=total)
-        for mq, lo, hi in ranges:
-            offset = lo
-            while offset < hi and (limit is None or len(out) < limit):
-                result = await admin.pull(
-                    mq, offset, PULL_BATCH, group=group, expression=expression
-                )
-                batch = [m for m in result.messages if offset <= m.queue_offset < hi]
-                if limit is not None:
-                    batch = batch[: limit - len(out)]
-                out.extend(batch)
-                if result.next_begin_offset <= offset:
-                    break  # nothing more in this queue
-                bar.advance(task, min(result.next_begin_offset, hi) - offset)
-                offset = result.next_begin_offset
+    async for batch in iter_range(admin, ranges, group=group, expression=expression, limit=limit):
+        out.extend(batch)
     return out
 
 
@@ -241,6 +262,34 @@ def _rows(msgs: list[ReceivedMessage], print_body: bool, charset: str) -> None:
     )
 
 
+class _PagedRows:
+    """Prints messages as tables of up to :data:`PRINT_PAGE` rows, each as soon as it fills,
+    so printing a large topic holds one page in memory and shows output as it reads."""
+
+    def __init__(self, print_body: bool, charset: str) -> None:
+        self._page: list[ReceivedMessage] = []
+        self._print_body = print_body
+        self._charset = charset
+        self._pages = 0
+
+    def add(self, batch: list[ReceivedMessage]) -> None:
+        self._page.extend(batch)
+        while len(self._page) >= PRINT_PAGE:
+            self._emit(self._page[:PRINT_PAGE])
+            del self._page[:PRINT_PAGE]
+
+    def close(self) -> None:
+        if self._page or not self._pages:  # an empty topic still prints its header
+            self._emit(self._page)
+        self._page = []
+
+    def _emit(self, rows: list[ReceivedMessage]) -> None:
+        if self._pages:
+            lines("")
+        _rows(rows, self._print_body, self._charset)
+        self._pages += 1
+
+
 @admin_command("printMsg")
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @charset_option
@@ -258,23 +307,28 @@ def print_msg(
     end: str | None,
     print_body: bool,
 ) -> None:
-    """Print every message of a topic (optionally in a store-time range)."""
+    """Print every message of a topic (optionally in a store-time range), as it is read: tables
+    of up to 1,000 rows, or with --json one JSON array written item by item."""
     lo = parse_timestamp(begin, "-b") if begin else None
     hi = parse_timestamp(end, "-e") if end else None
 
-    async def body(admin: AdminClient) -> list[ReceivedMessage]:
+    async def body(admin: AdminClient) -> None:
         route = await admin.topic_route(topic)
         ranges = []
         for mq in api.subscribe_queues(topic, route):
             a, b = await _queue_range(admin, mq, lo, hi)
             ranges.append((mq, a, b))
-        return await read_range(admin, ranges, expression=expression)
+        if as_json:
+            with JsonArrayWriter() as out:
+                async for batch in iter_range(admin, ranges, expression=expression):
+                    out.extend(message_json(m, charset) for m in batch)
+            return
+        pages = _PagedRows(print_body, charset)
+        async for batch in iter_range(admin, ranges, expression=expression):
+            pages.add(batch)
+        pages.close()
 
-    msgs = run(namesrv, body)
-    if as_json:
-        emit_json([message_json(m, charset) for m in msgs])
-    else:
-        _rows(msgs, print_body, charset)
+    run(namesrv, body)
 
 
 @admin_command("sendMessage")

@@ -6,6 +6,7 @@ from datetime import datetime
 from pathlib import Path
 
 from client.admin.base import parse_timestamp
+from client.admin.cmd_message import PRINT_PAGE
 from client.aio import Message, Producer
 from tests.admin.harness import as_json, fails, headers_in, ok
 from tests.client.inproc_cluster import TOPIC, cluster
@@ -171,3 +172,23 @@ async def test_a_bad_time_names_its_option(tmp_path: Path) -> None:
         ):
             err = await fails(*args, *n)
             assert f"Invalid value for {option}: " in err, err
+
+
+async def test_print_msg_pages_a_long_topic(tmp_path: Path) -> None:
+    """printMsg prints a topic longer than a page as one table per page (each page as soon as
+    it is read, RocketMQ-style headers on each), and --json as one array holding every
+    message once."""
+    count = 2 * PRINT_PAGE + 50
+    async with cluster(tmp_path, brokers=("broker-a",), queues=2) as c:
+        n = ("-n", c.namesrv)
+        async with Producer("pg", c.namesrv) as producer:
+            for start in range(0, count, 50):
+                batch = [Message(TOPIC, f"p{i}".encode()) for i in range(start, start + 50)]
+                await producer.send_batch(batch)
+        msgs = await as_json("printMsg", *n, "-t", TOPIC)
+        assert sorted(m["body"] for m in msgs) == sorted(f"p{i}" for i in range(count))
+        text = await ok("printMsg", *n, "-t", TOPIC)
+        assert text.count("#Broker Name") == 3  # 1,000 + 1,000 + 50 rows
+        rows = [line for line in text.splitlines() if line.startswith("broker-a ")]
+        assert len(rows) == count
+        assert {row.split()[3] for row in rows} == {m["msgId"] for m in msgs}
