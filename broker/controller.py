@@ -30,6 +30,9 @@ Rules:
   the start before any name server hears of the broker (the error names ``listenPort`` or
   ``metricsPort``); a broker stopped after its first registration attempt unregisters.
 - A failed registration is logged and retried next period; it never stops the broker.
+- A round after a topic change (``register_now``) holds up the request that changed it only
+  until one name server has accepted it (or every one has failed); the rest of the round runs
+  on in the net nursery, so a hung name server costs that request nothing.
 - ``store.arrival_listener`` wakes parked pulls and the schedule service's levels (chained
   after any listener already set) for as long as the net nursery runs; a closed connection
   drops its clients at once (RemotingServer's ``on_close`` hook) and its parked pulls (their
@@ -124,6 +127,7 @@ class BrokerController:
         self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
         """Queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
         self._client: RemotingClient | None = None
+        self._net: trio.Nursery | None = None
         self.server: RemotingServer | None = None
         """The request server while the broker runs (its open connections: ``channels``)."""
         self.busy_poll: BusyPoll | None = None
@@ -291,6 +295,7 @@ class BrokerController:
             self._client = client
             try:
                 async with trio.open_nursery() as net:
+                    self._net = net
                     self.port = await net.start(server.run)
                     # no await before this: no request is handled with the wrong address
                     self.store.set_store_host(
@@ -316,6 +321,7 @@ class BrokerController:
                     task_status.started(self.port)
             finally:
                 self._client = None
+                self._net = None
                 self.store.arrival_listener = previous_listener
                 if registering:
                     await self.unregister_all()
@@ -361,13 +367,34 @@ class BrokerController:
 
     async def register_all(self, client: RemotingClient) -> None:
         """One REGISTER_BROKER round to every name server, concurrently; failures are logged."""
-        assert self.topics is not None
-        body = encode_register_body(self._advertised_topics())
+        await self._register_round(client, self._register_body(), trio.Event())
+
+    def _register_body(self) -> bytes:
+        """The REGISTER_BROKER body: the topic table as it is now."""
+        return encode_register_body(self._advertised_topics())
+
+    async def _register_round(self, client: RemotingClient, body: bytes, taken: trio.Event) -> None:
+        """REGISTER_BROKER with ``body`` to every name server, concurrently (each call bounded
+        by ``REGISTER_TIMEOUT_S``); ``taken`` is set once one name server has accepted it, or
+        every one has failed, and when the round ends however it ends."""
         header = {**self._header(), "haServerAddr": ""}
-        async with trio.open_nursery() as nursery:
-            for addr in self.config.namesrv_addrs:
-                cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body, opaque=0)
-                nursery.start_soon(_call_logged, client, addr, cmd, "register")
+        addrs = self.config.namesrv_addrs
+        left = len(addrs)
+
+        async def register_with(addr: str) -> None:
+            nonlocal left
+            cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body, opaque=0)
+            accepted = await _call_logged(client, addr, cmd, "register")
+            left -= 1
+            if accepted or left == 0:
+                taken.set()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for addr in addrs:
+                    nursery.start_soon(register_with, addr)
+        finally:
+            taken.set()
 
     def _advertised_topics(self) -> dict[str, TopicConfig]:
         """The topic table as routed: each topic's perm within ``brokerPermission`` (a broker
@@ -380,9 +407,20 @@ class BrokerController:
         return {name: dataclasses.replace(c, perm=c.perm & mask) for name, c in table.items()}
 
     async def register_now(self) -> None:
-        """One registration round now (after a topic change); no-op when not serving."""
-        if self._client is not None:
-            await self.register_all(self._client)
+        """One registration round now (after a topic change); no-op when not serving.
+
+        It returns once one name server has accepted the registration (or every one has
+        failed); the others are left to finish in the background, each within
+        ``REGISTER_TIMEOUT_S``. So the route exists when the request that changed a topic is
+        answered, and a hung name server does not hold that request up past the client's
+        timeout (a send to a new topic, the first heartbeat of a group, updateTopic).
+        """
+        client, net = self._client, self._net
+        if client is None or net is None:
+            return
+        taken = trio.Event()
+        net.start_soon(self._register_round, client, self._register_body(), taken)
+        await taken.wait()
 
     async def unregister_all(self) -> None:
         """One UNREGISTER_BROKER round to every name server: shielded, bounded, concurrent.
@@ -479,12 +517,15 @@ def _chain(first: ArrivalListener | None, second: ArrivalListener) -> ArrivalLis
     return both
 
 
-async def _call_logged(client: RemotingClient, addr: str, cmd: RemotingCommand, what: str) -> None:
-    """Invoke ``cmd`` on ``addr``; log (never raise) a failure or a non-SUCCESS answer."""
+async def _call_logged(client: RemotingClient, addr: str, cmd: RemotingCommand, what: str) -> bool:
+    """Invoke ``cmd`` on ``addr``; log (never raise) a failure or a non-SUCCESS answer. True
+    when the name server answered SUCCESS."""
     try:
         resp = await client.invoke(addr, cmd)
     except (RemotingError, OSError) as exc:
         log.warning("%s with name server %s failed: %s", what, addr, exc)
-        return
+        return False
     if resp.code != ResponseCode.SUCCESS:
         log.warning("%s with name server %s: code %s %s", what, addr, resp.code, resp.remark)
+        return False
+    return True

@@ -15,7 +15,9 @@ Rules:
 
 - A route is fetched from the name servers on first use and cached; :meth:`topic_route` with
   ``refresh`` asks again. The name servers are tried in turn, starting with the last one that
-  answered; only when all fail does the call fail.
+  answered (a random one at first, as RocketMQ's ``namesrvIndex``: clients spread over the
+  name servers, and a dead or hung first one does not cost every new client a timeout); only
+  when all fail does the call fail.
 - The broker address table (broker name -> {broker id: address}) is rebuilt from the cached
   routes after every change, so a broker the name servers dropped disappears with its routes.
 - Broker calls never retry here; the producer and consumer decide what a failure means.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
@@ -129,7 +132,7 @@ class ClientInstance:
         self._publish: dict[str, list[MessageQueue]] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._route_locks: dict[str, trio.Lock] = {}
-        self._namesrv_index = 0
+        self._namesrv_index = random.randrange(max(1, len(config.namesrv_addrs)))
         self._producer_groups: dict[str, int] = {}
         self._consumers: dict[str, Callable[[], ConsumerData]] = {}
         self._transaction_checkers: dict[str, TransactionCheckHandler] = {}

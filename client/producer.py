@@ -249,9 +249,9 @@ class Producer:
     async def _send_with_retries(
         self, msg: Message, uniq: str, body: bytes, sys_flag: int, budget_s: float
     ) -> SendResult:
+        queues = await self._queues(msg.topic)  # bounded by request_timeout_s, not the budget
         began = trio.current_time()
         deadline = began + budget_s
-        queues = await self._queues(msg.topic)
         selector = self._selector(msg.topic)
         last_broker: str | None = None
         errors: list[str] = []
@@ -351,8 +351,8 @@ class Producer:
     async def _send_batch_with_retries(
         self, carrier: Message, uniqs: str, budget_s: float
     ) -> SendResult:
+        queues = await self._queues(carrier.topic)  # as in :meth:`_send_with_retries`
         deadline = trio.current_time() + budget_s
-        queues = await self._queues(carrier.topic)
         selector = self._selector(carrier.topic)
         last_broker: str | None = None
         error: MQClientError | None = None

@@ -14,7 +14,8 @@ Rules:
 - A topic name must pass :func:`common.topic.topic_problem` and must not be a system topic
   (RocketMQ answers both SYSTEM_ERROR); a bad header value is SYSTEM_ERROR too.
 - After a topic change the handler awaits ``reregister()`` (one REGISTER_BROKER round to every
-  name server) before answering, so the route is current once the caller has the response.
+  name server, awaited until one of them has it) before answering, so the route is current
+  once the caller has the response.
 - Deleting a topic removes its config, its consume queues (``MessageStore.delete_topic``: its
   records stay in the commitlog until retention, but never reach a queue again) and every
   group's committed offsets on it, as RocketMQ's ``deleteTopic`` does, and its metric series
