@@ -50,6 +50,7 @@ from client.errors import MQClientError, RequestTimeoutError
 from client.message import Message, MessageQueue, ReceivedMessage, SendStatus
 from common.message_id import decode_offset_msg_id
 from remoting.client import RemotingClient
+from remoting.client_bodies import LockedQueue
 from remoting.codes import RequestCode, ResponseCode
 from tests.broker.fault_proxy import FaultProxy
 from tests.broker.inprocess import LIMIT, req, running_broker, running_namesrv, wait_until
@@ -339,6 +340,40 @@ async def test_an_orderly_lock_renewal_that_gets_no_answer_changes_nothing(
                 await producer.send(Message(TOPIC, b"m6"), queue=mq)
                 await wait_until(lambda: b"m6" in got, "m6")
             assert got == [b"m%d" % i for i in range(7)]  # in order, nothing twice
+
+
+async def test_a_close_during_a_lock_whose_answer_is_held_unlocks_what_it_locked(
+    tmp_path: Path,
+) -> None:
+    """An orderly consumer closed while its first round waits for a LOCK_BATCH_MQ answer that
+    the network holds (the broker has locked the queues already): the close unlocks them, on
+    that broker and on the one that answered before it, so another member can take every
+    queue at once instead of after the broker's 60 s lock expiry."""
+    with trio.fail_after(90):
+        async with brokers(tmp_path, {"broker-a": False, "broker-b": True}) as cluster:
+            namesrv, (_, proxy) = cluster.namesrv, cluster.proxied("broker-b")
+            # the heartbeat and the member list asked of broker-b time out first (5 s each);
+            # then the lock request the test closes on waits 5 s for its held answer
+            config = ClientConfig.create(namesrv, request_timeout_s=5.0)
+            instance = ClientInstance(config)
+            consumer = PushConsumer("lg", namesrv, instance=instance, orderly=True)
+            consumer.subscribe(TOPIC, "*", lambda msgs: ConsumeResult.SUCCESS)
+            queues = [
+                LockedQueue(TOPIC, b.name, q) for b in cluster.brokers.values() for q in range(2)
+            ]
+
+            def holders() -> set[str | None]:
+                return {
+                    cluster.brokers[mq.broker_name].controller.locks.holder("lg", mq)
+                    for mq in queues
+                }
+
+            proxy.blackhole("responses")  # requests arrive and are acted on, answers are held
+            async with instance, consumer:
+                await wait_until(lambda: holders() == {instance.client_id}, "all locked")
+                assert consumer.assignment() == []  # the round still waits for broker-b
+            proxy.heal()
+            assert holders() == {None}
 
 
 async def test_a_push_consumer_rides_out_resets_and_a_blackhole(tmp_path: Path) -> None:
