@@ -27,6 +27,13 @@ def _key(topic: str, group: str) -> str:
     return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
 
+def check_key_parts(topic: str, group: str) -> None:
+    """ValueError when ``topic`` or ``group`` holds the ``@`` that separates them in a key
+    (the offset would be read back under another topic and group)."""
+    if TOPIC_GROUP_SEPARATOR in topic or TOPIC_GROUP_SEPARATOR in group:
+        raise ValueError("topic and group must not contain '@'")
+
+
 def _split(key: str) -> tuple[str, str]:
     topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
     return topic, group
@@ -54,8 +61,7 @@ class ConsumerOffsetManager:
             raise ValueError(f"queue_id must be >= 0, got {queue_id}")
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
-        if TOPIC_GROUP_SEPARATOR in topic or TOPIC_GROUP_SEPARATOR in group:
-            raise ValueError("topic and group must not contain '@'")
+        check_key_parts(topic, group)
         queues = self._table.setdefault(_key(topic, group), {})
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset
@@ -101,7 +107,9 @@ class ConsumerOffsetManager:
         return len(doomed)
 
     def clone_offset(self, src_group: str, dst_group: str, topic: str) -> bool:
-        """Copy ``src_group``'s offsets on ``topic`` to ``dst_group``; False if it had none."""
+        """Copy ``src_group``'s offsets on ``topic`` to ``dst_group``; False if it had none.
+        ValueError (nothing copied) for a ``dst_group`` or ``topic`` holding ``@``."""
+        check_key_parts(topic, dst_group)
         src = self._table.get(_key(topic, src_group))
         if src is None:
             return False

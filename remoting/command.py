@@ -221,6 +221,8 @@ def _valid(
         and INT32_MIN <= opaque <= INT32_MAX
         and INT32_MIN <= flag <= INT32_MAX
         and INT32_MIN <= version <= INT32_MAX
+        and isinstance(language, int)  # checked above; narrows for the range
+        and INT32_MIN <= language <= INT32_MAX
     ):
         return False
     return (

@@ -105,8 +105,10 @@ class FrameDecoder:
         """Decode one frame payload into a command."""
         try:
             wire = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        except msgpack.StackError:  # its message is empty
+            self._fail("undecodable frame payload: nested too deeply")
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            self._fail(f"undecodable frame payload: {exc}")
+            self._fail(f"undecodable frame payload: {exc or type(exc).__name__}")
         try:
             return RemotingCommand.from_wire(wire)
         except RemoteProtocolError as exc:

@@ -56,7 +56,7 @@ import msgpack
 import trio
 
 from broker.config import BrokerConfig
-from broker.consumer_offset import ConsumerOffsetManager
+from broker.consumer_offset import ConsumerOffsetManager, check_key_parts
 from broker.processors.client import ClientService
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
@@ -348,8 +348,12 @@ class AdminStatsProcessor:
         dst = header_str(request, "destGroup")
         topic = opt_str(request, "topic", "")
         topics = [topic] if topic else sorted(self.offsets.which_topics_by_group(src))
-        for t in topics:
-            self.offsets.clone_offset(src, dst, t)
+        try:
+            check_key_parts(topic, dst)
+            for t in topics:
+                self.offsets.clone_offset(src, dst, t)
+        except ValueError as exc:
+            return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def all_consumer_offsets(

@@ -127,3 +127,12 @@ async def test_offsets_that_cannot_be_written_at_shutdown_do_not_stop_the_close(
     assert "consumer offsets not persisted on shutdown" in caplog.text
     assert broker.store is not None
     assert not broker.store.config.abort_path.exists()
+
+
+def test_clone_to_a_group_with_the_key_separator_is_refused(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    manager.commit_offset("g1", "T1", 0, 5)
+    with pytest.raises(ValueError, match="must not contain '@'"):
+        manager.clone_offset("g1", "x@y", "T1")
+    assert manager.which_groups_by_topic("T1") == {"g1"}
+    assert manager.which_topics_by_group("y") == set()

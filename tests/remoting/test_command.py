@@ -106,6 +106,7 @@ GOOD: dict[str, Any] = {"code": 10, "opaque": 1}
         ({**GOOD, "opaque": 2**31}, "signed 32-bit"),
         ({**GOOD, "flag": None}, "'flag' must be an int"),
         ({**GOOD, "language": "JAVA"}, "'language' must be an int"),
+        ({**GOOD, "language": 2**40}, "'language' = 1099511627776 does not fit"),
         ({**GOOD, "version": b"1"}, "'version' must be an int"),
         ({**GOOD, "remark": 3}, "'remark' must be a str"),
         ({**GOOD, "body": "text"}, "'body' must be bytes"),
@@ -126,6 +127,7 @@ def test_from_wire_rejects(wire: object, match: str) -> None:
         RemotingCommand(code=10, opaque=2**31),
         RemotingCommand(code="10", opaque=1),  # type: ignore[arg-type]
         RemotingCommand(code=10, opaque=1, body="x"),  # type: ignore[arg-type]
+        RemotingCommand(code=10, opaque=1, language=-(2**31) - 1),
         RemotingCommand(code=10, opaque=1, ext_fields={"a": [1]}),  # type: ignore[dict-item]
     ],
 )

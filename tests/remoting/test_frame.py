@@ -172,6 +172,14 @@ def test_garbage_msgpack_rejected(frame: bytes) -> None:
         decoder.next_command()
 
 
+def test_too_deeply_nested_payload_is_named_in_the_error() -> None:
+    decoder = FrameDecoder()
+    payload = b"\x91" * 2000 + b"\xc0"  # 2000 nested one-element arrays
+    decoder.receive_data(LENGTH.pack(len(payload)) + payload)
+    with pytest.raises(RemoteProtocolError, match="undecodable frame payload: nested too deeply"):
+        decoder.next_command()
+
+
 @pytest.mark.parametrize(
     ("obj", "match"),
     [
