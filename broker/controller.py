@@ -39,7 +39,8 @@ Rules:
   tasks are cancelled).
 - A consumer group in a heartbeat gets its subscription config (auto-created when
   ``autoCreateSubscriptionGroup``) and its ``%RETRY%<group>`` topic (``retryQueueNums`` queues,
-  read|write); a newly created retry topic triggers one registration round at once.
+  read|write); a newly created retry topic triggers one registration round at once. One that
+  cannot be written (a full disk) is logged and tried at the next heartbeat: the consumer joins.
 - Shutdown is cancellation. Order: the net nursery stops (accepting, requests, loops), then
   UNREGISTER_BROKER goes to every name server (shielded, at most ``UNREGISTER_TIMEOUT_S``), then
   the store services are cancelled (they drain under their own bounded shield), then consumer
@@ -327,16 +328,24 @@ class BrokerController:
                     await self.unregister_all()
 
     async def _consumer_group_seen(self, consumer: ConsumerData) -> None:
-        """Heartbeat hook: the group's config and retry topic exist afterwards (when allowed)."""
+        """Heartbeat hook: the group's config and retry topic exist afterwards (when allowed).
+
+        A retry topic that cannot be written (a full disk) is logged and left to the next
+        heartbeat or send-back: the consumer still joins its group and reads, as in RocketMQ,
+        whose ``TopicConfigManager#persist`` logs the failure."""
         if self.groups is None or self.topics is None:
             return
         config = self.groups.find(consumer.group_name)
         if config is None or config.retry_queue_nums <= 0:
             return
         topic = retry_topic(consumer.group_name)
-        _, created = create_topic_in_send_back(
-            self.topics, topic, config.retry_queue_nums, RETRY_PERM
-        )
+        try:
+            _, created = create_topic_in_send_back(
+                self.topics, topic, config.retry_queue_nums, RETRY_PERM
+            )
+        except OSError as exc:
+            log.warning("retry topic %s not created yet (%s); the next heartbeat tries", topic, exc)
+            return
         if created:
             log.info("created retry topic %s", topic)
             await self.register_now()

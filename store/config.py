@@ -59,7 +59,16 @@ class StoreConfig:
     disk_max_used_space_ratio: int = 75
     disk_space_warning_level_ratio: int = 90
     disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
+    """Past ``disk_space_clean_forcibly_ratio`` (or ``disk_space_warning_level_ratio``),
+    delete commitlog files even before ``file_reserved_time`` (RocketMQ's
+    ``cleanFileForciblyEnable``). False: only expired files go, at any hour, and puts stay
+    refused above the warning level until they free enough space."""
     clean_resource_interval: int = 10_000
+    delete_commit_log_files_interval: int = 100
+    """Pause between two commitlog files deleted by one retention pass (RocketMQ's
+    ``deleteCommitLogFilesInterval``), taken without the commitlog lock: spreads the unlinks
+    of big files while puts go on. 0 = none."""
     delete_file_batch_max: int = 10
     max_message_size: int = 4 * 1024 * 1024
     max_topic_length: int = 127
@@ -116,7 +125,12 @@ class StoreConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("sync_flush_timeout", "file_reserved_time", "warm_ahead_size_commit_log"):
+        for name in (
+            "sync_flush_timeout",
+            "file_reserved_time",
+            "warm_ahead_size_commit_log",
+            "delete_commit_log_files_interval",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in DISK_RATIO_BOUNDS:

@@ -522,10 +522,11 @@ class IndexService:
         """Delete files (never the last) whose every entry points below the commitlog's start."""
         deleted = 0
         while len(self.files) > 1 and self.files[0].end_phy_offset < commitlog_min_offset:
-            f = self.files.pop(0)
+            f = self.files[0]
+            f.destroy()  # an unlink that fails raises with the file kept, tried next pass
+            self.files.pop(0)
             if f in self.unflushed_full:
                 self.unflushed_full.remove(f)
-            f.destroy()
             deleted += 1
         return deleted
 

@@ -195,8 +195,13 @@ class MappedFile:
             pos = stop
 
     def last_modified(self) -> float:
-        """The file's modification time (seconds since the epoch)."""
-        return os.stat(self.fd).st_mtime
+        """The file's modification time (seconds since the epoch). Read through the path once
+        the descriptor is closed (a destroyed file whose unlink failed: its number may be
+        another file's by now)."""
+        with self._lock:
+            if not self._closed:
+                return os.stat(self.fd).st_mtime
+        return os.stat(self.path).st_mtime
 
     def close(self) -> None:
         """Unmap and close; waits for a flush in progress."""

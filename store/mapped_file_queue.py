@@ -154,10 +154,16 @@ class MappedFileQueue:
     def delete_first_files(
         self, should_delete: Callable[[MappedFile], bool], max_count: int
     ) -> int:
-        """Delete leading files (never the last one) while ``should_delete`` says so."""
+        """Delete leading files (never the last one) while ``should_delete`` says so.
+
+        A file leaves the list only once it is gone from the disk: when its unlink fails the
+        ``OSError`` propagates with the file still first (readable through its mapping), so
+        the next pass tries it again and the files on disk stay contiguous for the next load.
+        """
         deleted = 0
         while deleted < max_count and len(self.files) > 1 and should_delete(self.files[0]):
-            self.files.pop(0).destroy()
+            self.files[0].destroy()
+            self.files.pop(0)
             deleted += 1
         return deleted
 

@@ -83,6 +83,9 @@ class MessageStore:
         """Messages handed to readers since open (``getMessageTransferedMsgCount``)."""
         self.running = False
         self.disk_full = False
+        self.retention_stop = threading.Event()
+        """Set to end a retention pass at its next pause between two file deletions
+        (``StoreServices`` sets it while stopping, so a long pause does not hold it up)."""
         self.logics_cleaned_below = 0
         """The commitlog minimum the consume queues and index were last cleaned below
         (:func:`store.retention.clean_logics_if_moved`)."""

@@ -2,9 +2,11 @@
 
 RocketMQ's ``CleanCommitLogService`` rules: expired files (modified more than
 ``fileReservedTime`` hours ago) are deleted at the ``deleteWhen`` hour, or at once when the disk
-is fuller than ``diskMaxUsedSpaceRatio``; past ``diskSpaceCleanForciblyRatio`` files go even if
-not expired. Past ``diskSpaceWarningLevelRatio`` the store refuses puts until space is back.
-The file being written is never deleted. Consume-queue and index files that only point below the
+is fuller than ``diskMaxUsedSpaceRatio``, ``diskSpaceCleanForciblyRatio`` or
+``diskSpaceWarningLevelRatio`` (whichever is lowest). Past either of the last two, files go
+even if not expired, unless ``cleanFileForciblyEnable`` is false. Past
+``diskSpaceWarningLevelRatio`` the store refuses puts until space is back. The file being
+written is never deleted. Consume-queue and index files that only point below the
 commitlog's new minimum go next, and on every pass once that minimum moved, at any hour
 (RocketMQ's ``CleanConsumeQueueService``): a crash between the two halves of a pass, or a
 restart, leaves no queue starting in deleted data until the next delete hour.
@@ -15,10 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from store.config import StoreConfig
     from store.mapped_file import MappedFile
     from store.message_store import MessageStore
 
@@ -61,17 +65,16 @@ def clean_once(store: MessageStore, *, manual: bool = False) -> int:
         cfg.commitlog_dir if cfg.commitlog_dir.exists() else cfg.store_path_root_dir
     )
     _update_disk_full(store, ratio)
-    space_to_delete = ratio * 100 > cfg.disk_max_used_space_ratio
-    forcibly = ratio * 100 > cfg.disk_space_clean_forcibly_ratio
+    space_to_delete, clean_immediately = space_to_delete_and_at_once(cfg, ratio)
     if not (manual or space_to_delete or is_delete_hour(cfg.delete_when, now)):
         return clean_logics_if_moved(store)
+    clean_at_once = cfg.clean_file_forcibly_enable and clean_immediately
     reserved_ms = cfg.file_reserved_time * 3600 * 1000
 
     def expired(mf: MappedFile) -> bool:
-        return forcibly or mf.last_modified() * 1000 + reserved_ms <= now
+        return clean_at_once or mf.last_modified() * 1000 + reserved_ms <= now
 
-    with store.commitlog.lock:
-        deleted = store.commitlog.queue.delete_first_files(expired, cfg.delete_file_batch_max)
+    deleted = delete_commitlog_files(store, expired)
     if deleted:
         log.info(
             "retention deleted %d commitlog file(s); commitlog now starts at %d",
@@ -79,6 +82,38 @@ def clean_once(store: MessageStore, *, manual: bool = False) -> int:
             store.commitlog.min_offset,
         )
     return deleted + clean_logics_if_moved(store)
+
+
+def delete_commitlog_files(store: MessageStore, expired: Callable[[MappedFile], bool]) -> int:
+    """Delete leading ``expired`` commitlog files, at most ``deleteFileBatchMax``, one per
+    hold of the commitlog lock, pausing ``deleteCommitLogFilesInterval`` before each one
+    after the first (RocketMQ's ``deleteExpiredFileByTime``); return how many went. Setting
+    ``store.retention_stop`` (the services stopping) ends the pass at its next pause."""
+    cfg = store.config
+    queue = store.commitlog.queue
+    pause_s = cfg.delete_commit_log_files_interval / 1000
+    deleted = 0
+    while deleted < cfg.delete_file_batch_max:
+        if deleted:
+            if len(queue.files) <= 1 or not expired(queue.files[0]):
+                break
+            if pause_s and store.retention_stop.wait(pause_s):
+                break
+        with store.commitlog.lock:
+            if not queue.delete_first_files(expired, 1):
+                break
+        deleted += 1
+    return deleted
+
+
+def space_to_delete_and_at_once(cfg: StoreConfig, ratio: float) -> tuple[bool, bool]:
+    """RocketMQ's ``isSpaceToDelete`` for a disk ``ratio`` used: whether to delete outside
+    the delete hour, and whether the disk is so full that unexpired files may go too
+    (``cleanImmediately``: above ``diskSpaceWarningLevelRatio`` or
+    ``diskSpaceCleanForciblyRatio``, whatever ``diskMaxUsedSpaceRatio`` says)."""
+    percent = ratio * 100
+    at_once = percent > min(cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio)
+    return at_once or percent > cfg.disk_max_used_space_ratio, at_once
 
 
 def clean_logics_if_moved(store: MessageStore) -> int:

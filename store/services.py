@@ -12,7 +12,8 @@ GroupCommitService, FlushConsumeQueueService and CleanCommitLogService)::
     │                      group-commit thread (store.group_commit), which flushes as soon as
     │                      a put waits and hands each flushed offset back to the loop
     ├─ flush_logics_loop   consume queues + index + checkpoint, every flushIntervalConsumeQueue
-    ├─ clean_loop          retention, every cleanResourceInterval
+    ├─ clean_loop          retention, every cleanResourceInterval (a failed pass is logged;
+    │                      stopping ends its pauses between deletions)
     └─ warm_loop           prefault the commitlog ahead of the writer (ASYNC_FLUSH), when
                            reput_loop finds the writer near the prefaulted end
 
@@ -187,6 +188,7 @@ class StoreServices:
         self._reput_wakeup = _Wakeup()
         self._flush_wakeup = _Wakeup()
         self.store.put_listener = self._reput_wakeup.set
+        self.store.retention_stop.clear()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._reput_loop)
@@ -194,6 +196,7 @@ class StoreServices:
                 nursery.start_soon(self._flush_commitlog_loop)
                 nursery.start_soon(self._flush_logics_loop)
                 nursery.start_soon(self._clean_loop)
+                nursery.start_soon(_set_when_cancelled, self.store.retention_stop)
                 nursery.start_soon(self._warm_loop)
                 self.started = True
                 task_status.started()
@@ -386,10 +389,18 @@ class StoreServices:
             self._warm_wakeup = None
 
     async def _clean_loop(self) -> None:
+        """Run a retention pass every ``cleanResourceInterval``. A pass that fails (a file
+        that cannot be unlinked: a read-only or immutable file system, EIO) is logged and
+        tried again next period, as RocketMQ's CleanCommitLogService does: the broker goes on
+        serving, and what the pass did before the failure stands."""
         interval = self.config.clean_resource_interval / 1000
         while True:
             await trio.sleep(interval)
-            deleted = await trio.to_thread.run_sync(self.store.clean_expired_files)
+            try:
+                deleted = await trio.to_thread.run_sync(self.store.clean_expired_files)
+            except OSError as exc:
+                log.error("retention pass failed, trying again next period: %s", exc)
+                continue
             if deleted:
                 log.info("retention removed %d file(s)", deleted)
 
@@ -400,3 +411,12 @@ async def _stop_when_cancelled(worker: GroupCommitWorker) -> None:
         await trio.sleep_forever()
     finally:
         worker.stop()
+
+
+async def _set_when_cancelled(event: threading.Event) -> None:
+    """Sleep until cancelled, then set ``event`` (a worker thread's pause that trio's
+    cancellation cannot reach: the retention pass between two deletions)."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        event.set()

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import trio
 
+from common.json_store import temp_path
 from common.subscription import build_subscription
+from common.topic import retry_topic
 from remoting.channel import Channel, Handler
 from remoting.client import RemotingClient
 from remoting.client_bodies import (
@@ -127,3 +129,23 @@ async def test_scan_drops_expired_clients_and_notifies(tmp_path: Path) -> None:
                 await wait_until(lambda: notified.groups == [GROUP, GROUP], "expiry notification")
                 resp = await consumer_list(fresh, addr)
                 assert decode_consumer_list(resp.body) == ["fresh@2"]
+
+
+async def test_a_new_group_joins_when_its_retry_topic_cannot_be_written(tmp_path: Path) -> None:
+    """A full disk (here: topics.json's temp name is a directory, so the write fails for real
+    with EISDIR as it would with ENOSPC) must not refuse a new group's heartbeat: its consumers
+    could not rebalance, and so read nothing from a broker that still serves reads. The retry
+    topic is created by a later heartbeat once the write works."""
+    with trio.fail_after(30):
+        async with running_broker(tmp_path) as (broker, addr), RemotingClient() as client:
+            assert broker.topics is not None
+            blocker = temp_path(broker.topics.path)
+            blocker.mkdir(parents=True)
+            assert (await client.invoke(addr, heartbeat("c1@1"))).code == ResponseCode.SUCCESS
+            resp = await consumer_list(client, addr)
+            assert resp.code == ResponseCode.SUCCESS
+            assert decode_consumer_list(resp.body) == ["c1@1"]
+            assert broker.topics.select(retry_topic(GROUP)) is None
+            blocker.rmdir()
+            assert (await client.invoke(addr, heartbeat("c1@1"))).code == ResponseCode.SUCCESS
+            assert broker.topics.select(retry_topic(GROUP)) is not None

@@ -61,6 +61,36 @@ def printed(*args: str, env: dict[str, str] | None = None) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.stdout.splitlines())
 
 
+# --------------------------------------------------------------------- cleanFileForciblyEnable
+
+
+def test_clean_file_forcibly_enable_is_a_store_key(tmp_path: Path) -> None:
+    """RocketMQ's ``cleanFileForciblyEnable`` (default true): printed by ``-p``, set by a
+    ``-c`` file and overridden by ``--cleanFileForciblyEnable``; a bad value names it."""
+    conf = tmp_path / "forcibly.conf"
+    conf.write_text("cleanFileForciblyEnable=false\n", encoding="utf-8")
+    assert BrokerConfig().store_config().clean_file_forcibly_enable is True
+    assert BrokerConfig.load(conf, None, {}, {}).store_config().clean_file_forcibly_enable is False
+    assert printed()["cleanFileForciblyEnable"] == "true"
+    assert printed("-c", str(conf))["cleanFileForciblyEnable"] == "false"
+    assert printed("--cleanFileForciblyEnable", "false")["cleanFileForciblyEnable"] == "false"
+    overridden = printed("-c", str(conf), "--cleanFileForciblyEnable", "true")
+    assert overridden["cleanFileForciblyEnable"] == "true"
+    out = cli("broker", "-p", "--cleanFileForciblyEnable", "no")
+    assert out.returncode == 1
+    assert "cleanFileForciblyEnable" in out.stderr
+
+
+def test_delete_commit_log_files_interval_is_a_store_key() -> None:
+    """RocketMQ's ``deleteCommitLogFilesInterval`` (100 ms): a RocketMQ broker.conf that sets
+    it used to stop mqbroker with "unknown broker property"."""
+    assert printed()["deleteCommitLogFilesInterval"] == "100"
+    assert printed("--deleteCommitLogFilesInterval", "0")["deleteCommitLogFilesInterval"] == "0"
+    out = cli("broker", "-p", "--deleteCommitLogFilesInterval", "-1")
+    assert out.returncode == 1
+    assert "deleteCommitLogFilesInterval must be >= 0" in out.stderr
+
+
 # --------------------------------------------------------------------------- brokerRole
 
 

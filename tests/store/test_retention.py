@@ -2,10 +2,11 @@
 
 Rules under test (RocketMQ's CleanCommitLogService): expired commitlog files (mtime older than
 ``file_reserved_time`` hours) go at the ``delete_when`` hour, or at any hour when the disk is
-fuller than ``disk_max_used_space_ratio``; past ``disk_space_clean_forcibly_ratio`` unexpired
-files go too; the file being written never goes; at most ``delete_file_batch_max`` per pass;
-consume-queue and index files that only point below the new minimum follow. Past
-``disk_space_warning_level_ratio`` puts are refused until usage drops.
+fuller than ``disk_max_used_space_ratio``; past ``disk_space_clean_forcibly_ratio`` (or the
+warning level) unexpired files go too, unless ``clean_file_forcibly_enable`` is off; the file
+being written never goes; at most ``delete_file_batch_max`` per pass; consume-queue and index
+files that only point below the new minimum follow. Past ``disk_space_warning_level_ratio``
+puts are refused until usage drops.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from store.mapped_file import MappedFile
 from store.retention import disk_usage_ratio, used_space_ratio
 from store.services import StoreServices
 from tests.conftest import drain_dispatch, make_msg, small_store_config
+from tests.store.test_services import wait_until
 
 HOUR_MS = 3600 * 1000
 RESERVED_HOURS = 72
@@ -99,6 +101,7 @@ def make_config(
         "delete_when": f"{hour:02d}",
         "max_hash_slot_num": 50,
         "max_index_num": 200,
+        "delete_commit_log_files_interval": 0,
     }
     settings.update(overrides)
     return small_store_config(root, **settings)
@@ -202,6 +205,47 @@ def test_forcible_clean_deletes_unexpired_but_never_the_last_file(env_factory: E
     assert check_store(env.store) == []
     env.ratio[0] = 0.2
     env.put(20)
+    assert check_store(env.store) == []
+
+
+@pytest.mark.parametrize("ratio", [0.86, 0.91])
+def test_clean_file_forcibly_disabled_deletes_only_expired_files(
+    env_factory: EnvFactory, ratio: float
+) -> None:
+    """``cleanFileForciblyEnable=false`` (RocketMQ's ``cleanAtOnce`` is then false): past the
+    forcibly and warning ratios expired files still go at any hour, unexpired ones stay."""
+    env = env_factory(at_delete_hour=False, files=6, clean_file_forcibly_enable=False)
+    before = file_starts(env)
+    env.age(2)
+    env.ratio[0] = ratio
+    env.store.clean_expired_files()
+    assert file_starts(env) == before[2:]
+    assert env.store.clean_expired_files() == 0
+    assert file_starts(env) == before[2:]
+    assert env.store.disk_full is (ratio > 0.90)
+    assert check_store(env.store) == []
+
+
+@pytest.mark.parametrize(
+    ("ratio", "settings"),
+    [
+        (0.88, {"disk_max_used_space_ratio": 95}),  # past forcibly, below max used
+        (0.92, {"disk_max_used_space_ratio": 95}),  # past the warning level too
+        (0.60, {"disk_space_warning_level_ratio": 50}),  # warning level below forcibly
+    ],
+)
+def test_disk_past_forcibly_or_warning_ratio_cleans_whatever_max_used_says(
+    env_factory: EnvFactory, ratio: float, settings: dict[str, int]
+) -> None:
+    """RocketMQ's ``isSpaceToDelete`` answers true past ``diskSpaceCleanForciblyRatio`` or
+    ``diskSpaceWarningLevelRatio`` even when ``diskMaxUsedSpaceRatio`` is higher: a full disk
+    is cleaned at once, not at the next delete hour while every put is refused."""
+    env = env_factory(at_delete_hour=False, files=5, **settings)
+    before = file_starts(env)
+    env.age(0)  # nothing is expired
+    env.ratio[0] = ratio
+    env.store.clean_expired_files()
+    assert file_starts(env) == before[-1:]
     assert check_store(env.store) == []
 
 
@@ -388,6 +432,89 @@ async def test_services_clean_loop_applies_the_watermarks(tmp_path: Path) -> Non
             assert not store.disk_full
             assert (await services.put_message(make_msg("RetA", b"c", 0))).status.ok
             nursery.cancel_scope.cancel()
+        drain_dispatch(store)
+        assert check_store(store) == []
+    finally:
+        store.close()
+
+
+async def test_a_file_that_cannot_be_unlinked_is_tried_again_and_stops_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commitlog file whose unlink fails (here its name holds a directory: EISDIR, as a
+    read-only or immutable file system gives EROFS / EPERM). RocketMQ's CleanCommitLogService
+    logs the failed pass and runs again next period. The retention loop used to raise, which
+    ended the store's task tree and the broker process with it; and the file left the list
+    before its unlink, so once deleting worked again the files behind it went and the next
+    open found the commitlog not contiguous and refused to start."""
+    now = [steady_start_ms()]
+    cfg = make_config(tmp_path / "store", now[0], at_delete_hour=True, clean_resource_interval=20)
+    store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=lambda _path: 0.1).open()
+    try:
+        env = Env(store, now, [0.1], [])
+        while len(env.files) < 5:
+            env.put(50)
+        starts = file_starts(env)
+        env.age(3)
+        stuck = env.files[0].path
+        aside = stuck.with_name("moved-away")
+        stuck.rename(aside)  # the mapping and the descriptor stay valid
+        (stuck / "child").mkdir(parents=True)
+        old = os.stat(aside).st_mtime
+        os.utime(stuck, (old, old))
+        services = StoreServices(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            await wait_until(
+                lambda: any("retention pass failed" in r.message for r in caplog.records)
+            )
+            assert file_starts(env) == starts  # the stuck file stays, and so do those after it
+            assert (await services.put_message(make_msg("RetA", b"during", 0))).status.ok
+            (stuck / "child").rmdir()
+            stuck.rmdir()
+            aside.rename(stuck)  # deletable again
+            await wait_until(lambda: file_starts(env) == starts[3:])
+            nursery.cancel_scope.cancel()
+        drain_dispatch(store)
+        assert check_store(store) == []
+    finally:
+        store.close()
+    with MessageStore(store.config, clock_ms=lambda: now[0], disk_usage=lambda _: 0.1) as again:
+        assert again.commitlog.min_offset == starts[3]
+        assert check_store(again) == []
+
+
+async def test_deletions_of_a_pass_pause_without_the_lock_and_stop_with_the_services(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ's ``deleteCommitLogFilesInterval``: one file, then a pause before the next.
+    Puts go on during the pause (the commitlog lock is not held), and stopping the services
+    cuts a pause short instead of waiting it out (here an hour)."""
+    now = [steady_start_ms()]
+    cfg = make_config(
+        tmp_path / "store",
+        now[0],
+        at_delete_hour=True,
+        clean_resource_interval=20,
+        delete_commit_log_files_interval=3_600_000,
+    )
+    store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=lambda _path: 0.1).open()
+    try:
+        env = Env(store, now, [0.1], [])
+        while len(env.files) < 5:
+            env.put(50)
+        starts = file_starts(env)
+        env.age(3)
+        services = StoreServices(store)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(services.run)
+                await wait_until(lambda: file_starts(env) != starts)
+                assert file_starts(env) == starts[1:]  # one, then the pause
+                result = await services.put_message(make_msg("RetA", b"during the pause", 0))
+                assert result.status.ok
+                assert file_starts(env) == starts[1:]
+                nursery.cancel_scope.cancel()  # returns although the pause has an hour to go
         drain_dispatch(store)
         assert check_store(store) == []
     finally:
