@@ -564,9 +564,13 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
 
         def close_(loop: LoopThread) -> None:
             if self._async is not None and self._scope is not None:
-                loop.run(_stop_service, self._scope, self._async, timeout=2 * CLOSE_TIMEOUT_S)
+                self._stop(loop, self._scope, self._async)
 
         self._close(close_)
+
+    def _stop(self, loop: LoopThread, scope: trio.CancelScope, consumer: C) -> None:
+        """Close ``consumer`` (the service ``scope`` runs) and wait for it."""
+        loop.run(_stop_service, scope, consumer, timeout=2 * CLOSE_TIMEOUT_S)
 
     def _c(self) -> C:
         self._loop()
@@ -673,6 +677,12 @@ async def _stop_service(scope: trio.CancelScope, consumer: _AsyncConsumer) -> No
     await consumer.closed.wait()
 
 
+async def _stop_push(scope: trio.CancelScope, consumer: aio_push.PushConsumer, caller: int) -> None:
+    scope.cancel()
+    consumer.abandon_handler_in(caller)  # a handler closing its consumer: not waited for
+    await consumer.closed.wait()
+
+
 class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     """Blocking push consumer: ``with PushConsumer(group="cg", namesrv=...) as c:`` then
     ``c.subscribe(topic, expression, handler)``; messages are consumed in the background until
@@ -681,7 +691,9 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     Handlers are plain functions ``handler(msgs) -> ConsumeResult``; they run in a pool of
     ``consume_thread_max`` worker threads (orderly: one queue at a time each). Options are
     those of :class:`client.aio.PushConsumer`; ``client_config`` tunes the shared client
-    instance (see the module docstring).
+    instance (see the module docstring). :meth:`close` waits for the handlers in flight up to
+    ``await_termination_ms`` (10 s), then abandons the ones still running (their messages
+    are consumed again later).
     """
 
     _kind = "push consumer"
@@ -695,6 +707,16 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
         **options: Any,
     ) -> None:
         super().__init__(aio_push.PushConsumer, group, namesrv, client_config, options)
+
+    def _stop(
+        self, loop: LoopThread, scope: trio.CancelScope, consumer: aio_push.PushConsumer
+    ) -> None:
+        """The consumer bounds its own close (abandoning handlers after
+        ``await_termination_ms``): the timeout only guards against a stuck loop thread. A
+        handler closing its own consumer is not waited for (its messages count as not
+        consumed)."""
+        caller = threading.get_ident()
+        loop.run(_stop_push, scope, consumer, caller, timeout=consumer.close_bound_s + SLACK_S)
 
     def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
         """Consume ``topic``'s messages matching ``expression`` with ``handler``."""

@@ -36,9 +36,10 @@ import inspect
 import itertools
 import logging
 import math
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import trio
 
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from client.process_queue import ProcessQueue
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RETRY_LOCALLY_AFTER_S = 5.0
 """A message whose send-back failed is consumed again here after this long."""
@@ -115,6 +118,51 @@ class Consumption:
         self.clustering = clustering
         self.max_reconsume_times = max_reconsume_times
         self.limiter = trio.CapacityLimiter(consume_thread_max)
+        self._thread_calls: dict[trio.CancelScope, int | None] = {}
+        """Each handler call running in a worker thread: its scope (:meth:`abandon_threads`)
+        and its thread's ident (None until the thread runs)."""
+        self._threads_returned = trio.Event()
+
+    async def wait_threads_returned(self) -> None:
+        """Wait until no handler call runs in a worker thread."""
+        while self._thread_calls:
+            self._threads_returned = trio.Event()
+            await self._threads_returned.wait()
+
+    def abandon_threads(self, thread_id: int | None = None) -> int:
+        """Closing: stop waiting for the handler calls running in worker threads (only the one
+        in thread ``thread_id``, if given: a handler that closes its own consumer). Each
+        thread runs on alone and its outcome is dropped: its messages are not acknowledged
+        (they are consumed again later). Returns how many were abandoned."""
+        abandoned = 0
+        for scope, ident in list(self._thread_calls.items()):
+            if thread_id is None or ident == thread_id:
+                scope.cancel()
+                abandoned += 1
+        return abandoned
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread (at most ``consume_thread_max`` at once).
+
+        A cancellation waits for it to return (its outcome is settled first, as before); only
+        :meth:`abandon_threads` stops the wait, and then :class:`HandlerAbandoned` is raised."""
+        scope = trio.CancelScope()
+        self._thread_calls[scope] = None
+        try:
+            with trio.CancelScope(shield=True), scope:
+                return await trio.to_thread.run_sync(
+                    self._tracked, scope, fn, *args, limiter=self.limiter, abandon_on_cancel=True
+                )
+        finally:
+            del self._thread_calls[scope]
+            if not self._thread_calls:
+                self._threads_returned.set()
+        raise HandlerAbandoned
+
+    def _tracked(self, scope: trio.CancelScope, fn: Callable[..., T], *args: Any) -> T:
+        """In the worker thread: note the thread's ident for ``scope``'s call, then call."""
+        self._thread_calls[scope] = threading.get_ident()  # an existing key: no resize
+        return fn(*args)
 
     def _plan(
         self, msgs: list[ReceivedMessage]
@@ -139,8 +187,11 @@ class Consumption:
         slot: QueueSlot,
         batches: list[list[ReceivedMessage]],
         stop: Callable[[], bool] | None = None,
+        results: list[ConsumeResult] | None = None,
     ) -> list[ConsumeResult]:
-        """Run the handlers for each batch in turn; one result per batch that ran.
+        """Run the handlers for each batch in turn; one result per batch that ran (appended
+        to ``results`` as each batch ends, when given: a closing consumer counts the batches
+        that ended while a later one still runs).
 
         The first batch always runs; the others only while the queue is not dropped (a
         rebalance or an offset reset took it: RocketMQ's ``ConsumeRequest`` checks before each
@@ -150,6 +201,7 @@ class Consumption:
         hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
         """
         restore_retry_topic(itertools.chain.from_iterable(batches), self.group)
+        results = [] if results is None else results
         pq = slot.pq
         halt: Callable[[], bool] = (lambda: pq.dropped) if stop is None else stop
         topic = batches[0][0].topic if batches and batches[0] else None
@@ -157,16 +209,13 @@ class Consumption:
             # the usual case: one topic, so one handler for every batch of the pull
             handler = self.handler_of(topic)
             if handler is not None and _is_async(handler):
-                return await self._call_async(slot, handler, batches, halt)
+                return await self._call_async(slot, handler, batches, halt, results)
             plans = [[(handler, b)] for b in batches]
         else:
             plans = [self._plan(b) for b in batches]
         handlers = [h for plan in plans for h, _ in plan if h is not None]
         if handlers and not any(_is_async(h) for h in handlers):
-            return await trio.to_thread.run_sync(
-                self._run_plans_sync, slot, plans, halt, limiter=self.limiter
-            )
-        results: list[ConsumeResult] = []
+            return await self._in_thread(self._run_plans_sync, slot, plans, halt, results)
         for i, plan in enumerate(plans):
             if i and halt():
                 break
@@ -190,10 +239,11 @@ class Consumption:
         slot: QueueSlot,
         plans: list[list[tuple[Handler | None, list[ReceivedMessage]]]],
         halt: Callable[[], bool],
+        results: list[ConsumeResult],
     ) -> list[ConsumeResult]:
         """In a worker thread: every batch's plain-function handlers, in order, until
-        ``halt()`` (it reads plain attributes only)."""
-        results = []
+        ``halt()`` (it reads plain attributes only); each outcome is appended to ``results``
+        as its batch ends."""
         for i, plan in enumerate(plans):
             if i and halt():
                 break
@@ -218,13 +268,15 @@ class Consumption:
     ) -> ConsumeResult:
         """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
         if _is_async(handler):
-            (outcome,) = await self._call_async(slot, handler, [msgs], lambda: False)
+            (outcome,) = await self._call_async(slot, handler, [msgs], lambda: False, [])
             return outcome
         result: ConsumeResult | Awaitable[ConsumeResult] | None
         try:
-            result = await trio.to_thread.run_sync(handler, msgs, limiter=self.limiter)
+            result = await self._in_thread(handler, msgs)
             if inspect.isawaitable(result):
                 result = await result
+        except HandlerAbandoned:
+            raise
         except Exception:
             log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
             return ConsumeResult.RECONSUME_LATER
@@ -236,10 +288,11 @@ class Consumption:
         handler: Handler,
         batches: list[list[ReceivedMessage]],
         halt: Callable[[], bool],
+        results: list[ConsumeResult],
     ) -> list[ConsumeResult]:
         """Run an ``async def`` handler in the loop on each batch in turn (one result per
-        batch, until ``halt()``); an exception or a bad return value means RECONSUME_LATER."""
-        results: list[ConsumeResult] = []
+        batch, appended to ``results``, until ``halt()``); an exception or a bad return value
+        means RECONSUME_LATER."""
         for i, msgs in enumerate(batches):
             if i and halt():
                 break
@@ -255,6 +308,10 @@ class Consumption:
         return results
 
 
+class HandlerAbandoned(Exception):
+    """A handler call the closing consumer stopped waiting for: its messages stay unsettled."""
+
+
 def _checked(result: object) -> ConsumeResult:
     """A handler's return value as a ConsumeResult (None: SUCCESS; anything else odd:
     RECONSUME_LATER, logged)."""
@@ -264,6 +321,15 @@ def _checked(result: object) -> ConsumeResult:
         log.error("handler returned %r, not a ConsumeResult: reconsuming later", result)
         return ConsumeResult.RECONSUME_LATER
     return result
+
+
+@dataclass(eq=False)
+class _PullInFlight:
+    """One pull's messages being consumed: its batches and the results of those that ended."""
+
+    slot: QueueSlot
+    batches: list[list[ReceivedMessage]]
+    results: list[ConsumeResult]
 
 
 class ConcurrentService:
@@ -276,6 +342,7 @@ class ConcurrentService:
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self._in_flight = 0
+        self._pulls: set[_PullInFlight] = set()
         self._quiet = trio.Event()
         self._send, self._receive = trio.open_memory_channel[
             tuple[QueueSlot, list[ReceivedMessage]]
@@ -307,6 +374,26 @@ class ConcurrentService:
             self._quiet = trio.Event()
             await self._quiet.wait()
 
+    def count_finished_batches(self) -> None:
+        """Closing, before the offsets are persisted: the batches of the pulls still being
+        consumed whose handler already succeeded leave their process queues and count (the
+        batch still running, and any that failed, hold the offset back)."""
+        for pull in self._pulls:
+            self._count_finished(pull)
+
+    def _count_finished(self, pull: _PullInFlight) -> None:
+        """The pull's batches whose handler succeeded leave the process queue; its offset is
+        recorded."""
+        done = [
+            m
+            for msgs, result in zip(pull.batches, list(pull.results), strict=False)
+            if result is ConsumeResult.SUCCESS
+            for m in msgs
+        ]
+        offset = pull.slot.pq.remove(done) if done else -1
+        if offset >= 0 and not pull.slot.pq.dropped:
+            self.c.record_offset(pull.slot, offset)
+
     async def _worker(self) -> None:
         async for slot, pulled in self._receive:
             if slot.pq.dropped or self._stopping:
@@ -314,6 +401,8 @@ class ConcurrentService:
             self._in_flight += 1
             try:
                 await self._consume(slot, pulled)
+            except HandlerAbandoned:
+                pass  # closing: the messages stay in the process queue, not acknowledged
             finally:
                 self._in_flight -= 1
                 if not self._in_flight:
@@ -323,8 +412,18 @@ class ConcurrentService:
         """Consume one pull's messages and record the queue's offset."""
         batches = [pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)]
         pq = slot.pq
-        # closing stops a pull between batches too: what ran counts, the rest is not done
-        results = await self.c.call_batches(slot, batches, lambda: pq.dropped or self._stopping)
+        pull = _PullInFlight(slot, batches, [])
+        self._pulls.add(pull)
+        try:
+            # closing stops a pull between batches too: what ran counts, the rest is not done
+            results = await self.c.call_batches(
+                slot, batches, lambda: pq.dropped or self._stopping, pull.results
+            )
+        except HandlerAbandoned:
+            self._count_finished(pull)  # the batches before the abandoned call count
+            raise
+        finally:
+            self._pulls.discard(pull)
         done: list[ReceivedMessage] = []
         # the batches after a drop or a close did not run (no result): they are not done
         for msgs, result in zip(batches, results, strict=False):
@@ -418,8 +517,11 @@ class OrderlyService:
                 msgs = slot.pq.take(self.batch_max)
                 if not msgs:
                     return False
-                if not await self._consume(slot, msgs):
-                    return True
+                try:
+                    if not await self._consume(slot, msgs):
+                        return True
+                except HandlerAbandoned:  # closing: the batch stays taken, not committed
+                    return False
         return False
 
     async def _consume(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> bool:
@@ -464,6 +566,7 @@ __all__ = [
     "ConsumeResult",
     "Consumption",
     "Handler",
+    "HandlerAbandoned",
     "OrderlyService",
     "QueueSlot",
     "orderly_max_reconsume_times",

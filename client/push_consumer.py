@@ -38,7 +38,11 @@ runs: two live members of one group on one host need different instance names. O
 broadcasting consumes every queue in order with no broker locks (each member reads all).
 
 Closing: pulling stops, the handlers in flight may finish (``CLOSE_DRAIN_S``) and count, every
-offset is persisted at once, then the queues are dropped and the orderly locks released.
+offset is persisted at once, then the queues are dropped and the orderly locks released. A
+handler still running ``await_termination_ms`` (10 s) after the close began is abandoned
+(RocketMQ's ``awaitTerminationMillisWhenShutdown``): its thread runs on alone, its messages
+count as not consumed (the persisted offsets stop before them, so they are delivered again),
+its orderly queue is unlocked, and a WARNING names the group and how many were abandoned.
 
 Offsets: each queue records the smallest offset still being consumed (one past the last when
 none), kept locally and persisted every ``persist_interval``, when a queue is dropped and when
@@ -69,7 +73,7 @@ from client.consume_service import (
     suspend_pause_s,
 )
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
-from client.instance import ClientInstance
+from client.instance import UNREGISTER_TIMEOUT_S, ClientInstance
 from client.message import MessageQueue, ReceivedMessage
 from client.offset_store import (
     LocalFileOffsetStore,
@@ -100,6 +104,9 @@ CLOSE_TIMEOUT_S = 5.0
 CLOSE_DRAIN_S = 3.0
 """Closing: how long the handlers in flight may run on before the offsets are persisted
 (what they finish by then counts; the rest is consumed again by the next owner)."""
+AWAIT_TERMINATION_MS = 10_000
+"""Default ``await_termination_ms``: how long a close waits for the handlers in flight before
+abandoning them (the blocking ``close()`` gave up after as long)."""
 DROP_WAIT_S = 1.0
 """Orderly: how long a dropped queue waits for its in-flight batch before persisting its offset
 (its broker lock is kept until the batch ends)."""
@@ -160,8 +167,11 @@ class PushConsumer:
         rebalance_interval: float = 20.0,
         offset_dir: Path | None = None,
         instance_name: str | None = None,
+        await_termination_ms: int = AWAIT_TERMINATION_MS,
     ) -> None:
         validate_group(group)
+        if not await_termination_ms >= 0:
+            raise ValueError(f"await_termination_ms must be >= 0, got {await_termination_ms}")
         if consume_thread_max <= 0 or not 0 < consume_message_batch_max_size <= 1024:
             raise ValueError("consume_thread_max and consume_message_batch_max_size must be > 0")
         if suspend_current_queue_ms < 0:
@@ -196,6 +206,7 @@ class PushConsumer:
         self.rebalance_interval = rebalance_interval
         self.offset_dir = offset_dir
         self.instance_name = instance_name
+        self.await_termination_s = await_termination_ms / 1000
         self._own_instance = instance is None
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
         longest_pass_ms = (
@@ -239,6 +250,15 @@ class PushConsumer:
     def instance(self) -> ClientInstance:
         """The client instance this consumer uses."""
         return self._instance
+
+    @property
+    def close_bound_s(self) -> float:
+        """The longest a close takes: releasing the queues (``CLOSE_TIMEOUT_S``) or the
+        handlers' ``await_termination_ms``, whichever is longer, then unlocking the busy
+        orderly queues and leaving the group."""
+        return (
+            max(CLOSE_TIMEOUT_S, self.await_termination_s) + CLOSE_TIMEOUT_S + UNREGISTER_TIMEOUT_S
+        )
 
     @property
     def clustering(self) -> bool:
@@ -366,6 +386,7 @@ class PushConsumer:
     ) -> None:
         try:
             if self._nursery is not None:
+                give_up_at = trio.current_time() + self.await_termination_s
                 try:
                     # a round in progress stops where it is (a queue half released is finished
                     # by _release_all): it must not spend the close's time dropping queues
@@ -376,6 +397,7 @@ class PushConsumer:
                             await self._release_all()
                 finally:  # the nursery entered by hand is always left, or trio's stack breaks
                     self._nursery.cancel_scope.cancel()
+                    await self._end_handlers(give_up_at)
                     assert self._nursery_cm is not None
                     # raises the children's Cancelled when a scope around the block was
                     # cancelled (always, closed by the blocking facade): the group leaves in
@@ -405,6 +427,12 @@ class PushConsumer:
             with trio.CancelScope(shield=True):
                 await self._instance.unregister_client(consumer_group=self.group)
 
+    def abandon_handler_in(self, thread_id: int) -> bool:
+        """Closing from inside a handler (the blocking ``close()`` called by one): the close
+        does not wait for the handler call running in thread ``thread_id`` (it waits for the
+        close); its messages are not acknowledged. False when no call runs there."""
+        return self._consumption is not None and bool(self._consumption.abandon_threads(thread_id))
+
     async def run(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
         """Enter, report a scope whose cancellation closes the consumer, and serve."""
         with trio.CancelScope() as scope:
@@ -429,11 +457,13 @@ class PushConsumer:
         self._dropping.clear()
         for q in queues.values():
             q.pulling.cancel()
-        with trio.move_on_after(CLOSE_DRAIN_S):
+        with trio.move_on_after(min(CLOSE_DRAIN_S, self.await_termination_s)):
             if self._concurrent is not None:
                 await self._concurrent.drain()
             if self._orderly is not None:
                 await self._orderly.drain([q.slot for q in queues.values()])
+        if self._concurrent is not None:
+            self._concurrent.count_finished_batches()
         now = _now_ms()
         async with trio.open_nursery() as nursery:
             for mq, q in queues.items():
@@ -446,10 +476,38 @@ class PushConsumer:
             q.slot.pq.dropped = True
             q.scope.cancel()
             self._offsets.remove(mq)
-            if not q.slot.consuming.locked():
+            if q.slot.consuming.locked():
+                self._busy_dropped[mq] = q  # unlocked once its handler returns or is abandoned
+            else:
                 idle.append(mq)
         if self.uses_locks:
-            await self._unlock(idle)  # a busy queue's lock expires at the broker (60 s)
+            await self._unlock(idle)
+
+    async def _end_handlers(self, give_up_at: float) -> None:
+        """Closing, after the offsets are persisted: wait until ``give_up_at`` for the handler
+        calls still running in worker threads, abandon the rest (logged), then unlock the
+        orderly queues that were busy (RocketMQ's ``unlockAll`` after
+        ``awaitTerminationMillisWhenShutdown``)."""
+        consumption = self._consumption
+        if consumption is None:
+            return
+        with trio.CancelScope(shield=True):
+            with trio.move_on_at(give_up_at):
+                await consumption.wait_threads_returned()
+            abandoned = consumption.abandon_threads()
+            if abandoned:
+                log.warning(
+                    "%s: %d message handler(s) still running %.3g s after the close began were "
+                    "abandoned; their messages were not acknowledged and will be consumed again",
+                    self.group,
+                    abandoned,
+                    self.await_termination_s,
+                )
+            busy = sorted(self._busy_dropped)
+            self._busy_dropped.clear()
+            if busy and self.uses_locks:
+                with trio.move_on_after(CLOSE_TIMEOUT_S):
+                    await self._unlock(busy)
 
     # ------------------------------------------------------------------ rebalance
 
