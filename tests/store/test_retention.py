@@ -438,6 +438,22 @@ async def test_services_clean_loop_applies_the_watermarks(tmp_path: Path) -> Non
         store.close()
 
 
+def five_expired_files(tmp_path: Path, **settings: object) -> tuple[MessageStore, Env, list[int]]:
+    """An open store at its delete hour, a retention pass every 20 ms and a disk 10 % full,
+    with five commitlog files, all but the last expired; and those files' start offsets."""
+    now = [steady_start_ms()]
+    cfg = make_config(
+        tmp_path / "store", now[0], at_delete_hour=True, clean_resource_interval=20, **settings
+    )
+    store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=lambda _path: 0.1).open()
+    env = Env(store, now, [0.1], [])
+    while len(env.files) < 5:
+        env.put(50)
+    starts = file_starts(env)
+    env.age(3)
+    return store, env, starts
+
+
 async def test_a_file_that_cannot_be_unlinked_is_tried_again_and_stops_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -447,15 +463,8 @@ async def test_a_file_that_cannot_be_unlinked_is_tried_again_and_stops_nothing(
     ended the store's task tree and the broker process with it; and the file left the list
     before its unlink, so once deleting worked again the files behind it went and the next
     open found the commitlog not contiguous and refused to start."""
-    now = [steady_start_ms()]
-    cfg = make_config(tmp_path / "store", now[0], at_delete_hour=True, clean_resource_interval=20)
-    store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=lambda _path: 0.1).open()
+    store, env, starts = five_expired_files(tmp_path)
     try:
-        env = Env(store, now, [0.1], [])
-        while len(env.files) < 5:
-            env.put(50)
-        starts = file_starts(env)
-        env.age(3)
         stuck = env.files[0].path
         aside = stuck.with_name("moved-away")
         stuck.rename(aside)  # the mapping and the descriptor stay valid
@@ -479,7 +488,7 @@ async def test_a_file_that_cannot_be_unlinked_is_tried_again_and_stops_nothing(
         assert check_store(store) == []
     finally:
         store.close()
-    with MessageStore(store.config, clock_ms=lambda: now[0], disk_usage=lambda _: 0.1) as again:
+    with MessageStore(store.config, clock_ms=lambda: env.now[0], disk_usage=lambda _: 0.1) as again:
         assert again.commitlog.min_offset == starts[3]
         assert check_store(again) == []
 
@@ -490,21 +499,8 @@ async def test_deletions_of_a_pass_pause_without_the_lock_and_stop_with_the_serv
     """RocketMQ's ``deleteCommitLogFilesInterval``: one file, then a pause before the next.
     Puts go on during the pause (the commitlog lock is not held), and stopping the services
     cuts a pause short instead of waiting it out (here an hour)."""
-    now = [steady_start_ms()]
-    cfg = make_config(
-        tmp_path / "store",
-        now[0],
-        at_delete_hour=True,
-        clean_resource_interval=20,
-        delete_commit_log_files_interval=3_600_000,
-    )
-    store = MessageStore(cfg, clock_ms=lambda: now[0], disk_usage=lambda _path: 0.1).open()
+    store, env, starts = five_expired_files(tmp_path, delete_commit_log_files_interval=3_600_000)
     try:
-        env = Env(store, now, [0.1], [])
-        while len(env.files) < 5:
-            env.put(50)
-        starts = file_starts(env)
-        env.age(3)
         services = StoreServices(store)
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
