@@ -30,6 +30,11 @@ Rules:
   the start before any name server hears of the broker (the error names ``listenPort`` or
   ``metricsPort``); a broker stopped after its first registration attempt unregisters.
 - A failed registration is logged and retried next period; it never stops the broker.
+- Each registration carries the topic table's ``dataVersion`` (RocketMQ's
+  ``TopicConfigSerializeWrapper.dataVersion``), so a name server never takes a late, older
+  table over a newer one. The version moves on at every topic change, at each start (so a
+  restarted broker is never older than its previous run) and when ``brokerPermission``
+  changes.
 - A round after a topic change (``register_now``) holds up the request that changed it only
   until one name server has accepted it (or every one has failed); the rest of the round runs
   on in the net nursery, so a hung name server costs that request nothing.
@@ -158,6 +163,7 @@ class BrokerController:
                 self.config.default_topic_queue_nums,
                 self.config.auto_create_topic_enable,
             )
+            self.topics.next_version()  # this run's registrations are newer than the last's
             self.offsets = ConsumerOffsetManager(config_dir)
             self.groups = SubscriptionGroupManager(
                 config_dir, auto_create=self.config.auto_create_subscription_group
@@ -266,7 +272,7 @@ class BrokerController:
                 self.groups,
                 self.clients,
                 self.config,
-                on_permission_changed=self.register_now,
+                on_permission_changed=self._permission_changed,
             ).handlers(),
             **send_back.handlers(),
             **GroupAdminProcessor(self.groups).handlers(),
@@ -379,8 +385,11 @@ class BrokerController:
         await self._register_round(client, self._register_body(), trio.Event())
 
     def _register_body(self) -> bytes:
-        """The REGISTER_BROKER body: the topic table as it is now."""
-        return encode_register_body(self._advertised_topics())
+        """The REGISTER_BROKER body: the topic table as it is now, with its data version."""
+        assert self.topics is not None
+        return encode_register_body(
+            self._advertised_topics(), data_version=self.topics.current_version()
+        )
 
     async def _register_round(self, client: RemotingClient, body: bytes, taken: trio.Event) -> None:
         """REGISTER_BROKER with ``body`` to every name server, concurrently (each call bounded
@@ -430,6 +439,13 @@ class BrokerController:
         taken = trio.Event()
         net.start_soon(self._register_round, client, self._register_body(), taken)
         await taken.wait()
+
+    async def _permission_changed(self) -> None:
+        """``brokerPermission`` changed the advertised perms: a new data version (as RocketMQ's
+        ``updateBrokerConfig``) so the name servers take it over the older registrations."""
+        assert self.topics is not None
+        self.topics.next_version()
+        await self.register_now()
 
     async def unregister_all(self) -> None:
         """One UNREGISTER_BROKER round to every name server: shielded, bounded, concurrent.

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.json_store import change_durably, load_json, write_json_atomic
-from common.route import PermName, TopicConfig
+from common.route import DataVersion, PermName, TopicConfig
 from common.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     BENCHMARK_TOPIC,
@@ -140,6 +140,17 @@ class TopicConfigManager:
         self._change(topic, config)
         log.info("auto-created topic %s with %d queues", topic, n)
         return config
+
+    def current_version(self) -> DataVersion:
+        """The table's :class:`DataVersion` (sent with each name-server registration)."""
+        return DataVersion(self.data_version_timestamp_ms, self.data_version)
+
+    def next_version(self) -> None:
+        """A new data version without a table change (RocketMQ's ``DataVersion.nextVersion``),
+        in memory: at broker start (so this run's registrations are never older than a
+        previous run's) and when ``brokerPermission`` changes what the routes advertise."""
+        self.data_version += 1
+        self.data_version_timestamp_ms = int(time.time() * 1000)
 
     def _change(self, topic: str, config: TopicConfig | None) -> None:
         change_durably(self, self._table, topic, config)

@@ -285,6 +285,40 @@ class TopicConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DataVersion:
+    """Version of a broker's topic table (RocketMQ's ``DataVersion``): ``counter`` goes up by
+    one at every change, ``timestamp`` (ms) is the time of the latest change.
+
+    A broker sends it with each registration, so the name server can tell an older table that
+    arrives late from the current one (see :meth:`is_older_than`).
+    """
+
+    timestamp: int
+    counter: int
+
+    def to_wire(self) -> dict[str, Any]:
+        """RocketMQ's JSON map (``stateVersion`` is not sent: minimq has no controller)."""
+        return {"timestamp": self.timestamp, "counter": self.counter}
+
+    @classmethod
+    def from_wire(cls, obj: object) -> DataVersion:
+        """Parse and validate a map from :meth:`to_wire` (``stateVersion`` is ignored)."""
+        what = "DataVersion"
+        wire = _map(obj, what)
+        return cls(
+            timestamp=_get(wire, "timestamp", int, what),
+            counter=_get(wire, "counter", int, what),
+        )
+
+    def is_older_than(self, other: DataVersion) -> bool:
+        """True when both fields say this version came before ``other``: a smaller counter
+        and a timestamp no later. A broker restarted with a new counter base (its topics file
+        lost) stamps a later timestamp, and a clock stepped back leaves a larger counter:
+        neither is taken for older."""
+        return self.counter < other.counter and self.timestamp <= other.timestamp
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterInfo:
     """Answer to GET_BROKER_CLUSTER_INFO (RocketMQ's ``ClusterInfo``).
 

@@ -5,7 +5,8 @@ clock and offers :meth:`NamesrvProcessor.handlers`, the ``{code: handler}`` tabl
 :class:`~remoting.server.RemotingServer` serves::
 
     REGISTER_BROKER                     103  ext: brokerName brokerAddr clusterName haServerAddr
-                                             brokerId; body {"topicConfigTable", "filterServerList"}
+                                             brokerId; body {"topicConfigTable", "filterServerList",
+                                             "dataVersion"}
     UNREGISTER_BROKER                   104  ext: clusterName brokerAddr brokerName brokerId
     GET_ROUTEINFO_BY_TOPIC              105  ext: topic -> TopicRouteData map | TOPIC_NOT_EXIST
     GET_BROKER_CLUSTER_INFO             106  -> ClusterInfo map
@@ -84,8 +85,9 @@ class NamesrvProcessor:
         return out
 
     async def _register_over(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        response = self.register_broker(request)
-        self._registered_over[header_str(request, "brokerAddr")] = channel
+        response, result = self._register(request)
+        if not result.stale:  # a late, older registration does not move the broker's connection
+            self._registered_over[header_str(request, "brokerAddr")] = channel
         return response
 
     def channel_closed(self, channel: Channel) -> None:
@@ -98,29 +100,46 @@ class NamesrvProcessor:
             log.info("broker %s: its connection closed; removed from the routes", addr)
 
     def register_broker(self, request: RemotingCommand) -> RemotingCommand:
-        """REGISTER_BROKER: record the heartbeat and (from a master) the topics."""
+        """REGISTER_BROKER: record the heartbeat and (from a master) the topics, unless the
+        body's ``dataVersion`` is older than the one last applied from that address."""
+        return self._register(request)[0]
+
+    def _register(self, request: RemotingCommand) -> tuple[RemotingCommand, RegisterResult]:
         broker_name = header_str(request, "brokerName")
         broker_addr = header_str(request, "brokerAddr")
         cluster = header_str(request, "clusterName")
         ha_server_addr = header_str(request, "haServerAddr", allow_empty=True)
         broker_id = header_int(request, "brokerId")
-        topic_configs, filter_servers = decode_register_body(request.body)
+        body = decode_register_body(request.body)
         result = self.route_info.register_broker(
             cluster,
             broker_addr,
             broker_name,
             broker_id,
             ha_server_addr,
-            topic_configs,
+            body.topic_configs,
             self.now_ms(),
-            filter_servers,
+            body.filter_server_list,
+            body.data_version,
         )
-        log.debug(
-            "registered broker %s (%s id=%d) of %s", broker_addr, broker_name, broker_id, cluster
-        )
-        return RemotingCommand.response_to(
+        if result.stale:
+            log.info(
+                "broker %s: registration with %s is older than the applied one; topics kept",
+                broker_addr,
+                body.data_version,
+            )
+        else:
+            log.debug(
+                "registered broker %s (%s id=%d) of %s",
+                broker_addr,
+                broker_name,
+                broker_id,
+                cluster,
+            )
+        response = RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, ext_fields=register_response_fields(result)
         )
+        return response, result
 
     def unregister_broker(self, request: RemotingCommand) -> RemotingCommand:
         """UNREGISTER_BROKER: forget one broker address."""

@@ -23,17 +23,25 @@ Rules:
   name (a broker restarted on the same address under another name), and a broker name lives
   in one cluster. An unregister forgets the address it names, never another id's address (a
   replacement already registered under the same id stays).
+- A registration carries the broker's topic-table :class:`~common.route.DataVersion`, kept in
+  the address's :class:`BrokerLiveInfo` (as RocketMQ's ``BrokerLiveInfo.dataVersion``). One
+  whose version is older than the kept one (:meth:`DataVersion.is_older_than`: a late delivery
+  from the same broker run) refreshes the address's liveness only: an older topic table never
+  replaces a newer one. The kept version goes with the address (unregister, expiry, closed
+  connection), so a broker that comes back is registered afresh; a registration without a
+  version is always applied.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.route import (
     MASTER_ID,
     BrokerData,
     ClusterInfo,
+    DataVersion,
     QueueData,
     TopicConfig,
     TopicRouteData,
@@ -45,10 +53,12 @@ DEFAULT_BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
 
 @dataclass(frozen=True, slots=True)
 class BrokerLiveInfo:
-    """When a broker address was last heard from, and its HA address."""
+    """When a broker address was last heard from, its HA address, and the version of the
+    topic table its registrations last applied (None: it sent none)."""
 
     last_update_ms: int
     ha_server_addr: str
+    data_version: DataVersion | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +66,13 @@ class RegisterResult:
     """Reply to a registration (RocketMQ's ``RegisterBrokerResult``).
 
     For a slave whose master is registered: the master's address and HA address; else None.
+    ``stale`` (minimq's): the registration was older than the one applied before, so only the
+    address's liveness was refreshed.
     """
 
     master_addr: str | None = None
     ha_server_addr: str | None = None
+    stale: bool = False
 
 
 class RouteInfoManager:
@@ -87,8 +100,15 @@ class RouteInfoManager:
         topic_configs: Mapping[str, TopicConfig],
         now_ms: int,
         filter_server_list: list[str] | None = None,
+        data_version: DataVersion | None = None,
     ) -> RegisterResult:
-        """Record a broker's heartbeat and (from a master) its topics' queue data."""
+        """Record a broker's heartbeat and (from a master) its topics' queue data; a
+        registration older than the last one applied from ``broker_addr`` refreshes only
+        its liveness (``stale`` in the result)."""
+        live = self.broker_live_table.get(broker_addr)
+        if live is not None and _is_stale(data_version, live.data_version):
+            self.broker_live_table[broker_addr] = replace(live, last_update_ms=now_ms)
+            return replace(self._master_of(broker_name, broker_id), stale=True)
         self._release_address(broker_addr, broker_name)
         old = self.broker_addr_table.get(broker_name)
         if old is not None and old.cluster != cluster:
@@ -107,20 +127,26 @@ class RouteInfoManager:
             for topic, config in topic_configs.items():
                 self._update_queue_data(topic, broker_name, config)
 
-        self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, ha_server_addr)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, ha_server_addr, data_version)
         if filter_server_list is not None:
             if filter_server_list:
                 self.filter_server_table[broker_addr] = list(filter_server_list)
             else:
                 self.filter_server_table.pop(broker_addr, None)
+        return self._master_of(broker_name, broker_id)
 
-        if broker_id != MASTER_ID:
-            master_addr = addrs.get(MASTER_ID)
-            if master_addr is not None:
-                master_live = self.broker_live_table.get(master_addr)
-                if master_live is not None:
-                    return RegisterResult(master_addr, master_live.ha_server_addr)
-        return RegisterResult()
+    def _master_of(self, broker_name: str, broker_id: int) -> RegisterResult:
+        """For a slave whose master is registered and live: the master's addresses."""
+        data = self.broker_addr_table.get(broker_name)
+        if broker_id == MASTER_ID or data is None:
+            return RegisterResult()
+        master_addr = data.broker_addrs.get(MASTER_ID)
+        if master_addr is None:
+            return RegisterResult()
+        master_live = self.broker_live_table.get(master_addr)
+        if master_live is None:
+            return RegisterResult()
+        return RegisterResult(master_addr, master_live.ha_server_addr)
 
     def _release_address(self, broker_addr: str, keeper: str) -> None:
         """Take ``broker_addr`` away from every broker name but ``keeper``."""
@@ -255,3 +281,8 @@ class RouteInfoManager:
         if not queue_map:
             del self.topic_queue_table[topic]
         return True
+
+
+def _is_stale(version: DataVersion | None, applied: DataVersion | None) -> bool:
+    """True when a registration's ``version`` is older than the ``applied`` one."""
+    return version is not None and applied is not None and version.is_older_than(applied)

@@ -8,11 +8,11 @@ Bodies are msgpack maps with RocketMQ's field names; ``decode_*`` raise
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
-from common.route import ClusterInfo, TopicConfig, TopicRouteData
+from common.route import ClusterInfo, DataVersion, TopicConfig, TopicRouteData
 from remoting.headers import BadRequestError
 
 
@@ -30,24 +30,36 @@ def _pack(obj: object) -> bytes:
 
 
 def encode_register_body(
-    topic_configs: Mapping[str, TopicConfig], filter_server_list: Sequence[str] = ()
+    topic_configs: Mapping[str, TopicConfig],
+    filter_server_list: Sequence[str] = (),
+    data_version: DataVersion | None = None,
 ) -> bytes:
-    """The REGISTER_BROKER body a broker sends."""
-    return _pack(
-        {
-            "topicConfigTable": {t: c.to_wire() for t, c in topic_configs.items()},
-            "filterServerList": list(filter_server_list),
-        }
-    )
+    """The REGISTER_BROKER body a broker sends (RocketMQ's ``TopicConfigSerializeWrapper``
+    fields plus ``filterServerList``)."""
+    body: dict[str, Any] = {
+        "topicConfigTable": {t: c.to_wire() for t, c in topic_configs.items()},
+        "filterServerList": list(filter_server_list),
+    }
+    if data_version is not None:
+        body["dataVersion"] = data_version.to_wire()
+    return _pack(body)
 
 
-def decode_register_body(body: bytes) -> tuple[dict[str, TopicConfig], list[str] | None]:
-    """Topic configs and filter servers of a REGISTER_BROKER body (empty body: no topics).
+class RegisterBody(NamedTuple):
+    """A decoded REGISTER_BROKER body."""
 
-    The filter server list is None when the body has none.
-    """
+    topic_configs: dict[str, TopicConfig]
+    filter_server_list: list[str] | None
+    """None when the body has none."""
+    data_version: DataVersion | None
+    """None when the body has none (a broker that sends no version)."""
+
+
+def decode_register_body(body: bytes) -> RegisterBody:
+    """Topic configs, filter servers and data version of a REGISTER_BROKER body (empty body:
+    no topics, no version)."""
     if not body:
-        return {}, None
+        return RegisterBody({}, None, None)
     wire = _unpack(body, "REGISTER_BROKER")
     if not isinstance(wire, dict):
         raise BadRequestError(f"REGISTER_BROKER body must be a map, got {type(wire).__name__}")
@@ -69,7 +81,17 @@ def decode_register_body(body: bytes) -> tuple[dict[str, TopicConfig], list[str]
         not isinstance(filters, list) or not all(isinstance(s, str) for s in filters)
     ):
         raise BadRequestError("REGISTER_BROKER body: 'filterServerList' must be a list of str")
-    return configs, filters
+    return RegisterBody(configs, filters, _data_version(wire.get("dataVersion")))
+
+
+def _data_version(wire: object) -> DataVersion | None:
+    """The body's ``dataVersion`` (None when absent); BadRequestError when malformed."""
+    if wire is None:
+        return None
+    try:
+        return DataVersion.from_wire(wire)
+    except ValueError as exc:
+        raise BadRequestError(f"REGISTER_BROKER body: {exc}") from None
 
 
 def encode_route_body(route: TopicRouteData) -> bytes:

@@ -69,6 +69,12 @@ class StoreConfig:
     """Pause between two commitlog files deleted by one retention pass (RocketMQ's
     ``deleteCommitLogFilesInterval``), taken without the commitlog lock: spreads the unlinks
     of big files while puts go on. 0 = none."""
+    destroy_maped_file_interval_forcibly: int = 120_000
+    """RocketMQ's ``destroyMapedFileIntervalForcibly``: how long a mapped file still referenced
+    by readers may put off its destruction. Accepted for RocketMQ's ``broker.conf`` and has no
+    effect: minimq's readers copy what they read out of a mapping and hold no reference on the
+    file, so retention never waits on one (it unlinks at once; the mapping goes with the last
+    Python reference to it, when the read in progress ends)."""
     delete_file_batch_max: int = 10
     max_message_size: int = 4 * 1024 * 1024
     max_topic_length: int = 127
@@ -130,6 +136,7 @@ class StoreConfig:
             "file_reserved_time",
             "warm_ahead_size_commit_log",
             "delete_commit_log_files_interval",
+            "destroy_maped_file_interval_forcibly",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

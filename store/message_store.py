@@ -282,6 +282,13 @@ class MessageStore:
         log.info("deleted topic %s: %d queues, records below %d dead", topic, len(queues), cut)
         return len(queues)
 
+    def has_topic(self, topic: str) -> bool:
+        """True when the store has a consume queue or a queue offset of ``topic``: plain or
+        committed records of it were put (dispatched or not) and not deleted since."""
+        return any(k[0] == topic for k in self.cq_table) or any(
+            k[0] == topic for k in self.commitlog.topic_queue_table
+        )
+
     def _remove_queue(self, topic: str, queue_id: int) -> None:
         """Forget a consume queue and delete its files and directory."""
         with self.queues_lock:

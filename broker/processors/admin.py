@@ -19,7 +19,10 @@ Rules:
 - Deleting a topic removes its config, its consume queues (``MessageStore.delete_topic``: its
   records stay in the commitlog until retention, but never reach a queue again) and every
   group's committed offsets on it, as RocketMQ's ``deleteTopic`` does, and its metric series
-  (``on_topic_deleted``); sends to the topic afterwards start again at queue offset 0.
+  (``on_topic_deleted``); sends to the topic afterwards start again at queue offset 0. A
+  topic with no config and nothing in the store (never created, or deleted already) is
+  answered SUCCESS with no deletion recorded (RocketMQ's ``deleteTopics`` skips a topic
+  without consume queues).
 """
 
 from __future__ import annotations
@@ -130,7 +133,8 @@ class AdminProcessor:
                 f"The topic[{topic}] is conflict with system topic.",
             )
         existed = self.topics.delete(topic) is not None
-        self.store.delete_topic(topic)
+        if existed or self.store.has_topic(topic):  # else, as RocketMQ: nothing to record
+            self.store.delete_topic(topic)
         if self.offsets is not None:
             self.offsets.remove_topic(topic)
         if self.on_topic_deleted is not None:

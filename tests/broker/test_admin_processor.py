@@ -77,6 +77,20 @@ async def test_create_topic_is_routed_at_once_and_delete(tmp_path: Path) -> None
             assert TOPIC not in msgpack.unpackb(resp.body)["topicConfigTable"]
 
 
+async def test_deleting_a_topic_that_never_existed_succeeds_and_records_nothing(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ answers SUCCESS and its store skips a topic without consume queues: no
+    deletion is recorded (``deletedTopics.json`` stays absent)."""
+    with trio.fail_after(30):
+        async with running_broker(tmp_path) as (broker, addr), RemotingClient() as client:
+            cmd = req(RequestCode.DELETE_TOPIC_IN_BROKER, topic="NeverExisted")
+            assert (await client.invoke(addr, cmd)).code == ResponseCode.SUCCESS
+            assert broker.store is not None
+            assert broker.store.deleted_topics.cuts == {}
+            assert not await trio.Path(broker.store.deleted_topics.path).exists()
+
+
 async def test_deleting_a_topic_drops_its_messages_queues_and_offsets(tmp_path: Path) -> None:
     """As RocketMQ's deleteTopic: the queues and every group's offsets go; a send afterwards
     starts the queue again at offset 0, and the old messages never come back."""

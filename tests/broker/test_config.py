@@ -224,6 +224,7 @@ def test_store_keys_cover_store_config() -> None:
         "clean_file_forcibly_enable",
         "clean_resource_interval",
         "delete_commit_log_files_interval",
+        "destroy_maped_file_interval_forcibly",
         "delete_file_batch_max",
         "max_message_size",
         "max_topic_length",

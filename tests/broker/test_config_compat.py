@@ -91,6 +91,21 @@ def test_delete_commit_log_files_interval_is_a_store_key() -> None:
     assert "deleteCommitLogFilesInterval must be >= 0" in out.stderr
 
 
+def test_destroy_maped_file_interval_forcibly_is_an_accepted_store_key(tmp_path: Path) -> None:
+    """RocketMQ's ``destroyMapedFileIntervalForcibly`` (120000 ms): a RocketMQ broker.conf that
+    sets it used to stop mqbroker with "unknown broker property". It has no effect in minimq
+    (no reader ever holds up a file's destruction), but reads back and is checked."""
+    conf = tmp_path / "destroy.conf"
+    conf.write_text("destroyMapedFileIntervalForcibly=60000\n", encoding="utf-8")
+    assert printed()["destroyMapedFileIntervalForcibly"] == "120000"
+    loaded = BrokerConfig.load(conf, None, {}, {}).store_config()
+    assert loaded.destroy_maped_file_interval_forcibly == 60000
+    assert printed("-c", str(conf))["destroyMapedFileIntervalForcibly"] == "60000"
+    out = cli("broker", "-p", "--destroyMapedFileIntervalForcibly", "-1")
+    assert out.returncode == 1
+    assert "destroyMapedFileIntervalForcibly must be >= 0" in out.stderr
+
+
 # --------------------------------------------------------------------------- brokerRole
 
 

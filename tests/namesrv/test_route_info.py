@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from common.route import BrokerData, QueueData, TopicConfig
-from namesrv.route_info import RegisterResult, RouteInfoManager
+from common.route import BrokerData, DataVersion, QueueData, TopicConfig
+from namesrv.route_info import BrokerLiveInfo, RegisterResult, RouteInfoManager
 
 CLUSTER = "DefaultCluster"
 A_MASTER, A_SLAVE, B_MASTER = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
@@ -225,3 +225,61 @@ def test_deleting_a_topic_in_one_cluster_keeps_the_other_clusters_part() -> None
     assert not rim.delete_topic("T", "C1")  # nothing of C1 left
     assert rim.delete_topic("T", "C2")
     assert rim.pick_topic_route("T") is None
+
+
+# --------------------------------------------------------------------------- data versions
+
+
+def register_versioned(
+    rim: RouteInfoManager, write_queues: int, version: DataVersion | None, now_ms: int = 0
+) -> RegisterResult:
+    configs = topics(TopicConfig("T", write_queues, write_queues))
+    return rim.register_broker(
+        CLUSTER, A_MASTER, "broker-a", 0, "", configs, now_ms, data_version=version
+    )
+
+
+def write_queues_of_t(rim: RouteInfoManager) -> int:
+    route = rim.pick_topic_route("T")
+    assert route is not None
+    return route.queue_datas[0].write_queue_nums
+
+
+def test_an_older_registration_delivered_late_keeps_the_newer_topics() -> None:
+    rim = RouteInfoManager()
+    register_versioned(rim, 8, DataVersion(2000, 2))
+    late = register_versioned(rim, 4, DataVersion(1000, 1), now_ms=5)
+    assert late.stale
+    assert write_queues_of_t(rim) == 8
+    assert rim.broker_live_table[A_MASTER] == BrokerLiveInfo(5, "", DataVersion(2000, 2))
+
+
+def test_same_newer_or_unversioned_registrations_apply() -> None:
+    rim = RouteInfoManager()
+    register_versioned(rim, 8, DataVersion(2000, 2))
+    assert not register_versioned(rim, 6, DataVersion(2000, 2)).stale  # the same version
+    assert write_queues_of_t(rim) == 6
+    assert not register_versioned(rim, 5, DataVersion(1500, 3)).stale  # clock stepped back
+    assert write_queues_of_t(rim) == 5
+    assert not register_versioned(rim, 4, None).stale  # a broker that sends no version
+    assert write_queues_of_t(rim) == 4
+    assert not register_versioned(rim, 3, DataVersion(900, 1)).stale
+    assert write_queues_of_t(rim) == 3
+
+
+def test_a_restarted_broker_with_a_new_counter_base_is_accepted() -> None:
+    rim = RouteInfoManager()
+    register_versioned(rim, 8, DataVersion(2000, 40))
+    assert not register_versioned(rim, 4, DataVersion(3000, 0)).stale  # its topics file lost
+    assert write_queues_of_t(rim) == 4
+
+
+def test_a_broker_registered_again_after_unregister_or_expiry_starts_afresh() -> None:
+    rim = RouteInfoManager(broker_channel_expired_time_ms=10)
+    register_versioned(rim, 8, DataVersion(2000, 2))
+    rim.unregister_broker(CLUSTER, A_MASTER, "broker-a", 0)
+    register_versioned(rim, 4, DataVersion(1000, 1))
+    assert write_queues_of_t(rim) == 4
+    rim.expire_brokers(now_ms=100)
+    register_versioned(rim, 2, DataVersion(500, 0), now_ms=100)
+    assert write_queues_of_t(rim) == 2

@@ -19,7 +19,7 @@ import msgpack
 import pytest
 import trio
 
-from common.route import TopicConfig
+from common.route import DataVersion, TopicConfig
 from namesrv.config import NamesrvConfig
 from namesrv.route_info import RouteInfoManager
 from namesrv.server import NameServer, expire_loop, trio_now_ms
@@ -78,8 +78,11 @@ async def running_namesrv() -> AsyncIterator[tuple[NameServer, RemotingClient, s
 
 def test_register_body_round_trip() -> None:
     configs = {TOPIC: TopicConfig(TOPIC, 8, 4, perm=6)}
-    assert decode_register_body(encode_register_body(configs, ["f:1"])) == (configs, ["f:1"])
-    assert decode_register_body(b"") == ({}, None)
+    version = DataVersion(1_700_000_000_000, 7)
+    body = encode_register_body(configs, ["f:1"], version)
+    assert decode_register_body(body) == (configs, ["f:1"], version)
+    assert decode_register_body(encode_register_body(configs)) == (configs, [], None)
+    assert decode_register_body(b"") == ({}, None, None)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +93,8 @@ def test_register_body_round_trip() -> None:
         msgpack.packb({"topicConfigTable": []}),
         msgpack.packb({"topicConfigTable": {TOPIC: {"topicName": TOPIC, "perm": 99}}}),
         msgpack.packb({"filterServerList": [1]}),
+        msgpack.packb({"dataVersion": [1, 2]}),
+        msgpack.packb({"dataVersion": {"timestamp": 1, "counter": "2"}}),
     ],
 )
 def test_register_body_rejects_garbage(body: bytes) -> None:
@@ -321,3 +326,38 @@ async def test_a_broker_whose_connection_closes_leaves_the_routes_at_once() -> N
             return await routed_brokers() == []
 
         await wait_until(none_left, "broker-b dropped once its latest connection closed")
+
+
+async def test_a_late_older_registration_does_not_move_the_brokers_connection() -> None:
+    """A registration older than the applied one (its ``dataVersion``) changes nothing: the
+    broker's topics stay, and so does the connection whose closing removes it."""
+    a_addr, c_addr = "127.0.0.1:10911", "127.0.0.1:10931"
+    newer = encode_register_body({TOPIC: TopicConfig(TOPIC, 8, 8)}, (), DataVersion(2000, 2))
+    older = encode_register_body({TOPIC: TopicConfig(TOPIC, 4, 4)}, (), DataVersion(1000, 1))
+    route_req = req(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)
+    async with running_namesrv() as (_, client, addr):
+
+        async def routed() -> dict[str, int]:
+            resp = await client.invoke(addr, route_req)
+            if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                return {}
+            return {
+                q.broker_name: q.write_queue_nums for q in decode_route_body(resp.body).queue_datas
+            }
+
+        async with RemotingClient() as a_conn:
+            assert (
+                await a_conn.invoke(addr, register_req("broker-a", a_addr, body=newer))
+            ).code == 0
+            async with RemotingClient() as late:
+                assert (
+                    await late.invoke(addr, register_req("broker-a", a_addr, body=older))
+                ).code == 0
+                assert (await late.invoke(addr, register_req("broker-c", c_addr))).code == 0
+                assert await routed() == {"broker-a": 8, "broker-c": 4}
+
+            async def c_gone() -> bool:
+                return "broker-c" not in await routed()
+
+            await wait_until(c_gone, "broker-c dropped once the late connection closed")
+            assert await routed() == {"broker-a": 8}

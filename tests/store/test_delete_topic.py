@@ -88,6 +88,20 @@ def test_delete_topic_drops_its_queues_and_restarts_its_offsets(
         assert DeletedTopics(cfg.store_path_root_dir / FILE_NAME).path.exists()
 
 
+def test_has_topic_while_a_queue_or_a_queue_offset_of_it_exists(
+    small_config: Callable[..., StoreConfig], manual_clock: ManualClock
+) -> None:
+    with MessageStore(small_config(), clock_ms=manual_clock) as store:
+        assert not store.has_topic(GONE)
+        put(store, GONE, 0, 1)  # appended, not dispatched: no queue yet, but an offset
+        assert store.has_topic(GONE)
+        drain_dispatch(store)
+        assert store.has_topic(GONE)
+        store.delete_topic(GONE)
+        assert not store.has_topic(GONE)
+        assert store.has_topic(GONE[:-1]) is False  # a prefix is another topic
+
+
 def test_deleted_topic_stays_deleted_after_a_crash_and_a_clean_restart(
     small_config: Callable[..., StoreConfig],
     manual_clock: ManualClock,
