@@ -178,9 +178,13 @@ class Consumption:
         return [(self.handler_of(t), group) for t, group in by_topic.items()]
 
     async def call(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> ConsumeResult:
-        """Run the handlers for ``msgs``; SUCCESS only if every call succeeded."""
-        (result,) = await self.call_batches(slot, [msgs])
-        return result
+        """Run the handlers for ``msgs``; SUCCESS only if every call succeeded.
+        :class:`HandlerAbandoned` when none ran: the queue was dropped while ``msgs`` waited
+        for a worker thread."""
+        results = await self.call_batches(slot, [msgs])
+        if not results:
+            raise HandlerAbandoned
+        return results[0]
 
     async def call_batches(
         self,
@@ -193,10 +197,11 @@ class Consumption:
         to ``results`` as each batch ends, when given: a closing consumer counts the batches
         that ended while a later one still runs).
 
-        The first batch always runs; the others only while the queue is not dropped (a
-        rebalance or an offset reset took it: RocketMQ's ``ConsumeRequest`` checks before each
-        batch) and ``stop()`` is false, so fewer results than batches means the rest did not
-        run.
+        The first batch always runs (but in a worker thread, only if the queue was not
+        dropped while it waited for one: RocketMQ's ``ConsumeRequest`` returns at once for a
+        dropped process queue); the others only while the queue is not dropped (a rebalance,
+        an offset reset or a close took it: RocketMQ checks before each batch) and ``stop()``
+        is false, so fewer results than batches means the rest did not run.
         When every handler involved is a plain function, all batches run in ONE worker-thread
         hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
         """
@@ -242,10 +247,11 @@ class Consumption:
         results: list[ConsumeResult],
     ) -> list[ConsumeResult]:
         """In a worker thread: every batch's plain-function handlers, in order, until
-        ``halt()`` (it reads plain attributes only); each outcome is appended to ``results``
-        as its batch ends."""
-        for i, plan in enumerate(plans):
-            if i and halt():
+        ``halt()`` (it reads plain attributes only), asked before the first batch too (the
+        thread may have been waited for); each outcome is appended to ``results`` as its
+        batch ends."""
+        for plan in plans:
+            if halt():
                 break
             outcome = ConsumeResult.SUCCESS
             for handler, msgs in plan:
@@ -309,7 +315,8 @@ class Consumption:
 
 
 class HandlerAbandoned(Exception):
-    """A handler call the closing consumer stopped waiting for: its messages stay unsettled."""
+    """A handler call the closing consumer stopped waiting for, or one never made (its queue
+    dropped while it waited for a worker thread): its messages stay unsettled."""
 
 
 def _checked(result: object) -> ConsumeResult:

@@ -7,6 +7,7 @@ stderr).
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import logging
 import os
@@ -144,6 +145,8 @@ def run(namesrv: str | None, body: Callable[[AdminClient], Awaitable[T]]) -> T:
         err = _first_error(exc)
         if isinstance(err, SystemExit):
             raise err from None
+        if isinstance(err, StdoutClosed):
+            raise err from None  # click ends the command quietly (status 1)
         if isinstance(err, MQClientError):
             fail(str(err))
         if isinstance(err, (ValueError, OSError, trio.TooSlowError)):
@@ -164,6 +167,16 @@ TABLE_PIPE_WIDTH: Final = 1 << 24
 only as wide as its widest row), so no column is folded."""
 
 
+class StdoutClosed(BrokenPipeError):
+    """Stdout's reader has gone (``mqadmin printMsg | head``) while a command printed: the
+    command stops there with status 1 and nothing on stderr, as click ends one whose output
+    comes after :func:`run` and rich one printing a table. A broken pipe to a broker stays a
+    failure with its one-line reason."""
+
+    def __init__(self) -> None:
+        super().__init__(errno.EPIPE, "stdout closed")
+
+
 def console(*, stderr: bool = False, width: int | None = None) -> Console:
     """A rich console on the current stdout (or stderr) that prints text as given (see
     :data:`CONSOLE_SETTINGS`); ``width`` columns wide (default 240) when not a terminal."""
@@ -174,9 +187,17 @@ def console(*, stderr: bool = False, width: int | None = None) -> Console:
     return out
 
 
+def echo(text: str, *, nl: bool = True) -> None:
+    """``click.echo`` on stdout; :class:`StdoutClosed` when its reader has gone."""
+    try:
+        click.echo(text, nl=nl)
+    except BrokenPipeError as exc:
+        raise StdoutClosed from exc
+
+
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON."""
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+    echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
 
 
 class JsonArrayWriter:
@@ -192,7 +213,7 @@ class JsonArrayWriter:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            click.echo("\n]" if self._count else "[]")
+            echo("\n]" if self._count else "[]")
 
     def extend(self, items: Iterable[Any]) -> None:
         """Write each item of ``items`` as the array's next element."""
@@ -202,7 +223,7 @@ class JsonArrayWriter:
             lead = "[\n  " if not self._count else ",\n  "
             parts.append(lead + text.replace("\n", "\n  "))
             self._count += 1
-        click.echo("".join(parts), nl=False)
+        echo("".join(parts), nl=False)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
@@ -213,7 +234,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
     cells = [tuple("" if v is None else str(v) for v in row) for row in rows]
     plain = None if out.is_terminal or title is not None else plain_table(headers, cells)
     if plain is not None:
-        click.echo(plain, nl=False)
+        echo(plain, nl=False)
         return
     t = Table(title=title, box=None, header_style="bold", pad_edge=False)
     for header in headers:

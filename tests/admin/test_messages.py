@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
 from datetime import datetime
 from pathlib import Path
+
+import trio
 
 from client.admin.base import parse_timestamp
 from client.admin.cmd_message import PRINT_PAGE
 from client.aio import Message, Producer
 from tests.admin.harness import as_json, fails, headers_in, ok
 from tests.client.inproc_cluster import TOPIC, cluster
+from tests.processes import REPO, console_script
 
 
 async def test_send_and_query_messages(tmp_path: Path) -> None:
@@ -192,3 +196,32 @@ async def test_print_msg_pages_a_long_topic(tmp_path: Path) -> None:
         rows = [line for line in text.splitlines() if line.startswith("broker-a ")]
         assert len(rows) == count
         assert {row.split()[3] for row in rows} == {m["msgId"] for m in msgs}
+
+
+async def test_print_msg_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``mqadmin printMsg --json | head -1``: the reader leaves after one line; printMsg stops
+    with status 1 and says nothing on stderr (no "BrokenPipeError" line, as a table's broken
+    pipe and click's own handling do), instead of reporting a failure of the command."""
+    async with cluster(tmp_path, brokers=("broker-a",), queues=1) as c:
+        async with Producer("pg", c.namesrv) as producer:
+            for _ in range(8):  # 400 messages: far more than a pipe buffers
+                await producer.send_batch([Message(TOPIC, b"x" * 200) for _ in range(50)])
+        argv = [console_script("mqadmin"), "printMsg", "-n", c.namesrv, "-t", TOPIC, "--json"]
+        proc = await trio.lowlevel.open_process(
+            argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            first = await proc.stdout.receive_some(1)
+            assert first == b"["
+            await proc.stdout.aclose()  # as head does once it has its line
+            err = b""
+            while chunk := await proc.stderr.receive_some():
+                err += chunk
+            assert await proc.wait() == 1
+        finally:
+            with trio.CancelScope(shield=True):
+                proc.kill()
+                await proc.wait()
+        assert err == b"", err.decode(errors="replace")
