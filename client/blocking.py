@@ -24,12 +24,13 @@ callback is queued).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import math
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
 
@@ -175,6 +176,14 @@ class _BlockingBase:
         self._client_config = client_config
         self._shared: _Shared | None = None
         self._closed = False
+        self._state = threading.Lock()
+        """Guards the start/close transitions (two threads, or a signal handler, may race)."""
+        self._starting: int | None = None
+        """The thread in :meth:`start` now."""
+        self._start_over = threading.Event()
+        self._closer: tuple[int, _Shared] | None = None
+        """The thread that closes, and the instance it leaves."""
+        self._close_over = threading.Event()
 
     def start(self) -> Self:
         """Join the shared client instance; returns self."""
@@ -223,22 +232,58 @@ class _BlockingBase:
         return result
 
     def _start(self, open_fn: Callable[[_Shared], None]) -> None:
-        if self._shared is not None or self._closed:
-            raise RuntimeError(f"{self._what} can be started only once")
-        shared = _acquire(self._namesrv, self._client_config)
+        """Join the shared instance and ``open_fn`` it. A :meth:`close` called meanwhile (by
+        another thread, or a signal handler of this one) closes what started, then
+        ClientClosedError is raised here."""
+        with self._state:
+            if self._shared is not None or self._closed or self._starting is not None:
+                raise RuntimeError(f"{self._what} can be started only once")
+            self._starting = threading.get_ident()
+        shared: _Shared | None = None
         try:
-            open_fn(shared)
-        except BaseException:
-            _release(shared)
-            raise
-        self._shared = shared
+            shared = _acquire(self._namesrv, self._client_config)
+            try:
+                open_fn(shared)
+            except BaseException:
+                _release(shared)
+                shared = None
+                raise
+        finally:
+            with self._state:
+                self._starting, self._shared = None, shared
+                closed_meanwhile = self._closed
+            self._start_over.set()
+        if closed_meanwhile:
+            self.close()
+            raise ClientClosedError(f"{self._what} (closed while starting)")
 
     def _close(self, close_fn: Callable[[LoopThread], None]) -> None:
-        if self._shared is None or self._closed:
+        """Close once, whoever calls: the first call leaves the instance; a call from another
+        thread meanwhile returns once that close is done (a start in progress is waited for,
+        then closed); a call from a signal handler interrupting this thread's start or close
+        returns at once (the interrupted call finishes the job)."""
+        me = threading.get_ident()
+        with self._state:
             self._closed = True
-            return
-        self._closed = True
-        shared, self._shared = self._shared, None
+            shared, self._shared = self._shared, None
+            if shared is not None:
+                self._closer = (me, shared)
+            starting, closer = self._starting, self._closer
+        if shared is not None:
+            try:
+                self._leave(shared, close_fn)
+            finally:
+                self._close_over.set()
+        elif starting is not None:
+            if starting != me:
+                self._start_over.wait()
+                self._close(close_fn)
+        elif closer is not None and closer[0] != me:
+            self._join_close(closer[1])
+            self._close_over.wait()
+
+    def _leave(self, shared: _Shared, close_fn: Callable[[LoopThread], None]) -> None:
+        """``close_fn`` in the loop, then leave the shared instance."""
         if shared.loop.forked:  # the parent's client: nothing of it runs in this process
             return
         try:
@@ -247,6 +292,10 @@ class _BlockingBase:
             log.exception("closing %s failed", self._what)
         finally:  # a Ctrl+C still releases the loop thread, then reaches the caller
             _release(shared)
+
+    def _join_close(self, shared: _Shared) -> None:
+        """A second ``close()`` while another thread closes, before it waits for that close
+        (a consumer's handler closing it must not be waited for)."""
 
 
 class Producer(_BlockingBase):
@@ -518,6 +567,32 @@ def _call_back(
         log.exception("send callback raised")
 
 
+@dataclass(eq=False)
+class _Service(Generic[C]):
+    """A trio-native consumer run as a service of the loop thread. Its scope is made here, not
+    by the consumer, so a start interrupted after the consumer started can still stop it."""
+
+    consumer: C
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    running: bool = False
+    """Its task has begun (in the loop thread)."""
+    ended: trio.Event = field(default_factory=trio.Event)
+
+    async def serve(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        """Run the consumer until :attr:`scope` is cancelled."""
+        self.running = True
+        try:
+            with self.scope:
+                await self.consumer.run(task_status=task_status)
+        finally:
+            self.ended.set()
+
+    async def wait_ended(self) -> None:
+        """Wait until the task has returned (a task not begun yet starts cancelled)."""
+        if self.running:
+            await self.ended.wait()
+
+
 class _ServiceConsumer(_BlockingBase, Generic[C]):
     """A trio-native consumer run as a service of the shared loop thread."""
 
@@ -538,7 +613,7 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
         self._factory = factory
         self._options = options
         self._async: C | None = None
-        self._scope: trio.CancelScope | None = None
+        self._service: _Service[C] | None = None
         timeout = client_config.request_timeout_s if client_config is not None else 3.0
         self.request_timeout = timeout + SLACK_S
 
@@ -547,8 +622,15 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
 
         def open_(shared: _Shared) -> None:
             consumer = self._factory(self.group, instance=shared.instance, **self._options)
-            self._scope = shared.loop.start_service(consumer.run, timeout=CLOSE_TIMEOUT_S)
-            self._async = consumer
+            service = _Service(consumer)
+            try:
+                shared.loop.start_service(service.serve, timeout=CLOSE_TIMEOUT_S)
+            except BaseException:
+                # interrupted (Ctrl+C) or timed out: the consumer may have started meanwhile
+                with contextlib.suppress(Exception):
+                    self._stop(shared.loop, service)
+                raise
+            self._async, self._service = consumer, service
 
         self._start(open_)
         return self
@@ -560,17 +642,23 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
 
     def close(self) -> None:
         """Stop the consumer (committing or persisting its offsets) and leave the shared
-        instance; always returns."""
+        instance; always returns, once the consumer has closed (a second call from another
+        thread waits for the first)."""
 
         def close_(loop: LoopThread) -> None:
-            if self._async is not None and self._scope is not None:
-                self._stop(loop, self._scope, self._async)
+            if self._service is not None:
+                self._stop(loop, self._service)
 
         self._close(close_)
 
-    def _stop(self, loop: LoopThread, scope: trio.CancelScope, consumer: C) -> None:
-        """Close ``consumer`` (the service ``scope`` runs) and wait for it."""
-        loop.run(_stop_service, scope, consumer, timeout=2 * CLOSE_TIMEOUT_S)
+    def _join_close(self, shared: _Shared) -> None:
+        if self._service is not None:
+            with contextlib.suppress(Exception):  # the loop may have stopped: closed already
+                self._stop(shared.loop, self._service)
+
+    def _stop(self, loop: LoopThread, service: _Service[C]) -> None:
+        """Close the consumer ``service`` runs and wait for it."""
+        loop.run(_stop_service, service, timeout=2 * CLOSE_TIMEOUT_S)
 
     def _c(self) -> C:
         self._loop()
@@ -672,15 +760,15 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
         self._within(self._c().commit, offsets, timeout=timeout)
 
 
-async def _stop_service(scope: trio.CancelScope, consumer: _AsyncConsumer) -> None:
-    scope.cancel()
-    await consumer.closed.wait()
+async def _stop_service(service: _Service[Any]) -> None:
+    service.scope.cancel()
+    await service.wait_ended()
 
 
-async def _stop_push(scope: trio.CancelScope, consumer: aio_push.PushConsumer, caller: int) -> None:
-    scope.cancel()
-    consumer.abandon_handler_in(caller)  # a handler closing its consumer: not waited for
-    await consumer.closed.wait()
+async def _stop_push(service: _Service[aio_push.PushConsumer], caller: int) -> None:
+    service.scope.cancel()
+    service.consumer.abandon_handler_in(caller)  # a handler closing its consumer: not waited for
+    await service.wait_ended()
 
 
 class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
@@ -708,15 +796,14 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     ) -> None:
         super().__init__(aio_push.PushConsumer, group, namesrv, client_config, options)
 
-    def _stop(
-        self, loop: LoopThread, scope: trio.CancelScope, consumer: aio_push.PushConsumer
-    ) -> None:
+    def _stop(self, loop: LoopThread, service: _Service[aio_push.PushConsumer]) -> None:
         """The consumer bounds its own close (abandoning handlers after
         ``await_termination_ms``): the timeout only guards against a stuck loop thread. A
         handler closing its own consumer is not waited for (its messages count as not
         consumed)."""
         caller = threading.get_ident()
-        loop.run(_stop_push, scope, consumer, caller, timeout=consumer.close_bound_s + SLACK_S)
+        bound = service.consumer.close_bound_s + SLACK_S
+        loop.run(_stop_push, service, caller, timeout=bound)
 
     def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
         """Consume ``topic``'s messages matching ``expression`` with ``handler``."""

@@ -112,6 +112,32 @@ DROP_WAIT_S = 1.0
 (its broker lock is kept until the batch ends)."""
 
 
+FLOW_CONTROL_RANGES: dict[str, tuple[int, int]] = {
+    "pull_batch_size": (1, 1024),
+    "pull_threshold_for_queue": (1, 65535),
+    "pull_threshold_size_for_queue_mib": (1, 1024),
+    "pull_threshold_for_topic": (1, 6553500),
+    "pull_threshold_size_for_topic_mib": (1, 102400),
+    "consume_concurrently_max_span": (1, 65535),
+}
+"""RocketMQ's ranges of the pull options (``checkConfig``); the topic thresholds may also be
+-1 (no topic limit). Out of range, a consumer would never pull, or be refused each pull."""
+
+
+def check_flow_control(**options: int) -> None:
+    """ValueError naming the first option out of :data:`FLOW_CONTROL_RANGES`."""
+    for name, value in options.items():
+        low, high = FLOW_CONTROL_RANGES[name]
+        if name.endswith("_topic") or name.endswith("_topic_mib"):
+            if value == -1:
+                continue
+            allowed = f"-1 or [{low}, {high}]"
+        else:
+            allowed = f"[{low}, {high}]"
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{name} must be in {allowed}, got {value!r}")
+
+
 @dataclass(eq=False)
 class _Queue:
     """One assigned queue: its process queue, pull position and tasks."""
@@ -174,6 +200,14 @@ class PushConsumer:
             raise ValueError(f"await_termination_ms must be >= 0, got {await_termination_ms}")
         if consume_thread_max <= 0 or not 0 < consume_message_batch_max_size <= 1024:
             raise ValueError("consume_thread_max and consume_message_batch_max_size must be > 0")
+        check_flow_control(
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue_mib=pull_threshold_size_for_queue_mib,
+            pull_threshold_for_topic=pull_threshold_for_topic,
+            pull_threshold_size_for_topic_mib=pull_threshold_size_for_topic_mib,
+            consume_concurrently_max_span=consume_concurrently_max_span,
+        )
         if suspend_current_queue_ms < 0:
             raise ValueError(
                 f"suspend_current_queue_ms must be >= 0, got {suspend_current_queue_ms}"
@@ -360,6 +394,9 @@ class PushConsumer:
         instance.register_consumer(self.group, self.consumer_data)
         instance.consumer_ids_changed.append(self._on_ids_changed)
         instance.offset_reset.append(self._on_offset_reset)
+        # from here on no checkpoint: a cancellation (Ctrl+C in the blocking start) landing
+        # after the nursery is entered by hand would leave it open (trio's cancel stack
+        # corrupted) and the group registered
         cm = trio.open_nursery()
         self._nursery = await cm.__aenter__()
         self._nursery_cm = cm
@@ -374,7 +411,7 @@ class PushConsumer:
             self._concurrent = ConcurrentService(
                 self._consumption, self.batch_max, self.consume_thread_max
             )
-            await self._nursery.start(self._concurrent.run)
+            self._nursery.start_soon(self._concurrent.run)  # submit() queues until it runs
         self._nursery.start_soon(self.rebalance_loop)
         self._nursery.start_soon(self.persist_loop)
 
