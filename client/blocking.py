@@ -794,6 +794,8 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
         client_config: ClientConfig | None = None,
         **options: Any,
     ) -> None:
+        if "consume_timeout_min" in options:  # a bad one fails here, not at start()
+            aio_push.validate_consume_timeout(options["consume_timeout_min"])
         super().__init__(aio_push.PushConsumer, group, namesrv, client_config, options)
 
     def _stop(self, loop: LoopThread, service: _Service[aio_push.PushConsumer]) -> None:

@@ -14,6 +14,10 @@ Concurrent rules:
   ``BROADCASTING`` failures are only logged, as in RocketMQ.
 - Then the messages leave the process queue and the queue's commit offset (the smallest offset
   still in flight) is recorded.
+- ``consume_timeout`` (RocketMQ's ``cleanExpireMsg``): a handler call that began longer ago
+  has its messages sent back at delay level 3 (:meth:`ConcurrentService.clean_expired`); they
+  leave the process queue once the broker took them, the rest of their pull goes to another
+  worker, and the late call's outcome is ignored.
 
 Orderly rules:
 
@@ -38,7 +42,7 @@ import logging
 import math
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import trio
@@ -56,6 +60,9 @@ T = TypeVar("T")
 
 RETRY_LOCALLY_AFTER_S = 5.0
 """A message whose send-back failed is consumed again here after this long."""
+EXPIRED_DELAY_LEVEL = 3
+"""The delay level a message consumed for longer than ``consume_timeout`` is sent back at
+(RocketMQ's ``cleanExpiredMsg``: 10 s with the default levels)."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -190,39 +197,40 @@ class Consumption:
         self,
         slot: QueueSlot,
         batches: list[list[ReceivedMessage]],
-        stop: Callable[[], bool] | None = None,
+        starting: Callable[[int], bool] | None = None,
         results: list[ConsumeResult] | None = None,
     ) -> list[ConsumeResult]:
         """Run the handlers for each batch in turn; one result per batch that ran (appended
         to ``results`` as each batch ends, when given: a closing consumer counts the batches
         that ended while a later one still runs).
 
-        The first batch always runs (but in a worker thread, only if the queue was not
-        dropped while it waited for one: RocketMQ's ``ConsumeRequest`` returns at once for a
-        dropped process queue); the others only while the queue is not dropped (a rebalance,
-        an offset reset or a close took it: RocketMQ checks before each batch) and ``stop()``
-        is false, so fewer results than batches means the rest did not run.
+        ``starting(i)`` is asked just before batch ``i`` starts (in the thread that runs the
+        handlers, so after any wait for one); False stops there, so fewer results than batches
+        means the rest did not run (none at all: the queue was dropped while the pull waited
+        for a worker thread, as RocketMQ's ``ConsumeRequest`` returns at once for a dropped
+        process queue). By default a batch starts only while the queue is not dropped (a
+        rebalance, an offset reset or a close took it: RocketMQ checks before each batch).
         When every handler involved is a plain function, all batches run in ONE worker-thread
         hop (the hop costs more than a small handler); ``async def`` handlers run in the loop.
         """
         restore_retry_topic(itertools.chain.from_iterable(batches), self.group)
         results = [] if results is None else results
         pq = slot.pq
-        halt: Callable[[], bool] = (lambda: pq.dropped) if stop is None else stop
+        go: Callable[[int], bool] = (lambda i: not pq.dropped) if starting is None else starting
         topic = batches[0][0].topic if batches and batches[0] else None
         if topic is not None and all(m.topic == topic for b in batches for m in b):
             # the usual case: one topic, so one handler for every batch of the pull
             handler = self.handler_of(topic)
             if handler is not None and _is_async(handler):
-                return await self._call_async(slot, handler, batches, halt, results)
+                return await self._call_async(slot, handler, batches, go, results)
             plans = [[(handler, b)] for b in batches]
         else:
             plans = [self._plan(b) for b in batches]
         handlers = [h for plan in plans for h, _ in plan if h is not None]
         if handlers and not any(_is_async(h) for h in handlers):
-            return await self._in_thread(self._run_plans_sync, slot, plans, halt, results)
+            return await self._in_thread(self._run_plans_sync, slot, plans, go, results)
         for i, plan in enumerate(plans):
-            if i and halt():
+            if not go(i):
                 break
             results.append(await self._run_plan(slot, plan))
         return results
@@ -243,15 +251,14 @@ class Consumption:
         self,
         slot: QueueSlot,
         plans: list[list[tuple[Handler | None, list[ReceivedMessage]]]],
-        halt: Callable[[], bool],
+        starting: Callable[[int], bool],
         results: list[ConsumeResult],
     ) -> list[ConsumeResult]:
-        """In a worker thread: every batch's plain-function handlers, in order, until
-        ``halt()`` (it reads plain attributes only), asked before the first batch too (the
-        thread may have been waited for); each outcome is appended to ``results`` as its
-        batch ends."""
-        for plan in plans:
-            if halt():
+        """In a worker thread: every batch's plain-function handlers, in order, while
+        ``starting(i)`` (it must not need the loop); each outcome is appended to ``results``
+        as its batch ends."""
+        for i, plan in enumerate(plans):
+            if not starting(i):
                 break
             outcome = ConsumeResult.SUCCESS
             for handler, msgs in plan:
@@ -274,7 +281,7 @@ class Consumption:
     ) -> ConsumeResult:
         """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
         if _is_async(handler):
-            (outcome,) = await self._call_async(slot, handler, [msgs], lambda: False, [])
+            (outcome,) = await self._call_async(slot, handler, [msgs], lambda i: True, [])
             return outcome
         result: ConsumeResult | Awaitable[ConsumeResult] | None
         try:
@@ -293,14 +300,14 @@ class Consumption:
         slot: QueueSlot,
         handler: Handler,
         batches: list[list[ReceivedMessage]],
-        halt: Callable[[], bool],
+        starting: Callable[[int], bool],
         results: list[ConsumeResult],
     ) -> list[ConsumeResult]:
         """Run an ``async def`` handler in the loop on each batch in turn (one result per
-        batch, appended to ``results``, until ``halt()``); an exception or a bad return value
-        means RECONSUME_LATER."""
+        batch, appended to ``results``, while ``starting(i)``); an exception or a bad return
+        value means RECONSUME_LATER."""
         for i, msgs in enumerate(batches):
-            if i and halt():
+            if not starting(i):
                 break
             try:
                 result = handler(msgs)
@@ -332,11 +339,46 @@ def _checked(result: object) -> ConsumeResult:
 
 @dataclass(eq=False)
 class _PullInFlight:
-    """One pull's messages being consumed: its batches and the results of those that ended."""
+    """One pull's messages being consumed: its batches, the results of those that ended, and
+    when the running one began (``consume_timeout``)."""
 
     slot: QueueSlot
     batches: list[list[ReceivedMessage]]
     results: list[ConsumeResult]
+    clock: trio.abc.Clock
+    """The loop's clock (read from the handlers' thread too)."""
+    began: int = -1
+    """The batch that began last."""
+    began_at: float = 0.0
+    """When it began (RocketMQ's ``CONSUME_START_TIME``), on :attr:`clock`."""
+    timed_out: bool = False
+    """The running batch outlived ``consume_timeout``: the pull was settled without it (see
+    :meth:`ConcurrentService.clean_expired`); its worker settles nothing more."""
+    stuck: list[ReceivedMessage] = field(default_factory=list)
+    """Timed out: the running batch's messages not yet sent back."""
+    gate: threading.Lock = field(default_factory=threading.Lock)
+    """Orders a batch's start against its time-out (they run in different threads)."""
+
+    def starting(self, i: int, halt: bool) -> bool:
+        """Just before batch ``i`` starts: False stops the pull there (``halt``, or a time-out
+        of an earlier batch), else note when it began."""
+        with self.gate:
+            if halt or self.timed_out:
+                return False
+            self.began, self.began_at = i, self.clock.current_time()
+            return True
+
+    def time_out(self, began_before: float) -> int | None:
+        """Mark the pull timed out if its running batch began before ``began_before``; that
+        batch's index (None: no batch runs, or it began later)."""
+        with self.gate:
+            running = self.began
+            if self.timed_out or running < 0 or len(self.results) > running:
+                return None
+            if self.began_at >= began_before:
+                return None
+            self.timed_out = True
+            return running
 
 
 class ConcurrentService:
@@ -350,6 +392,8 @@ class ConcurrentService:
         self._stopping = False
         self._in_flight = 0
         self._pulls: set[_PullInFlight] = set()
+        self._timed_out: set[_PullInFlight] = set()
+        """Timed-out pulls whose running batch is not all sent back yet."""
         self._quiet = trio.Event()
         self._send, self._receive = trio.open_memory_channel[
             tuple[QueueSlot, list[ReceivedMessage]]
@@ -381,12 +425,14 @@ class ConcurrentService:
             self._quiet = trio.Event()
             await self._quiet.wait()
 
-    def count_finished_batches(self) -> None:
-        """Closing, before the offsets are persisted: the batches of the pulls still being
-        consumed whose handler already succeeded leave their process queues and count (the
-        batch still running, and any that failed, hold the offset back)."""
+    def count_finished_batches(self, slot: QueueSlot | None = None) -> None:
+        """Closing, or dropping ``slot``'s queue, before the offsets are persisted: the
+        batches of the pulls still being consumed (of ``slot`` only, if given) whose handler
+        already succeeded leave their process queues and count (the batch still running, and
+        any that failed, hold the offset back)."""
         for pull in self._pulls:
-            self._count_finished(pull)
+            if slot is None or pull.slot is slot:
+                self._count_finished(pull)
 
     def _count_finished(self, pull: _PullInFlight) -> None:
         """The pull's batches whose handler succeeded leave the process queue; its offset is
@@ -419,28 +465,107 @@ class ConcurrentService:
         """Consume one pull's messages and record the queue's offset."""
         batches = [pulled[i : i + self.batch_max] for i in range(0, len(pulled), self.batch_max)]
         pq = slot.pq
-        pull = _PullInFlight(slot, batches, [])
+        pull = _PullInFlight(slot, batches, [], trio.lowlevel.current_clock())
         self._pulls.add(pull)
         try:
             # closing stops a pull between batches too: what ran counts, the rest is not done
             results = await self.c.call_batches(
-                slot, batches, lambda: pq.dropped or self._stopping, pull.results
+                slot,
+                batches,
+                lambda i: pull.starting(i, pq.dropped or self._stopping),
+                pull.results,
             )
         except HandlerAbandoned:
             self._count_finished(pull)  # the batches before the abandoned call count
             raise
         finally:
             self._pulls.discard(pull)
+        if not pull.timed_out:  # else clean_expired settled it, without the late batch
+            await self._settle(slot, batches, results)
+
+    async def _settle(
+        self,
+        slot: QueueSlot,
+        batches: list[list[ReceivedMessage]],
+        results: list[ConsumeResult],
+    ) -> None:
+        """The batches that ran leave the process queue (a failed one once sent back) and the
+        queue's offset is recorded; the batches after a drop or a close did not run (no
+        result): they are not done."""
         done: list[ReceivedMessage] = []
-        # the batches after a drop or a close did not run (no result): they are not done
         for msgs, result in zip(batches, results, strict=False):
             if result is ConsumeResult.SUCCESS:
                 done.extend(msgs)
             else:
                 done.extend(await self._settle_failed(slot, msgs))
-        offset = slot.pq.remove(done)  # one removal and one offset update per pull
+        self._remove(slot, done)
+
+    def _remove(self, slot: QueueSlot, done: list[ReceivedMessage]) -> None:
+        """``done`` leaves the process queue (one removal and one offset update per call)."""
+        offset = slot.pq.remove(done)
         if offset >= 0 and not slot.pq.dropped:
             self.c.record_offset(slot, offset)
+
+    async def clean_expired(self, consume_timeout_s: float) -> None:
+        """Send back the messages whose handler call began more than ``consume_timeout_s``
+        ago (RocketMQ's ``cleanExpireMsg``), so the queue's offset moves past them.
+
+        Such a pull is settled without its late batch: the batches before it as usual, the
+        ones after it go to another worker, and the late batch's messages go back to the
+        broker at delay level ``EXPIRED_DELAY_LEVEL`` (retried through the group's retry
+        topic) and leave the process queue once the broker took them; one whose send-back
+        fails stays and is tried again next time. The late call's outcome is dropped when it
+        returns (its messages were sent back, or are still to be)."""
+        began_before = trio.current_time() - consume_timeout_s
+        for pull in list(self._pulls):
+            if self._stopping or pull.slot.pq.dropped:
+                continue
+            late = pull.time_out(began_before)
+            if late is not None:
+                await self._take_over(pull, late)
+        for pull in list(self._timed_out):
+            await self._send_stuck_back(pull)
+
+    async def _take_over(self, pull: _PullInFlight, late: int) -> None:
+        """Settle a timed-out pull without its batch ``late`` (still running), which
+        :meth:`_send_stuck_back` sends back."""
+        slot, batches = pull.slot, pull.batches
+        log.warning(
+            "%d message(s) of %s consumed for longer than the consume timeout: sending back",
+            len(batches[late]),
+            slot.mq,
+        )
+        pull.stuck = list(batches[late])
+        self._timed_out.add(pull)
+        self.submit(slot, [m for msgs in batches[late + 1 :] for m in msgs])
+        await self._settle(slot, batches[:late], pull.results[:late])
+
+    async def _send_stuck_back(self, pull: _PullInFlight) -> None:
+        """Send back a timed-out batch's messages (broadcasting: drop them, as failures); the
+        ones the broker took leave the process queue. Ones the late call consumed after all
+        simply leave."""
+        slot = pull.slot
+        late = pull.began
+        sent: list[ReceivedMessage] = []
+        if slot.pq.dropped:
+            pull.stuck.clear()
+        elif len(pull.results) > late and pull.results[late] is ConsumeResult.SUCCESS:
+            sent = pull.stuck  # it returned meanwhile, having consumed them
+        elif not self.c.clustering:
+            log.warning(
+                "broadcasting: %d timed-out message(s) of %s dropped", len(pull.stuck), slot.mq
+            )
+            sent = pull.stuck
+        else:
+            for m in pull.stuck:
+                if slot.pq.dropped or not await self.c.send_back(m, EXPIRED_DELAY_LEVEL):
+                    break
+                sent.append(m)
+        pull.stuck = pull.stuck[len(sent) :]
+        if not pull.stuck:
+            self._timed_out.discard(pull)
+        if sent:
+            self._remove(slot, sent)
 
     async def _settle_failed(
         self, slot: QueueSlot, msgs: list[ReceivedMessage]

@@ -15,10 +15,10 @@ Task tree (``async with PushConsumer(group=..., namesrv=...) as consumer:``)::
 Rebalance (seed 000): for each subscribed topic, the readable queues (from the cached route)
 and the group's client ids (asked of a broker) are sorted and given to the allocation strategy
 (``AllocateMessageQueueAveragely`` by default; in ``BROADCASTING`` every member takes every
-queue). Queues no longer ours are dropped (pulling stops, the offset is persisted, an orderly
-lock is released); new queues start at the stored offset, or at ``consume_from`` when the group
-has none. In ``CLUSTERING`` the group's retry topic ``%RETRY%<group>`` is subscribed
-automatically.
+queue). Queues no longer ours are dropped (pulling stops, the offset is persisted, counting the
+batches a pull in flight has finished, an orderly lock is released); new queues start at the
+stored offset, or at ``consume_from`` when the group has none. In ``CLUSTERING`` the group's
+retry topic ``%RETRY%<group>`` is subscribed automatically.
 
 Stalls: a queue whose pull loop did not run for ``pull_max_idle_ms`` (120 s, RocketMQ's
 ``pullMaxIdleTime``), or whose pull was answered only after that long, belonged to a process
@@ -43,6 +43,16 @@ handler still running ``await_termination_ms`` (10 s) after the close began is a
 (RocketMQ's ``awaitTerminationMillisWhenShutdown``): its thread runs on alone, its messages
 count as not consumed (the persisted offsets stop before them, so they are delivered again),
 its orderly queue is unlocked, and a WARNING names the group and how many were abandoned.
+
+Consume timeout (concurrent only; RocketMQ's ``consumeTimeout``): every
+``consume_timeout_min`` (15) minutes, a handler call that began more than that long ago gives
+up its messages: they are sent back to the broker at delay level 3 (consumed again through
+``%RETRY%<group>``, like a failure; broadcasting drops them) and leave the process queue once
+the broker took them (one whose send-back fails stays and is tried next time), so the queue's
+offset moves past them and a handler stuck for ever does not stop the queue. The rest of its
+pull goes to another worker; the late call's outcome is ignored when it returns. RocketMQ looks
+at the 16 oldest messages of each queue; here every call in flight is checked. An orderly
+consumer is not affected.
 
 Offsets: each queue records the smallest offset still being consumed (one past the last when
 none), kept locally and persisted every ``persist_interval``, when a queue is dropped and when
@@ -107,6 +117,8 @@ CLOSE_DRAIN_S = 3.0
 AWAIT_TERMINATION_MS = 10_000
 """Default ``await_termination_ms``: how long a close waits for the handlers in flight before
 abandoning them (the blocking ``close()`` gave up after as long)."""
+CONSUME_TIMEOUT_MIN = 15
+"""Default ``consume_timeout_min`` (RocketMQ's ``consumeTimeout``, in minutes)."""
 DROP_WAIT_S = 1.0
 """Orderly: how long a dropped queue waits for its in-flight batch before persisting its offset
 (its broker lock is kept until the batch ends)."""
@@ -194,8 +206,10 @@ class PushConsumer:
         offset_dir: Path | None = None,
         instance_name: str | None = None,
         await_termination_ms: int = AWAIT_TERMINATION_MS,
+        consume_timeout_min: int = CONSUME_TIMEOUT_MIN,
     ) -> None:
         validate_group(group)
+        validate_consume_timeout(consume_timeout_min)
         if not await_termination_ms >= 0:
             raise ValueError(f"await_termination_ms must be >= 0, got {await_termination_ms}")
         if consume_thread_max <= 0 or not 0 < consume_message_batch_max_size <= 1024:
@@ -241,6 +255,7 @@ class PushConsumer:
         self.offset_dir = offset_dir
         self.instance_name = instance_name
         self.await_termination_s = await_termination_ms / 1000
+        self.consume_timeout_s = consume_timeout_min * 60.0
         self._own_instance = instance is None
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
         longest_pass_ms = (
@@ -412,6 +427,7 @@ class PushConsumer:
                 self._consumption, self.batch_max, self.consume_thread_max
             )
             self._nursery.start_soon(self._concurrent.run)  # submit() queues until it runs
+            self._nursery.start_soon(self.clean_expired_loop, self._concurrent)
         self._nursery.start_soon(self.rebalance_loop)
         self._nursery.start_soon(self.persist_loop)
 
@@ -683,6 +699,8 @@ class PushConsumer:
             return
         self._dropping[mq] = q  # until released: closing finishes it if this is cancelled
         stalled = self._is_stalled(q, _now_ms())
+        if self._concurrent is not None:  # while not dropped yet: what finished is recorded
+            self._concurrent.count_finished_batches(q.slot)
         q.slot.pq.dropped = True
         q.scope.cancel()
         idle = True
@@ -843,6 +861,13 @@ class PushConsumer:
     def _record_offset(self, slot: QueueSlot, offset: int) -> None:
         self._offsets.update(slot.mq, offset)
 
+    async def clean_expired_loop(self, service: ConcurrentService) -> None:
+        """Concurrent: every ``consume_timeout_min``, send back the messages whose handler
+        has run longer than that (RocketMQ's ``cleanExpireMsg``); never returns."""
+        while True:
+            await trio.sleep(self.consume_timeout_s)
+            await service.clean_expired(self.consume_timeout_s)
+
     async def persist_loop(self) -> None:
         """Persist every assigned queue's offset every ``persist_interval`` (not a stalled
         queue's); never returns."""
@@ -955,6 +980,19 @@ class PushConsumer:
                 q.lock_changed.set()
                 q.lock_changed = trio.Event()
                 q.slot.wakeup.set()
+
+
+def validate_consume_timeout(consume_timeout_min: int) -> None:
+    """``consume_timeout_min`` must be a whole number of minutes, at least 1."""
+    if (
+        isinstance(consume_timeout_min, bool)
+        or not isinstance(consume_timeout_min, int)
+        or consume_timeout_min < 1
+    ):
+        raise ValueError(
+            f"consume_timeout_min must be a whole number of minutes >= 1, "
+            f"got {consume_timeout_min!r}"
+        )
 
 
 def _by_broker(mqs: Sequence[MessageQueue]) -> dict[str, list[MessageQueue]]:
