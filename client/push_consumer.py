@@ -125,6 +125,7 @@ DROP_WAIT_S = 1.0
 
 
 FLOW_CONTROL_RANGES: dict[str, tuple[int, int]] = {
+    "consume_message_batch_max_size": (1, 1024),
     "pull_batch_size": (1, 1024),
     "pull_threshold_for_queue": (1, 65535),
     "pull_threshold_size_for_queue_mib": (1, 1024),
@@ -212,9 +213,14 @@ class PushConsumer:
         validate_consume_timeout(consume_timeout_min)
         if not await_termination_ms >= 0:
             raise ValueError(f"await_termination_ms must be >= 0, got {await_termination_ms}")
-        if consume_thread_max <= 0 or not 0 < consume_message_batch_max_size <= 1024:
-            raise ValueError("consume_thread_max and consume_message_batch_max_size must be > 0")
+        if isinstance(consume_thread_max, bool) or not isinstance(consume_thread_max, int):
+            raise ValueError(
+                f"consume_thread_max must be a whole number, got {consume_thread_max!r}"
+            )
+        if consume_thread_max <= 0:
+            raise ValueError(f"consume_thread_max must be > 0, got {consume_thread_max}")
         check_flow_control(
+            consume_message_batch_max_size=consume_message_batch_max_size,
             pull_batch_size=pull_batch_size,
             pull_threshold_for_queue=pull_threshold_for_queue,
             pull_threshold_size_for_queue_mib=pull_threshold_size_for_queue_mib,

@@ -30,10 +30,13 @@ from tests.client.inproc_cluster import LIMIT, cluster
         ("consume_concurrently_max_span", -1),
         ("pull_batch_size", 0),
         ("pull_batch_size", 1025),
+        ("consume_message_batch_max_size", 0),
+        ("consume_message_batch_max_size", 1025),
+        ("consume_thread_max", 0),
     ],
 )
 def test_out_of_range_flow_control_options_are_refused(option: str, value: int) -> None:
-    with pytest.raises(ValueError, match=option):
+    with pytest.raises(ValueError, match=rf"{option} must .*, got {value}$"):
         PushConsumer("cg", "127.0.0.1:9876", **{option: value})
 
 
