@@ -158,6 +158,21 @@ async def _call_sync(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
+_Caller = tuple[int, int]
+"""A process id and a thread ident: who starts or closes a client."""
+
+
+def _caller() -> _Caller:
+    """This process and thread."""
+    return os.getpid(), threading.get_ident()
+
+
+def _another_thread_here(other: _Caller, me: _Caller) -> bool:
+    """``other`` is another thread of this process: a forked child has only the thread that
+    forked, so a start or close the parent's threads had in progress never ends here."""
+    return other[0] == me[0] and other != me
+
+
 class _BlockingBase:
     """A started/closed life cycle around a shared loop thread."""
 
@@ -177,11 +192,13 @@ class _BlockingBase:
         self._shared: _Shared | None = None
         self._closed = False
         self._state = threading.Lock()
-        """Guards the start/close transitions (two threads, or a signal handler, may race)."""
-        self._starting: int | None = None
+        """Guards the start/close transitions (two threads, or a signal handler, may race).
+        Nothing is called while it is held: a signal handler runs at a call, and one closing
+        this client there would wait for it for ever."""
+        self._starting: _Caller | None = None
         """The thread in :meth:`start` now."""
         self._start_over = threading.Event()
-        self._closer: tuple[int, _Shared] | None = None
+        self._closer: tuple[_Caller, _Shared] | None = None
         """The thread that closes, and the instance it leaves."""
         self._close_over = threading.Event()
 
@@ -235,10 +252,11 @@ class _BlockingBase:
         """Join the shared instance and ``open_fn`` it. A :meth:`close` called meanwhile (by
         another thread, or a signal handler of this one) closes what started, then
         ClientClosedError is raised here."""
+        me = _caller()  # not under the lock: a call is where a signal handler may run
         with self._state:
             if self._shared is not None or self._closed or self._starting is not None:
                 raise RuntimeError(f"{self._what} can be started only once")
-            self._starting = threading.get_ident()
+            self._starting = me
         shared: _Shared | None = None
         try:
             shared = _acquire(self._namesrv, self._client_config)
@@ -261,8 +279,10 @@ class _BlockingBase:
         """Close once, whoever calls: the first call leaves the instance; a call from another
         thread meanwhile returns once that close is done (a start in progress is waited for,
         then closed); a call from a signal handler interrupting this thread's start or close
-        returns at once (the interrupted call finishes the job)."""
-        me = threading.get_ident()
+        returns at once (the interrupted call finishes the job), and so does one from the
+        instance's send-callback thread (the close waits for that thread) or from a forked
+        child (the start or close in progress was the parent's)."""
+        me = _caller()  # not under the lock: a call is where a signal handler may run
         with self._state:
             self._closed = True
             shared, self._shared = self._shared, None
@@ -275,12 +295,13 @@ class _BlockingBase:
             finally:
                 self._close_over.set()
         elif starting is not None:
-            if starting != me:
+            if _another_thread_here(starting, me):
                 self._start_over.wait()
                 self._close(close_fn)
-        elif closer is not None and closer[0] != me:
+        elif closer is not None and _another_thread_here(closer[0], me):
             self._join_close(closer[1])
-            self._close_over.wait()
+            if not closer[1].callbacks.in_callback:
+                self._close_over.wait()
 
     def _leave(self, shared: _Shared, close_fn: Callable[[LoopThread], None]) -> None:
         """``close_fn`` in the loop, then leave the shared instance."""

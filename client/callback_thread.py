@@ -47,6 +47,12 @@ class CallbackThread:
                 self._thread.start()
         self._queue.put((fn, args))
 
+    @property
+    def in_callback(self) -> bool:
+        """True when called from this thread (by a callback)."""
+        thread = self._thread
+        return thread is not None and thread is threading.current_thread()
+
     def stop(self, timeout: float) -> None:
         """End the thread once the calls queued so far have run; wait for them at most
         ``timeout`` seconds (a callback closing its own client is not waited for)."""
