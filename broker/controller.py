@@ -252,6 +252,7 @@ class BrokerController:
                 self.config,
                 self.register_now,
                 _send_transform(schedule),
+                self.groups,
             ),
             **make_pull_handlers(
                 self.store,

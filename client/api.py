@@ -135,8 +135,13 @@ def send_request(
     born_timestamp: int,
     batch: bool = False,
     default_topic_queue_nums: int = 8,
+    reconsume_times: int = 0,
+    max_reconsume_times: int | None = None,
 ) -> RemotingCommand:
-    """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE with ``batch``), RocketMQ's short header names."""
+    """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE with ``batch``), RocketMQ's short header names.
+
+    ``reconsume_times`` and ``max_reconsume_times`` are given for a message to a retry topic
+    (the broker sends it to the dead-letter queue when the first is over the second)."""
     header: dict[str, ExtValue] = {
         "a": group,
         "b": topic,
@@ -147,9 +152,11 @@ def send_request(
         "g": born_timestamp,
         "h": flag,
         "i": properties,
-        "j": 0,
+        "j": reconsume_times,
         "k": False,
     }
+    if max_reconsume_times is not None:
+        header["l"] = max_reconsume_times
     if batch:
         header["m"] = True
         return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header, body, opaque=0)

@@ -9,8 +9,10 @@ Concurrent rules:
 - ``SUCCESS`` acknowledges the whole batch (ackIndex = last); ``RECONSUME_LATER`` or an
   exception acknowledges nothing (ackIndex = -1). In ``CLUSTERING`` each unacknowledged
   message is sent back to the broker (``CONSUMER_SEND_MSG_BACK``: the group's retry topic at
-  delay level ``3 + reconsume times``, or the dead-letter queue after ``max_reconsume_times``);
-  one whose send-back fails is consumed again here after ``RETRY_LOCALLY_AFTER_S``. In
+  delay level ``3 + reconsume times``, or the dead-letter queue after ``max_reconsume_times``;
+  when its broker fails, the message goes to the retry topic on another broker:
+  :mod:`client.send_back`); one that neither stored is consumed again here after
+  ``RETRY_LOCALLY_AFTER_S``. In
   ``BROADCASTING`` failures are only logged, as in RocketMQ.
 - Then the messages leave the process queue and the queue's commit offset (the smallest offset
   still in flight) is recorded.
@@ -59,7 +61,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRY_LOCALLY_AFTER_S = 5.0
-"""A message whose send-back failed is consumed again here after this long."""
+"""A message whose send-back (and its fallback) failed is consumed again here after this long."""
 EXPIRED_DELAY_LEVEL = 3
 """The delay level a message consumed for longer than ``consume_timeout`` is sent back at
 (RocketMQ's ``cleanExpiredMsg``: 10 s with the default levels)."""

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -61,8 +61,13 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError, RemotingTimeoutError
 
+if TYPE_CHECKING:
+    from client.producer import Producer
+
 log = logging.getLogger(__name__)
 
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+"""The group of the instance's own producer (RocketMQ's ``MixAll.CLIENT_INNER_PRODUCER_GROUP``)."""
 UNREGISTER_TIMEOUT_S = 3.0
 """Upper bound of the UNREGISTER_CLIENT round when the instance closes."""
 
@@ -143,6 +148,7 @@ class ClientInstance:
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._closed = False
+        self._inner_producer: Producer | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -436,6 +442,19 @@ class ClientInstance:
                 await self.topic_route(topic, refresh=True)
             except MQClientError as exc:
                 log.warning("refreshing the route of %s failed: %s", topic, exc)
+
+    async def inner_producer(self) -> Producer:
+        """The instance's own producer (group ``CLIENT_INNER_PRODUCER``; RocketMQ's
+        ``MQClientInstance#getDefaultMQProducer``), started on first use and ended with the
+        instance. A push consumer sends a failed message to its retry topic with it when the
+        broker that stored the message did not take it back."""
+        if self._inner_producer is None:
+            from client.producer import Producer  # deferred: client.producer imports this module
+
+            producer = Producer(CLIENT_INNER_PRODUCER_GROUP, instance=self)
+            await producer.__aenter__()  # a shared instance: registers the group, no I/O
+            self._inner_producer = producer
+        return self._inner_producer
 
     async def route_loop(self) -> None:
         """Refresh the routes every ``poll_name_server_interval_s``; never returns."""

@@ -62,7 +62,7 @@ from common.clock import monotonic_ms, wall_clock_ms
 from common.message import MessageConst
 from common.message_id import UniqKeyGenerator
 from common.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
-from common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
+from common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
 from remoting.command import RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -211,20 +211,23 @@ class Producer:
         *,
         queue: MessageQueue | None = None,
         send_timeout: float | None = None,
+        avoid_broker: str | None = None,
     ) -> SendResult:
         """Send one message and wait for the broker's answer (to ``queue`` if given).
 
         Retries included, sending takes at most ``send_timeout`` seconds (default: the
         producer's), as RocketMQ's ``send(msg, timeout)``; the topic's route, when not known
         yet, is looked up first, within the client's ``request_timeout_s``. To bound the whole
-        call, ``trio.fail_after`` also works.
+        call, ``trio.fail_after`` also works. ``avoid_broker``: the first attempt goes to
+        another broker when one has a writable queue (as a retry avoids the broker that
+        failed; a push consumer's send-back fallback passes the broker it could not reach).
         """
         if queue is not None and queue.topic != msg.topic:
             raise MQClientError(
                 CLIENT_ERROR, f"message's topic {msg.topic} not equal mq's topic {queue.topic}"
             )
         budget_s = self._budget(send_timeout)
-        return await self._send_prepared(msg, self._prepare(msg), queue, budget_s)
+        return await self._send_prepared(msg, self._prepare(msg), queue, budget_s, avoid_broker)
 
     def _budget(self, send_timeout: float | None) -> float:
         """The time a send may take: ``send_timeout`` of the call, else the producer's."""
@@ -239,21 +242,28 @@ class Producer:
         prepared: tuple[str, bytes, int],
         queue: MessageQueue | None,
         budget_s: float,
+        avoid_broker: str | None = None,
     ) -> SendResult:
         uniq, body, sys_flag = prepared
         if queue is not None:
             await self._queues(msg.topic)  # a new topic: learn the brokers from TBW102's route
             return await self._send_to(queue, msg, uniq, body, sys_flag, budget_s)
-        return await self._send_with_retries(msg, uniq, body, sys_flag, budget_s)
+        return await self._send_with_retries(msg, uniq, body, sys_flag, budget_s, avoid_broker)
 
     async def _send_with_retries(
-        self, msg: Message, uniq: str, body: bytes, sys_flag: int, budget_s: float
+        self,
+        msg: Message,
+        uniq: str,
+        body: bytes,
+        sys_flag: int,
+        budget_s: float,
+        avoid_broker: str | None = None,
     ) -> SendResult:
         queues = await self._queues(msg.topic)  # bounded by request_timeout_s, not the budget
         began = trio.current_time()
         deadline = began + budget_s
         selector = self._selector(msg.topic)
-        last_broker: str | None = None
+        last_broker = avoid_broker
         errors: list[str] = []
         last: MQClientError | None = None
         for _ in range(1 + self.retry_times):
@@ -391,6 +401,8 @@ class Producer:
         self, mq: MessageQueue, msg: Message, body: bytes, sys_flag: int, *, batch: bool = False
     ) -> RemotingCommand:
         """The send request of ``msg`` (its prepared ``body``) to ``mq``."""
+        if not batch and msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._retry_request(mq, msg, body, sys_flag)
         return api.send_request(
             group=self.group,
             topic=msg.topic,
@@ -402,6 +414,29 @@ class Producer:
             born_timestamp=wall_clock_ms(),
             batch=batch,
             default_topic_queue_nums=self.default_topic_queue_nums,
+        )
+
+    def _retry_request(
+        self, mq: MessageQueue, msg: Message, body: bytes, sys_flag: int
+    ) -> RemotingCommand:
+        """The send request of a message to a retry topic: its RECONSUME_TIME and
+        MAX_RECONSUME_TIMES properties travel as the header's ``reconsumeTimes`` and
+        ``maxReconsumeTimes`` (RocketMQ's ``sendKernelImpl``; ``msg`` keeps them for a retry)."""
+        props = dict(msg.properties)
+        reconsume = _int_property(props.pop(MessageConst.RECONSUME_TIME, None))
+        max_reconsume = _int_property(props.pop(MessageConst.MAX_RECONSUME_TIMES, None))
+        return api.send_request(
+            group=self.group,
+            topic=msg.topic,
+            queue_id=mq.queue_id,
+            body=body,
+            properties=encode_properties_str(props),
+            sys_flag=sys_flag,
+            flag=msg.flag,
+            born_timestamp=wall_clock_ms(),
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            reconsume_times=reconsume or 0,
+            max_reconsume_times=max_reconsume,
         )
 
     async def send_orderly(
@@ -462,6 +497,14 @@ class Producer:
             self._async_sends -= 1
             if self._async_sends == 0:
                 self._async_idle.set()
+
+
+def _int_property(value: str | None) -> int | None:
+    """A property holding an int (None when absent or not one)."""
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def _check_budget(seconds: object, name: str) -> None:

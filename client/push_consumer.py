@@ -93,6 +93,7 @@ from client.offset_store import (
     offset_from_where,
 )
 from client.process_queue import ProcessQueue
+from client.send_back import send_to_retry_topic
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
 from common.topic import retry_topic
@@ -885,14 +886,21 @@ class PushConsumer:
             )
 
     async def _send_back(self, msg: ReceivedMessage, delay_level: int) -> bool:
-        """CONSUMER_SEND_MSG_BACK to the message's broker; True when it was stored."""
+        """CONSUMER_SEND_MSG_BACK to the message's broker, else the message sent to the
+        retry topic on another broker (:mod:`client.send_back`); True when it was stored."""
         try:
             addr = await self._instance.find_broker_addr(msg.queue)
             cmd = api.send_back_request(self.group, msg, delay_level, self.max_reconsume_times)
             api.check_success(await self._instance.invoke(addr, cmd), addr)
         except MQClientError as exc:
-            log.warning("sending %s back to the broker failed: %s", msg.msg_id, exc)
-            return False
+            log.warning(
+                "sending %s back to the broker failed: %s; sending it to the retry topic",
+                msg.msg_id,
+                exc,
+            )
+            return await send_to_retry_topic(
+                self._instance, msg, self.group, self.max_reconsume_times
+            )
         return True
 
     # ------------------------------------------------------------------ orderly locks

@@ -24,6 +24,13 @@ turns a message with the PREPARED sysflag into a half message (:mod:`broker.tran
 prepared batch is MESSAGE_ILLEGAL. The put outcome is mapped by
 :func:`broker.status_codes.put_response_code`.
 
+A single message sent to a retry topic ``%RETRY%<group>`` (a push consumer's fallback when
+CONSUMER_SEND_MSG_BACK failed, :mod:`client.send_back`; RocketMQ's ``handleRetryAndDLQ``)
+needs the group (else SUBSCRIPTION_GROUP_NOT_EXIST) and is stored with the header's
+reconsumeTimes; when that is over the maximum (the header's maxReconsumeTimes when >= 0, else
+the group's ``retryMaxTimes``) it goes to ``%DLQ%<group>`` instead (created on demand, its DELAY
+dropped), as CONSUMER_SEND_MSG_BACK sends it there.
+
 Response header: msgId (offsetMsgId of the store host and physical offset; comma-separated for a
 batch), queueId, queueOffset (of the first message); a half message adds transactionId (its
 UNIQ_KEY) and its msgId / queueOffset are those of the half record.
@@ -38,6 +45,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple
 
 from broker.config import BrokerConfig
+from broker.processors.send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM, create_topic_in_send_back
 from broker.processors.send_checks import (
     IllegalMessageError,
     check_properties,
@@ -47,13 +55,20 @@ from broker.processors.send_checks import (
 )
 from broker.schedule import delay_level_of
 from broker.status_codes import put_response_code
+from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import offset_msg_id_of_packed
 from common.record import MessageRecord, pack_host
 from common.route import PermName, TopicConfig
-from common.topic import TRANS_HALF_TOPIC, is_not_allowed_send_topic, topic_problem
+from common.topic import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+    dlq_topic,
+    is_not_allowed_send_topic,
+    topic_problem,
+)
 from remoting.channel import Channel, Handler
 from remoting.client import split_addr
 from remoting.codes import RequestCode, ResponseCode
@@ -206,8 +221,11 @@ class SendProcessor:
         broker_config: BrokerConfig,
         on_topic_created: Callable[[], Awaitable[None]] | None = None,
         transform: Callable[[MessageRecord], object] | None = None,
+        groups: SubscriptionGroupManager | None = None,
     ) -> None:
         self.on_topic_created = on_topic_created
+        self.groups = groups
+        """The subscription groups, for messages sent to a retry topic (None: stored as sent)."""
         self.transform = transform
         """Applied to every single message before the put (the delay-level redirect of
         :mod:`broker.schedule`); a ValueError from it answers MESSAGE_ILLEGAL."""
@@ -314,6 +332,12 @@ class SendProcessor:
                     f"the message body size {len(body)} is over the limit {max_size}",
                 )
 
+        dead_letter: tuple[str, bool] | None = None
+        if not batch and self.groups is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            target = self._dead_letter_target(request, topic, reconsume, self.groups)
+            if isinstance(target, RemotingCommand):
+                return target
+            dead_letter = target
         born_host = born_host_of(channel)
         # positional up to born_host (keywords cost twice as much per message); store-side
         # fields keep their defaults
@@ -333,13 +357,56 @@ class SendProcessor:
         if reconsume:
             for m in msgs:
                 m.reconsume_times = reconsume
+        if dead_letter is not None:
+            _redirect(msgs, dead_letter[0])
         refused = self._apply_transform(request, msgs, batch)
         if refused is not None:
             return refused
+        if dead_letter is not None and dead_letter[1] and self.on_topic_created is not None:
+            return self._store_after_registering(request, msgs, queue_id)
         put = self.services.put_messages_now(msgs)
         if isinstance(put, PutResult):
             return self._answer(request, msgs, queue_id, put)
         return self._answer_when_stored(request, msgs, queue_id, put)
+
+    def _dead_letter_target(
+        self,
+        request: RemotingCommand,
+        topic: str,
+        reconsume_times: int,
+        groups: SubscriptionGroupManager,
+    ) -> RemotingCommand | tuple[str, bool] | None:
+        """A message sent to ``%RETRY%<group>`` (RocketMQ's ``handleRetryAndDLQ``): an error
+        for an unknown group; ``(dead-letter topic, created now)`` when its ``reconsumeTimes``
+        is over the maximum (the header's ``maxReconsumeTimes`` when given and >= 0, else the
+        group's ``retryMaxTimes``; RocketMQ 5's ``>``, so a consumer's fallback reaches the DLQ
+        exactly when CONSUMER_SEND_MSG_BACK would); None to store it as sent."""
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        config = groups.find(group)
+        if config is None:
+            return error(
+                request,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group}",
+            )
+        max_times = opt_int(request, "l" if "l" in request.ext_fields else "maxReconsumeTimes", -1)
+        if max_times < 0:
+            max_times = config.retry_max_times
+        if reconsume_times <= max_times:
+            return None
+        dlq = dlq_topic(group)
+        _, created = create_topic_in_send_back(self.topic_config, dlq, DLQ_NUMS_PER_GROUP, DLQ_PERM)
+        return dlq, created
+
+    async def _store_after_registering(
+        self, request: RemotingCommand, msgs: list[MessageRecord], queue_id: int
+    ) -> RemotingCommand:
+        """Store ``msgs`` once the name servers know the topic just created for them."""
+        assert self.on_topic_created is not None
+        await self.on_topic_created()
+        put = self.services.put_messages_now(msgs)
+        result = put if isinstance(put, PutResult) else await put
+        return self._answer(request, msgs, queue_id, result)
 
     async def _answer_when_stored(
         self,
@@ -414,6 +481,15 @@ class SendProcessor:
         }
 
 
+def _redirect(msgs: list[MessageRecord], dlq: str) -> None:
+    """Send retry-topic messages that used up their retries to the dead-letter topic ``dlq``
+    (its one queue, at once: no DELAY, as CONSUMER_SEND_MSG_BACK's DLQ messages)."""
+    for m in msgs:
+        m.topic = dlq
+        m.queue_id = 0
+        m.properties.pop(DELAY, None)
+
+
 def make_send_handlers(
     store: MessageStore,
     services: StoreServices,
@@ -421,14 +497,16 @@ def make_send_handlers(
     broker_config: BrokerConfig,
     on_topic_created: Callable[[], Awaitable[None]] | None = None,
     transform: Callable[[MessageRecord], object] | None = None,
+    groups: SubscriptionGroupManager | None = None,
 ) -> dict[int, Handler]:
     """The send handler table over the real store and topic manager.
 
     ``on_topic_created`` is awaited after a send auto-created its topic, before the answer;
-    ``transform`` is applied to each non-batch message before the put (delay levels).
+    ``transform`` is applied to each non-batch message before the put (delay levels);
+    ``groups`` sends a retry-topic message that used up its retries to the dead-letter queue.
     """
     processor = SendProcessor(
-        store, services, topic_config, broker_config, on_topic_created, transform
+        store, services, topic_config, broker_config, on_topic_created, transform, groups
     )
     return processor.handlers()
 

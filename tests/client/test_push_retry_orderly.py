@@ -84,9 +84,12 @@ async def test_a_message_that_always_fails_ends_in_the_dlq(tmp_path: Path, order
         assert got[0].reconsume_times == 4  # in both modes: the broker is told the count
 
 
-async def read_dlq(namesrv: str, group: str, count: int) -> list[ReceivedMessage]:
-    """The first ``count`` messages of ``%DLQ%<group>`` (waiting for the topic to appear)."""
-    dlq = MessageQueue(dlq_topic(group), "broker-a", 0)
+async def read_dlq(
+    namesrv: str, group: str, count: int, broker: str = "broker-a"
+) -> list[ReceivedMessage]:
+    """The first ``count`` messages of ``%DLQ%<group>`` on ``broker`` (waiting for the topic
+    to appear)."""
+    dlq = MessageQueue(dlq_topic(group), broker, 0)
     got: list[ReceivedMessage] = []
     async with PullConsumer(
         group + "-dlq-reader", namesrv, consume_from=ConsumeFrom.FIRST_OFFSET

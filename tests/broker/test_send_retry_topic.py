@@ -1,0 +1,57 @@
+"""SEND_MESSAGE to a retry topic (a push consumer's send-back fallback): the broker sends a
+message over its group's maximum reconsume times to the dead-letter queue, as RocketMQ's
+``handleRetryAndDLQ``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from client import api
+from common.topic import dlq_topic, retry_topic
+from remoting.codes import RequestCode, ResponseCode
+from tests.broker.inprocess import LIMIT, broker_and_client, req
+
+
+@pytest.mark.parametrize(
+    ("reconsume", "max_header", "stored_in"),
+    [
+        (16, None, retry_topic("g")),  # the group's retryMaxTimes, 16
+        (17, None, dlq_topic("g")),
+        (2, 2, retry_topic("g")),
+        (3, 2, dlq_topic("g")),
+    ],
+)
+async def test_a_retry_message_over_its_maximum_goes_to_the_dlq(
+    tmp_path: Path, reconsume: int, max_header: int | None, stored_in: str
+) -> None:
+    with trio.fail_after(LIMIT):
+        async with broker_and_client(tmp_path) as (_, addr, client):  # group g auto-created
+            cmd = req(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                topic=retry_topic("g"),
+                readQueueNums="1",
+                writeQueueNums="1",
+                perm="6",
+            )
+            assert (await client.invoke(addr, cmd)).code == ResponseCode.SUCCESS
+            send = api.send_request(
+                group="CLIENT_INNER_PRODUCER",
+                topic=retry_topic("g"),
+                queue_id=0,
+                body=b"x",
+                properties="",
+                sys_flag=0,
+                flag=0,
+                born_timestamp=0,
+                reconsume_times=reconsume,
+                max_reconsume_times=max_header,
+            )
+            resp = await client.invoke(addr, send)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            max_offset = req(RequestCode.GET_MAX_OFFSET, topic=stored_in, queueId="0")
+            resp = await client.invoke(addr, max_offset)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            assert int(resp.ext_fields["offset"]) == 1
