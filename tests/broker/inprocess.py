@@ -47,17 +47,24 @@ def send_req(topic: str, body: bytes, queue_id: int = 0, tag: str | None = None)
     )
 
 
-async def wait_until(cond: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    """Poll ``cond`` every 10 ms until true; fail after ``LIMIT`` seconds."""
-    with trio.move_on_after(LIMIT):
+async def wait_until(
+    cond: Callable[[], bool | Awaitable[bool]],
+    what: str,
+    *,
+    limit: float = LIMIT,
+    every: float = 0.01,
+) -> None:
+    """Poll ``cond`` every ``every`` seconds until true; fail after ``limit`` seconds (trio
+    time: virtual under an autojump clock)."""
+    with trio.move_on_after(limit):
         while True:
             value = cond()
             if not isinstance(value, bool):
                 value = await value
             if value:
                 return
-            await trio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+            await trio.sleep(every)
+    raise AssertionError(f"timed out after {limit:g} s waiting for {what}")
 
 
 @asynccontextmanager

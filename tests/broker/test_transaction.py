@@ -19,7 +19,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.transaction_bodies import HalfMessage, decode_half_messages
 from store import PutResult
-from tests.broker.inprocess import LIMIT, running_broker
+from tests.broker.inprocess import LIMIT, running_broker, wait_until
 from tests.broker.txn_helpers import (
     COMMIT,
     FAST_CHECKS,
@@ -36,7 +36,6 @@ from tests.broker.txn_helpers import (
     pull_all,
     queue_records,
     send_half,
-    wait_until,
 )
 
 NO_CHECKS = {"transactionCheckInterval": "3600000"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -144,19 +143,6 @@ async def pull_all(
             return out
         out.extend(decode_records(resp.body))
         offset = int(str(resp.ext_fields["nextBeginOffset"]))
-
-
-async def wait_until(cond: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    """Poll ``cond`` every 10 ms until true; fail after LIMIT seconds."""
-    with trio.move_on_after(LIMIT):
-        while True:
-            value = cond()
-            if not isinstance(value, bool):
-                value = await value
-            if value:
-                return
-            await trio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class CheckInbox:

@@ -27,7 +27,7 @@ from common.clock import wall_clock_ms
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from tests.broker.inprocess import running_namesrv
+from tests.broker.inprocess import running_namesrv, wait_until
 from tests.client.inproc_cluster import Cluster
 from tests.client.test_push_close_abandon import send
 from tests.client.test_push_close_bounds import committed
@@ -90,15 +90,7 @@ async def create_topic(c: Cluster, topic: str, perm: int) -> None:
 
 async def within(minutes: float, cond: Callable[[], bool | Awaitable[bool]], what: str) -> None:
     """Poll ``cond`` every 10 virtual seconds until true; fail after ``minutes`` (virtual)."""
-    with trio.move_on_after(minutes * MINUTE):
-        while True:
-            value = cond()
-            if not isinstance(value, bool):
-                value = await value
-            if value:
-                return
-            await trio.sleep(10.0)
-    raise AssertionError(f"no {what} within {minutes} minutes")
+    await wait_until(cond, what, limit=minutes * MINUTE, every=10.0)
 
 
 async def at_offset(c: Cluster, group: str, mq: MessageQueue, offset: int) -> bool:
