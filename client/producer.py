@@ -16,7 +16,8 @@ Rules (``sendDefaultImpl``):
   the broker's ``defaultTopicQueueNums`` (RocketMQ's producer says 4).
 - ``send_orderly`` sends to the queue its sharding key (or selector) picks and never moves to
   another queue; ``send_oneway`` sends once and waits for nothing; ``send_batch`` sends messages
-  of one topic in one request to one queue.
+  of one topic in one request to one queue (not to a retry topic ``%RETRY%<group>``, which
+  takes single messages only, as RocketMQ's ``MessageBatch``).
 - A send whose every attempt failed raises the last failure as its cause; when that was a
   timeout it is a :class:`RequestTimeoutError` (the outcome is unknown: the message may be
   stored), otherwise an :class:`MQClientError`.
@@ -348,6 +349,12 @@ class Producer:
         validate_topic(topic)
         if set(map(_topic_of, messages)) != {topic}:
             raise MQClientError(CLIENT_ERROR, "all messages of a batch must share a topic")
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise MQClientError(
+                CLIENT_ERROR,
+                f"a batch cannot go to the retry topic {topic}: send its messages one by one "
+                "(RocketMQ: Retry Group is not supported for batching)",
+            )
         delay = MessageConst.DELAY
         if any(m.delay_level > 0 for m in messages if delay in m.properties):
             raise MQClientError(CLIENT_ERROR, "a batch does not support delayed messages")

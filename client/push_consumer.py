@@ -120,6 +120,8 @@ AWAIT_TERMINATION_MS = 10_000
 abandoning them (the blocking ``close()`` gave up after as long)."""
 CONSUME_TIMEOUT_MIN = 15
 """Default ``consume_timeout_min`` (RocketMQ's ``consumeTimeout``, in minutes)."""
+MAX_CONSUME_TIMEOUT_MIN = 2**63 - 1
+"""The largest ``consume_timeout_min`` (RocketMQ's ``consumeTimeout`` is a Java long)."""
 DROP_WAIT_S = 1.0
 """Orderly: how long a dropped queue waits for its in-flight batch before persisting its offset
 (its broker lock is kept until the batch ends)."""
@@ -997,15 +999,19 @@ class PushConsumer:
 
 
 def validate_consume_timeout(consume_timeout_min: int) -> None:
-    """``consume_timeout_min`` must be a whole number of minutes, at least 1."""
+    """``consume_timeout_min`` must be a whole number of minutes in
+    [1, ``MAX_CONSUME_TIMEOUT_MIN``] (ValueError naming the range and the value)."""
     if (
         isinstance(consume_timeout_min, bool)
         or not isinstance(consume_timeout_min, int)
-        or consume_timeout_min < 1
+        or not 1 <= consume_timeout_min <= MAX_CONSUME_TIMEOUT_MIN
     ):
+        shown = repr(consume_timeout_min)
+        if len(shown) > 40:  # a huge int: its digits say nothing
+            shown = f"{shown[:20]}... ({len(shown)} characters)"
         raise ValueError(
-            f"consume_timeout_min must be a whole number of minutes >= 1, "
-            f"got {consume_timeout_min!r}"
+            f"consume_timeout_min must be a whole number of minutes in "
+            f"[1, {MAX_CONSUME_TIMEOUT_MIN}], got {shown}"
         )
 
 

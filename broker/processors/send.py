@@ -29,7 +29,9 @@ CONSUMER_SEND_MSG_BACK failed, :mod:`client.send_back`; RocketMQ's ``handleRetry
 needs the group (else SUBSCRIPTION_GROUP_NOT_EXIST) and is stored with the header's
 reconsumeTimes; when that is over the maximum (the header's maxReconsumeTimes when >= 0, else
 the group's ``retryMaxTimes``) it goes to ``%DLQ%<group>`` instead (created on demand, its DELAY
-dropped), as CONSUMER_SEND_MSG_BACK sends it there.
+dropped), as CONSUMER_SEND_MSG_BACK sends it there. A batch to a retry topic is
+MESSAGE_ILLEGAL ("batch request does not support retry group ...", as RocketMQ's
+``sendBatchMessage``), answered before the topic is looked up or created.
 
 Response header: msgId (offsetMsgId of the store host and physical offset; comma-separated for a
 batch), queueId, queueOffset (of the first message); a half message adds transactionId (its
@@ -259,6 +261,12 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"Sending message to topic[{topic}] is forbidden.",
             )
+        if header.batch and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return error(
+                request,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"batch request does not support retry group {topic}",
+            )
         known = topic in self.topic_config
         config = self.topic_config.create_on_send(topic, None if known else _queue_nums(request))
         if config is not None and not known and self.on_topic_created is not None:
@@ -333,7 +341,7 @@ class SendProcessor:
                 )
 
         dead_letter: tuple[str, bool] | None = None
-        if not batch and self.groups is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if self.groups is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # not a batch
             target = self._dead_letter_target(request, topic, reconsume, self.groups)
             if isinstance(target, RemotingCommand):
                 return target

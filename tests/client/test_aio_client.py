@@ -224,6 +224,7 @@ async def test_invalid_batches_fail_before_any_network_call_and_stamp_nothing() 
             ([Message("bad topic!", b"x")], MessageInvalidError, "topic"),
             ([*good, Message("Other", b"x")], MQClientError, "share a topic"),
             ([*good, Message(TOPIC, b"x", delay_level=2)], MQClientError, "delayed"),
+            ([Message("%RETRY%cg", b"a")], MQClientError, "retry topic %RETRY%cg"),
             ([*good, Message(TOPIC, b"")], MessageInvalidError, "length is zero"),
             ([*good, Message(TOPIC, b"x", properties={"k": "v\x01"})], MessageInvalidError, "k"),
             ([], MQClientError, "at least one message"),
