@@ -19,7 +19,9 @@ Rules:
 - ``-p`` prints the effective settings as ``key=value`` lines (escaped as Java's
   ``Properties#store`` does, so ``-p`` output is a valid ``-c`` file) and exits 0.
 - A disk ratio outside RocketMQ's bounds is clamped, with one WARNING at startup naming the
-  key, the value configured and the value used.
+  key, the value configured and the value used. So is a ``brokerId`` other than 0 (used as
+  0), and each RocketMQ key accepted without effect says why in one WARNING
+  (:meth:`broker.config.BrokerConfig.compat_warnings`).
 - Once serving (and after the first registration round), one line goes to stdout, flushed:
   ``The broker[<brokerName>, <brokerIP1>:<port>] boot success. serializeType=MSGPACK and name
   server is <namesrvAddr>``.
@@ -139,7 +141,7 @@ def main(
         setup_logging(log_level, log_file)
     except OSError as exc:
         fail(PROGRAM, f"cannot open log file: {exc}")
-    for warning in config.clamped_settings():
+    for warning in [*config.clamped_settings(), *config.compat_warnings()]:
         log.warning("%s", warning)
     try:
         tune_gc()

@@ -21,11 +21,19 @@ Rules:
   [:data:`MIN_REGISTER_PERIOD_MS`, :data:`MAX_REGISTER_PERIOD_MS`].
 - ``brokerRole`` is accepted for RocketMQ's stock ``broker.conf``: only ``ASYNC_MASTER``, what
   every minimq broker is (there is no replication).
+- RocketMQ keys of its sample ``broker.conf`` files that minimq has no use for are accepted so
+  that such a file starts a broker (:data:`NO_EFFECT_KEYS`, with a startup warning naming each,
+  see :meth:`BrokerConfig.compat_warnings`); the path keys RocketMQ derives from
+  ``storePathRootDir`` (:data:`DERIVED_PATH_KEYS`) are accepted when they name minimq's path
+  (``storePathCommitLog`` elsewhere is refused, the others are warned about, as RocketMQ
+  ignores them); ``enableDLegerCommitLog`` / ``enableControllerMode`` are accepted only when
+  false. Any other unknown key is refused, naming the closest known key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -36,7 +44,7 @@ from typing import Any, Final
 from common.digits import parse_uint
 from common.net import primary_ipv4
 from common.properties import convert_value, format_entry, load_properties
-from common.route import MAX_QUEUE_NUMS, PermName
+from common.route import MASTER_ID, MAX_QUEUE_NUMS, PermName
 from remoting.busy_poll import default_window_us
 from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
 from store.config import DISK_RATIO_BOUNDS, StoreConfig, effective_disk_ratio
@@ -51,6 +59,36 @@ NAMESRV_ADDR_ENV: Final = "NAMESRV_ADDR"
 BROKER_ROLE: Final = "ASYNC_MASTER"
 """The only ``brokerRole``: a master whose writes are not replicated."""
 _REPLICATED_ROLES = frozenset({"SYNC_MASTER", "SLAVE"})
+
+_NO_REPLICATION = "minimq brokers have no replication"
+_ONE_LOOP = "minimq's broker serves every request on one event loop, without thread pools"
+NO_EFFECT_KEYS: Final = {
+    "sendMessageThreadPoolNums": _ONE_LOOP,
+    "pullMessageThreadPoolNums": _ONE_LOOP,
+    "flushCommitLogLeastPages": "minimq flushes all it wrote every flushIntervalCommitLog",
+    "flushCommitLogThoroughInterval": "minimq flushes all it wrote every flushIntervalCommitLog",
+    "flushConsumeQueueLeastPages": "minimq flushes all it wrote every flushIntervalConsumeQueue",
+    "flushConsumeQueueThoroughInterval": (
+        "minimq flushes all it wrote every flushIntervalConsumeQueue"
+    ),
+    "brokerIP2": f"{_NO_REPLICATION} (it is the address slaves replicate from)",
+    "haListenPort": f"{_NO_REPLICATION} (it is the port slaves replicate from)",
+}
+"""RocketMQ keys, common in its sample ``broker.conf`` files, for behaviour minimq lacks and
+whose absence loses nothing -> why: accepted (any value), each logged as a warning at start."""
+DERIVED_PATH_KEYS: Final = {
+    "storePathCommitLog": "commitlog_dir",
+    "storePathConsumeQueue": "consume_queue_dir",
+    "storePathIndex": "index_dir",
+    "storeCheckpoint": "checkpoint_path",
+    "abortFile": "abort_path",
+}
+"""RocketMQ path keys -> the :class:`StoreConfig` property of the path minimq uses, always
+under ``storePathRootDir``. RocketMQ honours only ``storePathCommitLog`` (the others are
+derived from ``storePathRootDir`` whatever a file says)."""
+REPLICATION_SWITCHES: Final = ("enableDLegerCommitLog", "enableControllerMode")
+"""RocketMQ switches of replicated modes: accepted when false, refused when true."""
+_COMPAT_KEYS = frozenset(NO_EFFECT_KEYS) | frozenset(DERIVED_PATH_KEYS) | set(REPLICATION_SWITCHES)
 
 _NO_STORE_KEY = frozenset({"store_host"})
 """StoreConfig fields not settable by key (``store_host``: ``brokerIP1``, advertised port)."""
@@ -127,6 +165,7 @@ class BrokerConfig:
     )
     broker_name: str = field(default="broker-a", metadata=_meta("brokerName", str))
     broker_id: int = field(default=0, metadata=_meta("brokerId", int))
+    """The id given; the broker registers :attr:`registered_broker_id` (0) whatever it is."""
     broker_role: str = field(default=BROKER_ROLE, metadata=_meta("brokerRole", str))
     """RocketMQ's role; only ``ASYNC_MASTER`` (minimq brokers have no replication)."""
     listen_port: int = field(default=10911, metadata=_meta("listenPort", int))
@@ -192,6 +231,9 @@ class BrokerConfig:
     """The same, on one connection."""
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
+    compat_settings: tuple[tuple[str, str], ...] = field(default=(), metadata={})
+    """RocketMQ keys accepted for its ``broker.conf`` files only (:data:`NO_EFFECT_KEYS`,
+    :data:`DERIVED_PATH_KEYS`, :data:`REPLICATION_SWITCHES`), as ``(key, raw value)`` pairs."""
 
     def __post_init__(self) -> None:
         """Validate every setting; ValueError names the key and the bad value."""
@@ -202,6 +244,7 @@ class BrokerConfig:
         parse_namesrv_addrs(self.namesrv_addr or "")
         parse_delay_levels(self.message_delay_level)
         self._check_store_settings()
+        self._check_compat_settings()
 
     def _check_identity(self) -> None:
         for key, name in (
@@ -292,6 +335,51 @@ class BrokerConfig:
         except ValueError as exc:
             raise ValueError(f"bad store settings: {_rename_store_fields(str(exc))}") from None
 
+    def _check_compat_settings(self) -> None:
+        for key, raw in self.compat_settings:
+            if key not in _COMPAT_KEYS:
+                raise ValueError(f"unknown broker property {key!r}")
+            _check_replication_switch(key, raw)
+            if key == "storePathCommitLog" and not self._is_own_path(key, raw):
+                raise ValueError(
+                    f"storePathCommitLog must be storePathRootDir's commitlog directory "
+                    f"{self.store_config().commitlog_dir} (minimq keeps every store file under "
+                    f"storePathRootDir: set that instead), got {raw!r}"
+                )
+
+    def _is_own_path(self, key: str, raw: str) -> bool:
+        """True when ``raw`` (a :data:`DERIVED_PATH_KEYS` value) names the path minimq uses."""
+        own: Path = getattr(self.store_config(), DERIVED_PATH_KEYS[key])
+        return Path(raw.strip()) == own
+
+    @property
+    def registered_broker_id(self) -> int:
+        """The ``brokerId`` registered with the name servers: always ``MASTER_ID`` (0), as
+        RocketMQ's ``BrokerStartup`` sets an ``ASYNC_MASTER``'s id whatever the file says
+        (clients send only to a broker name's id 0)."""
+        return MASTER_ID
+
+    def compat_warnings(self) -> list[str]:
+        """One line per accepted RocketMQ setting that has no effect here (for the broker's
+        startup warnings): a ``brokerId`` other than 0, every :data:`NO_EFFECT_KEYS` key
+        given, and each path key naming another path than minimq's."""
+        out = []
+        if self.broker_id != self.registered_broker_id:
+            out.append(
+                f"brokerId={self.broker_id} is used as {self.registered_broker_id}: an "
+                f"{BROKER_ROLE} broker is its broker name's master, as in RocketMQ"
+            )
+        for key, raw in self.compat_settings:
+            if key in NO_EFFECT_KEYS:
+                out.append(f"{key}={raw} has no effect: {NO_EFFECT_KEYS[key]}")
+            elif key in DERIVED_PATH_KEYS and not self._is_own_path(key, raw):
+                own = getattr(self.store_config(), DERIVED_PATH_KEYS[key])
+                out.append(
+                    f"{key}={raw} has no effect: the file is {own}, under storePathRootDir "
+                    "(RocketMQ derives it from storePathRootDir too)"
+                )
+        return out
+
     # ------------------------------------------------------------------ derived values
 
     @property
@@ -336,6 +424,9 @@ class BrokerConfig:
         keys = cls.property_keys()
         kwargs: dict[str, Any] = {}
         store: dict[str, Any] = {}
+        compat: dict[str, str] = {}
+        for key in REPLICATION_SWITCHES:  # first: the rest of such a file is for that mode
+            _check_replication_switch(key, props.get(key, "false"))
         for key, raw in props.items():
             if key in keys:
                 name = keys[key]
@@ -347,9 +438,12 @@ class BrokerConfig:
             elif key in STORE_KEYS:
                 name = STORE_KEYS[key]
                 store[name] = convert_value(key, raw, type(getattr(_STORE_DEFAULTS, name)))
+            elif key in _COMPAT_KEYS:
+                compat[key] = raw
             else:
-                raise ValueError(f"unknown broker property {key!r}")
+                raise ValueError(_unknown_key(key, [*keys, *STORE_KEYS, *_COMPAT_KEYS]))
         kwargs["store_settings"] = tuple(store.items())
+        kwargs["compat_settings"] = tuple(compat.items())
         try:
             return cls(**kwargs)
         except ValueError as exc:
@@ -388,6 +482,8 @@ class BrokerConfig:
         store = self.store_config()
         for key, name in STORE_KEYS.items():
             lines.append(format_entry(key, getattr(store, name)))
+        for key, raw in self.compat_settings:
+            lines.append(format_entry(key, raw))
         return "\n".join(lines) + "\n"
 
     def clamped_settings(self) -> list[str]:
@@ -403,6 +499,22 @@ class BrokerConfig:
                 f"using {effective_disk_ratio(name, value)}"
             )
         return out
+
+
+def _check_replication_switch(key: str, raw: str) -> None:
+    """ValueError when ``key``, a :data:`REPLICATION_SWITCHES` key, is true (or not a bool)."""
+    if key in REPLICATION_SWITCHES and convert_value(key, raw, bool):
+        raise ValueError(
+            f"{key}=true is not supported: {_NO_REPLICATION} (remove it or set it to false)"
+        )
+
+
+def _unknown_key(key: str, known: list[str]) -> str:
+    """The error for an unknown ``key``, naming the closest of ``known`` (a misspelling, or
+    an old RocketMQ spelling such as ``mapedFileSizeCommitLog``)."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown broker property {key!r}{hint}"
 
 
 def _rename_store_fields(message: str) -> str:

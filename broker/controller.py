@@ -378,7 +378,7 @@ class BrokerController:
             "brokerName": self.config.broker_name,
             "brokerAddr": self.broker_addr,
             "clusterName": self.config.broker_cluster_name,
-            "brokerId": str(self.config.broker_id),
+            "brokerId": str(self.config.registered_broker_id),
         }
 
     async def register_all(self, client: RemotingClient) -> None:

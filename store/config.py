@@ -75,6 +75,12 @@ class StoreConfig:
     effect: minimq's readers copy what they read out of a mapping and hold no reference on the
     file, so retention never waits on one (it unlinks at once; the mapping goes with the last
     Python reference to it, when the read in progress ends)."""
+    redelete_hanged_file_interval: int = 120_000
+    """RocketMQ's ``redeleteHangedFileInterval``: how often the first commitlog file, whose
+    deletion readers held up, is deleted again. Accepted for RocketMQ's ``broker.conf`` and has
+    no effect: no reader holds up a deletion (see ``destroy_maped_file_interval_forcibly``),
+    and a file whose unlink failed is deleted again by the next retention pass
+    (``clean_resource_interval``)."""
     delete_file_batch_max: int = 10
     max_message_size: int = 4 * 1024 * 1024
     max_topic_length: int = 127
@@ -137,6 +143,7 @@ class StoreConfig:
             "warm_ahead_size_commit_log",
             "delete_commit_log_files_interval",
             "destroy_maped_file_interval_forcibly",
+            "redelete_hanged_file_interval",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

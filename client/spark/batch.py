@@ -11,7 +11,7 @@ from client.blocking import SharedInstance
 from client.spark import brokers
 from client.spark.offsets import OffsetMap, QueueKey, resolve, unknown_queues
 from client.spark.options import OptionError, ReadOptions
-from client.spark.pulling import QueueRange, read_range
+from client.spark.pulling import QueueRange, check_pull_group, read_range
 
 DRIVER_TIMEOUT_S = 30.0
 
@@ -38,6 +38,12 @@ def read_partition(opts: ReadOptions, partition: Any) -> Iterator[Any]:
         fail_on_data_loss=opts.fail_on_data_loss,
         group=opts.group,
     )
+
+
+def check_group(client: SharedInstance, opts: ReadOptions, bounds: brokers.Bounds) -> None:
+    """Fail when the query starts, not in the executors' first pull, if a broker of the
+    topics refuses pulls naming the ``group`` option (see :func:`check_pull_group`)."""
+    client.call(check_pull_group, bounds, opts.group, opts.tags, timeout=DRIVER_TIMEOUT_S)
 
 
 def starting_offsets(
@@ -106,6 +112,7 @@ def plan_ranges(opts: ReadOptions) -> list[QueueRange]:
     ending = opts.ending if opts.ending is not None else "latest"
     with SharedInstance(opts.namesrv) as client:
         bounds = client.call(brokers.queue_bounds, list(opts.topics), timeout=DRIVER_TIMEOUT_S)
+        check_group(client, opts, bounds)
         start = starting_offsets(client, opts, bounds, "earliest")
     check_known(ending, bounds, "endingOffsets")
     check_in_bounds(ending, bounds, "endingOffsets")

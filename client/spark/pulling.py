@@ -19,7 +19,7 @@ import concurrent.futures
 import logging
 import math
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -42,6 +42,7 @@ __all__ = [
     "PullGroupError",
     "QueueRange",
     "RangePuller",
+    "check_pull_group",
     "read_range",
     "shared_instance",
 ]
@@ -177,6 +178,32 @@ async def _pull(
         int(str(fields.get("maxOffset", 0))),
         resp.body,
     )
+
+
+async def check_pull_group(
+    instance: ClientInstance,
+    queues: Mapping[tuple[str, str, int], tuple[int, int]],
+    group: str | None,
+    tags: str,
+) -> None:
+    """Driver side, as a query starts: raise what the executors' pulls would meet when a
+    broker of ``queues`` (``{(topic, broker, queue id): (min, max offset)}``) refuses pulls
+    that name ``group`` (default :data:`DEFAULT_PULL_GROUP`): :class:`PullGroupError` when it
+    lacks the group and does not create groups, or its MQBrokerError. One pull per broker,
+    at a queue's max offset (nothing to transfer; the broker does not hold it). A broker that
+    cannot be reached is left to the executors."""
+    name = group or DEFAULT_PULL_GROUP
+    by_broker: dict[str, tuple[str, str, int]] = {}
+    for key in sorted(queues):
+        by_broker.setdefault(key[1], key)
+    for key in by_broker.values():
+        mq = MessageQueue(*key)
+        try:
+            await _pull(instance, mq, queues[key][1], 1, build_subscription(mq.topic, tags), name)
+        except MQBrokerError:
+            raise
+        except MQClientError as exc:
+            log.info("minimq source: group %s not checked on %s: %s", name, mq.broker_name, exc)
 
 
 class _Slot:

@@ -28,6 +28,7 @@ from client.spark.batch import (
     DRIVER_TIMEOUT_S,
     QueuePartition,
     _range,
+    check_group,
     read_partition,
     starting_offsets,
 )
@@ -63,9 +64,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._client: SharedInstance | None = None
         self._targets: OffsetMap | None = None
+        self._group_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_client": None, "_targets": self._targets}
+        return {
+            "opts": self.opts,
+            "_client": None,
+            "_targets": self._targets,
+            "_group_checked": False,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -117,7 +124,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds = self._c().call(
             brokers.queue_bounds, list(self.opts.topics), timeout=DRIVER_TIMEOUT_S
         )
+        self._check_group_once(bounds)
         return to_nested(starting_offsets(self._c(), self.opts, bounds, "latest"))
+
+    def _check_group_once(self, bounds: brokers.Bounds) -> None:
+        """At the query's first trigger (new or restarted): fail if the brokers refuse the
+        executors' pulls for the ``group`` option (see :func:`check_group`)."""
+        if not self._group_checked:
+            check_group(self._c(), self.opts, bounds)
+            self._group_checked = True
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMaxRows(maxOffsetsPerTrigger)``, or everything available."""
@@ -140,7 +155,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_nested(start, "start offset")
         base: OffsetMap = dict(begin)
         latest: OffsetMap = dict(begin)
-        for key, (lo, hi) in self._live_bounds().items():
+        bounds = self._live_bounds()
+        self._check_group_once(bounds)
+        for key, (lo, hi) in bounds.items():
             first = begin.get(key, lo)
             if hi < first:
                 first = self._offsets_went_back(key, first, lo, hi)

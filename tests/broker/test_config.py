@@ -225,6 +225,7 @@ def test_store_keys_cover_store_config() -> None:
         "clean_resource_interval",
         "delete_commit_log_files_interval",
         "destroy_maped_file_interval_forcibly",
+        "redelete_hanged_file_interval",
         "delete_file_batch_max",
         "max_message_size",
         "max_topic_length",

@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
+from client.admin.admin_client import AdminClient
 from tests.processes import (
     BROKER_BOOT,
     REPO,
@@ -106,6 +107,106 @@ def test_destroy_maped_file_interval_forcibly_is_an_accepted_store_key(tmp_path:
     assert "destroyMapedFileIntervalForcibly must be >= 0" in out.stderr
 
 
+def test_redelete_hanged_file_interval_is_an_accepted_store_key(tmp_path: Path) -> None:
+    """RocketMQ's ``redeleteHangedFileInterval`` (120000 ms), set by widely copied RocketMQ
+    broker.conf files, used to stop mqbroker with "unknown broker property". It has no effect
+    (no reader holds up a deletion; a failed unlink is retried by the next retention pass),
+    but reads back and is checked."""
+    conf = tmp_path / "redelete.conf"
+    conf.write_text("redeleteHangedFileInterval=60000\n", encoding="utf-8")
+    assert printed()["redeleteHangedFileInterval"] == "120000"
+    loaded = BrokerConfig.load(conf, None, {}, {}).store_config()
+    assert loaded.redelete_hanged_file_interval == 60000
+    assert printed("-c", str(conf))["redeleteHangedFileInterval"] == "60000"
+    out = cli("broker", "-p", "--redeleteHangedFileInterval", "-1")
+    assert out.returncode == 1
+    assert "redeleteHangedFileInterval must be >= 0" in out.stderr
+
+
+def sample_conf(root: Path) -> str:
+    """A RocketMQ broker.conf as widely copied (RocketMQ's sample keys, paths under ``root``)."""
+    return f"""\
+brokerClusterName=rocketmq-cluster
+brokerName=broker-a
+brokerId=0
+deleteWhen=04
+fileReservedTime=120
+destroyMapedFileIntervalForcibly=120000
+redeleteHangedFileInterval=120000
+storePathRootDir={root}
+storePathCommitLog={root}/commitlog
+storePathConsumeQueue={root}/consumequeue/
+storePathIndex={root}/index
+storeCheckpoint={root}/checkpoint
+abortFile={root}/abort
+flushCommitLogLeastPages=4
+flushConsumeQueueThoroughInterval=60000
+sendMessageThreadPoolNums=128
+pullMessageThreadPoolNums=128
+brokerRole=ASYNC_MASTER
+flushDiskType=ASYNC_FLUSH
+"""
+
+
+def test_rocketmq_sample_conf_starts_with_a_warning_per_key_without_effect(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ's path keys naming minimq's own paths are accepted silently; its thread-pool
+    and flush-pages keys are accepted and each named in a startup warning saying why it has
+    no effect. ``-p`` prints them back."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(sample_conf(tmp_path / "store"), encoding="utf-8")
+    config = BrokerConfig.load(conf, None, {}, {})
+    assert config.store_config().commitlog_dir == tmp_path / "store" / "commitlog"
+    warned = config.compat_warnings()
+    assert [w.split("=")[0] for w in warned] == [
+        "flushCommitLogLeastPages",
+        "flushConsumeQueueThoroughInterval",
+        "sendMessageThreadPoolNums",
+        "pullMessageThreadPoolNums",
+    ]
+    assert "sendMessageThreadPoolNums=128 has no effect: " in warned[2]
+    assert printed("-c", str(conf))["sendMessageThreadPoolNums"] == "128"
+    elsewhere = config.load(conf, None, {}, {"storeCheckpoint": "/elsewhere/checkpoint"})
+    warned = elsewhere.compat_warnings()
+    assert any(w.startswith("storeCheckpoint=/elsewhere/checkpoint has no effect") for w in warned)
+
+
+BOOT_WITHOUT_NAMESRV = re.compile(r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\..*")
+
+
+def test_rocketmq_sample_conf_broker_boots_and_logs_the_warnings(tmp_path: Path) -> None:
+    """``mqbroker -c`` with the sample file serves, logging the keys without effect."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(sample_conf(tmp_path / "store"), encoding="utf-8")
+    stderr_path = tmp_path / "broker.log"
+    argv = ["broker", "-c", str(conf), "--listenPort", "0", "--bindAddress", "127.0.0.1"]
+    argv += ["--brokerIP1", "127.0.0.1", "--diskMaxUsedSpaceRatio", "95"]
+
+    async def boot() -> None:
+        proc, _ = await start_process(argv, stderr_path, BOOT_WITHOUT_NAMESRV)
+        await stop_process(proc)
+
+    trio.run(boot)
+    assert "sendMessageThreadPoolNums=128 has no effect" in read_log(stderr_path)
+
+
+def test_store_paths_elsewhere_and_replicated_modes_are_refused_by_name(tmp_path: Path) -> None:
+    """A commitlog elsewhere than storePathRootDir/commitlog is refused (RocketMQ would honour
+    it); DLedger and controller modes are refused as such, before their other keys; a
+    misspelt key is still refused, naming the key it resembles."""
+    with pytest.raises(ValueError, match="storePathCommitLog must be storePathRootDir's"):
+        BrokerConfig.load(None, None, {}, {"storePathCommitLog": "/data/commitlog"})
+    for switch in ("enableDLegerCommitLog", "enableControllerMode"):
+        with pytest.raises(ValueError, match=f"{switch}=true is not supported: minimq brokers"):
+            BrokerConfig.load(None, None, {}, {switch: "true", "dLegerGroup": "g"})
+        assert BrokerConfig.load(None, None, {}, {switch: "false"}).compat_warnings() == []
+    with pytest.raises(ValueError, match="did you mean 'mappedFileSizeCommitLog'"):
+        BrokerConfig.load(None, None, {}, {"mapedFileSizeCommitLog": "1073741824"})
+    with pytest.raises(ValueError, match="unknown broker property 'sendMessageThreadPoolNum'"):
+        BrokerConfig.load(None, None, {}, {"sendMessageThreadPoolNum": "8"})
+
+
 # --------------------------------------------------------------------------- brokerRole
 
 
@@ -187,6 +288,32 @@ async def test_broker_listens_on_the_files_bind_address_and_warns_of_clamps(
     lines = [line for line in read_log(stderr_path).splitlines() if warning in line]
     assert len(lines) == 1, read_log(stderr_path)
     assert "WARNING" in lines[0]
+
+
+async def test_a_master_given_a_nonzero_broker_id_registers_as_the_master(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ's BrokerStartup sets an ASYNC_MASTER's brokerId to 0. A broker given
+    ``brokerId=1`` used to register as id 1: its route had no master, so no client could send
+    to it ("No route info"). It registers as 0, with a startup warning."""
+    stderr_path = tmp_path / "stderr.log"
+    procs: list[trio.Process] = []
+    try:
+        ns, ns_addr = await start_namesrv(stderr_path)
+        procs.append(ns)
+        broker_args = ["broker", "-n", ns_addr, "--brokerId", "1", "--listenPort", "0"]
+        broker_args += ["--bindAddress", "127.0.0.1", "--brokerIP1", "127.0.0.1"]
+        broker_args += ["--storePathRootDir", str(tmp_path / "store")]
+        broker_args += ["--mappedFileSizeCommitLog", "1048576", "--diskMaxUsedSpaceRatio", "95"]
+        broker, match = await start_process(broker_args, stderr_path, BROKER_BOOT)
+        procs.append(broker)
+        async with AdminClient(ns_addr) as admin:
+            route = await admin.topic_route("TBW102")
+        assert [b.broker_addrs for b in route.broker_datas] == [{0: f"127.0.0.1:{match[1]}"}]
+    finally:
+        for proc in procs:
+            await stop_process(proc)
+    assert "brokerId=1 is used as 0" in read_log(stderr_path)
 
 
 # --------------------------------------------------------------------------- clamps

@@ -279,3 +279,47 @@ def test_pulls_need_their_group_when_the_broker_does_not_create_groups(
 
         trio.run(create)
         assert len(read(spark, c.namesrv, topic, group="ops-cg")) == 5
+
+
+def test_a_missing_pull_group_fails_when_the_query_starts(tmp_path: Path) -> None:
+    """The driver checks the pulls' group as a query starts (batch planning, a new stream's
+    first offsets, a restarted stream's first trigger), even with nothing to read yet, with
+    the message the executors' pulls would give; not only in the executors' first pull."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from client.spark.batch import plan_ranges
+    from client.spark.options import parse_read
+    from client.spark.pulling import PullGroupError
+    from client.spark.stream import StreamReader
+
+    topic = "SparkGroupAtStart"
+    options = {"namesrv": "", "topic": topic, "group": "ops-cg"}
+    with sync_cluster(tmp_path / "c", {"broker-a": {"autoCreateSubscriptionGroup": "false"}}) as c:
+        c.create_topic(topic, {"broker-a": 2})
+        options["namesrv"] = c.namesrv
+        batch, streaming = parse_read(options, streaming=False), parse_read(options, streaming=True)
+        restart = {topic: {"broker-a": {"0": 0, "1": 0}}}
+        with pytest.raises(PullGroupError, match="consumer group 'ops-cg' the pulls name"):
+            plan_ranges(batch)
+        for first_call in (
+            lambda r: r.initialOffset(),
+            lambda r: r.latestOffset(restart, ReadAllAvailable()),
+        ):
+            reader = StreamReader(streaming)
+            try:
+                with pytest.raises(PullGroupError, match="autoCreateSubscriptionGroup=false"):
+                    first_call(reader)
+            finally:
+                reader.stop()
+
+        async def create() -> None:
+            async with AdminClient(c.namesrv) as admin:
+                await admin.update_sub_group(c.brokers["broker-a"], {"groupName": "ops-cg"})
+
+        trio.run(create)
+        assert plan_ranges(batch) == []
+        reader = StreamReader(streaming)
+        try:
+            assert reader.initialOffset() == restart
+        finally:
+            reader.stop()
