@@ -67,9 +67,38 @@ EXPIRED_DELAY_LEVEL = 3
 (RocketMQ's ``cleanExpiredMsg``: 10 s with the default levels)."""
 
 
-@functools.lru_cache(maxsize=256)
 def _is_async(handler: Handler) -> bool:
-    return inspect.iscoroutinefunction(handler)
+    """True for an ``async def`` handler: a coroutine function, or an object whose
+    ``__call__`` is one. Cached, except for an unhashable handler (a dataclass instance)."""
+    try:
+        return _is_async_cached(handler)
+    except TypeError:  # unhashable: not cached
+        return _is_coroutine_callable(handler)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_async_cached(handler: Handler) -> bool:
+    return _is_coroutine_callable(handler)
+
+
+def _is_coroutine_callable(handler: Handler) -> bool:
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        type(handler).__call__
+    )
+
+
+def _result_in_thread(
+    result: ConsumeResult | Awaitable[ConsumeResult] | None,
+) -> ConsumeResult | None:
+    """In a handler thread: a plain function's result; an awaitable one (it returned a
+    coroutine) is awaited in the loop, as :meth:`Consumption._call_one` does."""
+    if inspect.isawaitable(result):
+        return trio.from_thread.run(_awaited, result)
+    return result
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 class ConsumeResult(enum.Enum):
@@ -83,7 +112,9 @@ class ConsumeResult(enum.Enum):
 Handler: TypeAlias = Callable[
     [list[ReceivedMessage]], "ConsumeResult | Awaitable[ConsumeResult] | None"
 ]
-"""``handler(msgs) -> ConsumeResult`` (sync or ``async def``); None counts as SUCCESS."""
+"""``handler(msgs) -> ConsumeResult`` (sync or ``async def``); None counts as SUCCESS. An
+object whose ``__call__`` is ``async def`` runs in the loop like an ``async def`` function; an
+awaitable that a plain function returns is awaited in the loop."""
 
 
 @dataclass(eq=False)
@@ -269,7 +300,7 @@ class Consumption:
                     outcome = ConsumeResult.RECONSUME_LATER
                     continue
                 try:
-                    result = _checked(handler(msgs))
+                    result = _checked(_result_in_thread(handler(msgs)))
                 except Exception:
                     log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
                     result = ConsumeResult.RECONSUME_LATER
@@ -477,13 +508,15 @@ class ConcurrentService:
                 lambda i: pull.starting(i, pq.dropped or self._stopping),
                 pull.results,
             )
+            if not pull.timed_out:  # else clean_expired settled it, without the late batch
+                await self._settle(slot, batches, results)
         except HandlerAbandoned:
             self._count_finished(pull)  # the batches before the abandoned call count
             raise
         finally:
+            # only now: a drop or a close while failed batches are sent back still counts
+            # the pull's successful ones (every batch has its result: no time-out takes it)
             self._pulls.discard(pull)
-        if not pull.timed_out:  # else clean_expired settled it, without the late batch
-            await self._settle(slot, batches, results)
 
     async def _settle(
         self,
