@@ -1,7 +1,8 @@
 """Parked pulls (RocketMQ's ``PullRequestHoldService``, seed 003 "长轮询").
 
-A PULL_MESSAGE that finds nothing new and carries ``suspendTimeoutMillis`` > 0 waits here,
-inside its own request task, instead of being answered PULL_NOT_FOUND at once.
+A PULL_MESSAGE that finds nothing new, has PullSysFlag's SUSPEND bit and carries
+``suspendTimeoutMillis`` > 0 waits here, inside its own request task, instead of being answered
+PULL_NOT_FOUND at once.
 
 Rules:
 

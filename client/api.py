@@ -20,7 +20,7 @@ from client.message import (
     from_record,
     received_from_raw_fields,
 )
-from common.message import PULL_FLAG_COMMIT_OFFSET
+from common.message import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND
 from common.record import RecordError, decode_raw_fields, decode_records
 from common.route import PermName, TopicRouteData
 from common.subscription import SubscriptionData
@@ -191,14 +191,18 @@ def pull_request(
     suspend_timeout_ms: int,
     commit_offset: int = -1,
 ) -> RemotingCommand:
-    """PULL_MESSAGE; ``suspend_timeout_ms`` > 0 asks the broker to hold an empty pull."""
+    """PULL_MESSAGE; ``suspend_timeout_ms`` > 0 asks the broker to hold an empty pull (with
+    RocketMQ's SUSPEND ``sysFlag`` bit, without which brokers answer at once)."""
+    sys_flag = PULL_FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0
+    if suspend_timeout_ms > 0:
+        sys_flag |= PULL_FLAG_SUSPEND
     header: dict[str, ExtValue] = {
         "consumerGroup": group,
         "topic": mq.topic,
         "queueId": mq.queue_id,
         "queueOffset": offset,
         "maxMsgNums": max_msgs,
-        "sysFlag": PULL_FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0,
+        "sysFlag": sys_flag,
         "commitOffset": commit_offset,
         "suspendTimeoutMillis": suspend_timeout_ms,
         "subscription": subscription.sub_string,

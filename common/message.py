@@ -37,6 +37,10 @@ class MessageConst:
 PULL_FLAG_COMMIT_OFFSET: Final = 0x1
 """PULL_MESSAGE's ``sysFlag`` bit saying its ``commitOffset`` is to be committed
 (RocketMQ's ``PullSysFlag.FLAG_COMMIT_OFFSET``)."""
+PULL_FLAG_SUSPEND: Final = 0x2
+"""PULL_MESSAGE's ``sysFlag`` bit asking the broker to hold a pull that finds nothing for up to
+its ``suspendTimeoutMillis`` (RocketMQ's ``PullSysFlag.FLAG_SUSPEND``): without it the broker
+answers at once, whatever ``suspendTimeoutMillis`` says."""
 
 
 class MessageSysFlag:

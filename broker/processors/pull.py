@@ -4,8 +4,9 @@
 ::
 
     PULL_MESSAGE                11  consumerGroup topic queueId queueOffset maxMsgNums
-                                    [subscription "*" | "A || B"] [sysFlag 0] [commitOffset -1]
-                                    [suspendTimeoutMillis] -> body = raw records end to end;
+                                    [subscription "*" | "A || B"] [expressionType TAG]
+                                    [sysFlag 0] [commitOffset -1] [suspendTimeoutMillis]
+                                    -> body = raw records end to end;
                                     nextBeginOffset minOffset maxOffset suggestWhichBrokerId=0
     QUERY_CONSUMER_OFFSET       14  consumerGroup topic queueId -> offset | QUERY_NOT_FOUND
     UPDATE_CONSUMER_OFFSET      15  consumerGroup topic queueId commitOffset
@@ -28,9 +29,14 @@ PULL_MESSAGE first checks the subscription group when a
 auto-creatable -> SUBSCRIPTION_GROUP_NOT_EXIST, ``consumeEnable`` false -> NO_PERMISSION
 "subscription group no permission, <group>"), then the topic as RocketMQ's
 ``PullMessageProcessor``: unknown topic -> TOPIC_NOT_EXIST, no read permission -> NO_PERMISSION,
-``queueId`` outside ``readQueueNums`` -> SYSTEM_ERROR. Long polling (:mod:`broker.long_polling`):
-a pull answered PULL_NOT_FOUND with ``suspendTimeoutMillis`` > 0 is parked until a matching
-message arrives in its queue or the suspend time elapses, then the read is re-run and answered.
+``queueId`` outside ``readQueueNums`` -> SYSTEM_ERROR; an ``expressionType`` other than TAG
+(SQL92: minimq has no property filter, as RocketMQ's default ``enablePropertyFilter=false``) ->
+SYSTEM_ERROR "The broker does not support consumer to filter message by SQL92". Long polling
+(:mod:`broker.long_polling`): a pull answered PULL_NOT_FOUND whose ``sysFlag`` has the SUSPEND
+bit and whose ``suspendTimeoutMillis`` > 0 is parked until a matching message arrives in its
+queue or the suspend time elapses; then, as RocketMQ re-runs the whole request, the group and
+topic checks above are made again (a topic deleted or made unreadable meanwhile is answered
+with its refusal) and the read is re-run and answered.
 """
 
 from __future__ import annotations
@@ -46,9 +52,10 @@ from broker.status_codes import pull_response_code
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.hashing import java_string_hash
-from common.message import PULL_FLAG_COMMIT_OFFSET
+from common.message import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND
 from common.record import RecordError
 from common.route import PermName
+from common.subscription import EXPRESSION_TAG
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
@@ -106,20 +113,22 @@ class PullProcessor:
         offset = header_int(request, "queueOffset")
         max_msgs = header_int(request, "maxMsgNums")
         subscription = opt_str(request, "subscription", SUB_ALL)
+        sys_flag = opt_int(request, "sysFlag", 0)
         # RocketMQ's PullSysFlag: the commit offset counts only with its bit set (its pull and
-        # lite-pull consumers send commitOffset=0 without it; that must not rewind the group)
-        commits = opt_int(request, "sysFlag", 0) & PULL_FLAG_COMMIT_OFFSET
+        # lite-pull consumers send commitOffset=0 without it; that must not rewind the group),
+        # and so does the suspend time (its pull consumer's non-blocking pull sends 20000
+        # without the bit, and gives up after 10 s)
+        commits = sys_flag & PULL_FLAG_COMMIT_OFFSET
         commit_offset = opt_int(request, "commitOffset", -1) if commits else -1
-        suspend_ms = opt_int(request, "suspendTimeoutMillis", 0)
+        suspends = sys_flag & PULL_FLAG_SUSPEND
+        suspend_ms = opt_int(request, "suspendTimeoutMillis", 0) if suspends else 0
         if offset < 0 or max_msgs <= 0:
             return error(
                 request,
                 ResponseCode.SYSTEM_ERROR,
                 f"illegal pull: queueId={queue_id} queueOffset={offset} maxMsgNums={max_msgs}",
             )
-        refused = self._check_group(request, group) or self._check_topic(
-            request, topic, queue_id, group
-        )
+        refused = self._refusal(request, group, topic, queue_id) or _check_expression_type(request)
         if refused is not None:
             return refused
         codes = subscription_tag_codes(subscription)
@@ -135,18 +144,21 @@ class PullProcessor:
             )
         suspend_s = suspend_seconds(suspend_ms, long_polling=self.long_polling)
         if code == ResponseCode.PULL_NOT_FOUND and suspend_s > 0:
-            return self._answer_when_held(request, topic, queue_id, offset, suspend_s, read)
+            return self._answer_when_held(request, group, topic, queue_id, suspend_s, read)
         return _pull_response(request, code, result)
 
     async def _answer_when_held(
         self,
         request: RemotingCommand,
+        group: str,
         topic: str,
         queue_id: int,
-        offset: int,
         suspend_s: float,
         read: Callable[[], GetResult],
     ) -> RemotingCommand:
+        """Hold the pull, then answer it: with the refusal of its group or topic if they
+        changed meanwhile (RocketMQ re-runs the whole request), else with the last read."""
+        offset = header_int(request, "queueOffset")
         result = await hold(
             self.holds,
             topic,
@@ -157,7 +169,18 @@ class PullProcessor:
             _worth_answering,
             self.check_interval_s,
         )
+        refused = self._refusal(request, group, topic, queue_id)
+        if refused is not None:
+            return refused
         return _pull_response(request, pull_response_code(result.status, offset), result)
+
+    def _refusal(
+        self, request: RemotingCommand, group: str, topic: str, queue_id: int
+    ) -> RemotingCommand | None:
+        """The refusal of a pull by its group, broker permission, topic or queue, else None."""
+        return self._check_group(request, group) or self._check_topic(
+            request, topic, queue_id, group
+        )
 
     def _check_group(self, request: RemotingCommand, group: str) -> RemotingCommand | None:
         """The refusal of a pull by an unknown group or one with consumeEnable off, else None."""
@@ -379,6 +402,20 @@ async def _answer_query(
 def _offset_response(request: RemotingCommand, offset: int) -> RemotingCommand:
     return RemotingCommand.response_to(
         request, ResponseCode.SUCCESS, ext_fields={"offset": str(offset)}
+    )
+
+
+def _check_expression_type(request: RemotingCommand) -> RemotingCommand | None:
+    """The refusal of a pull filtering by anything but tags (RocketMQ's answer when
+    ``enablePropertyFilter`` is off), else None. Read as tags, an SQL92 expression would match
+    no tag, and the pull would skip, unread, every message it passed over."""
+    expression_type = opt_str(request, "expressionType", EXPRESSION_TAG)
+    if expression_type in ("", EXPRESSION_TAG):
+        return None
+    return error(
+        request,
+        ResponseCode.SYSTEM_ERROR,
+        f"The broker does not support consumer to filter message by {expression_type}",
     )
 
 

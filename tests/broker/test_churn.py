@@ -188,7 +188,8 @@ async def park_and_drop(broker: BrokerController, port: int, n: int) -> None:
     streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(n)]
     for stream in streams:
         pull = req(RequestCode.PULL_MESSAGE, consumerGroup=GROUP, topic=STAYS, queueId="0",
-                   queueOffset="1", maxMsgNums="1", suspendTimeoutMillis="600000")  # fmt: skip
+                   queueOffset="1", maxMsgNums="1", sysFlag="2",
+                   suspendTimeoutMillis="600000")  # fmt: skip
         await stream.send_all(encode_frame(pull))
     await wait_until(lambda: broker.holds.parked_count() == n, f"{n} pulls parked")
     for stream in streams:

@@ -13,6 +13,7 @@ import trio
 
 from broker.controller import BrokerController
 from broker.long_polling import PullHoldTable, hold
+from common.message import PULL_FLAG_SUSPEND
 from common.record import decode_records
 from common.route import TopicConfig
 from remoting.client import RemotingClient
@@ -29,7 +30,11 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def pull_req(
-    queue_id: int = 0, offset: int = 0, suspend: str = SUSPEND_LONG, sub: str = "*"
+    queue_id: int = 0,
+    offset: int = 0,
+    suspend: str = SUSPEND_LONG,
+    sub: str = "*",
+    sys_flag: int = PULL_FLAG_SUSPEND,
 ) -> RemotingCommand:
     return req(
         RequestCode.PULL_MESSAGE,
@@ -39,6 +44,7 @@ def pull_req(
         queueOffset=str(offset),
         maxMsgNums="32",
         subscription=sub,
+        sysFlag=str(sys_flag),
         suspendTimeoutMillis=suspend,
     )
 
@@ -312,3 +318,66 @@ async def test_a_message_stored_before_the_pull_parks_is_answered_at_once(
     assert await hold(table, "t", 0, 0, 60.0, lambda: True, bool, 5.0) is True
     assert trio.current_time() - start == 0
     assert table.parked_count() == 0
+
+
+async def test_a_pull_without_the_suspend_flag_is_answered_at_once(tmp_path: Path) -> None:
+    """RocketMQ holds a pull only with PullSysFlag's SUSPEND bit: its pull consumer's
+    non-blocking ``pull()`` sends ``suspendTimeoutMillis=20000`` without it and gives up after
+    10 s, so holding it for its 20 s would time every such pull of an empty queue out."""
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            create_topic(broker)
+            java_pull = pull_req(suspend="600000", sys_flag=0x4)  # SUBSCRIPTION only
+            resp = await client.invoke(addr, java_pull, timeout_s=CALL_TIMEOUT_S)
+            assert resp.code == ResponseCode.PULL_NOT_FOUND
+            assert resp.ext_fields["nextBeginOffset"] == "0"
+            assert broker.holds.parked_count() == 0
+
+
+async def test_a_held_pull_whose_topic_is_deleted_is_answered_topic_not_exist(
+    tmp_path: Path,
+) -> None:
+    """As RocketMQ re-runs a held request's checks: not PULL_OFFSET_MOVED to offset 0 from the
+    read of a queue that is gone."""
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            create_topic(broker)
+            await send(client, addr, b"first")
+            answers: list[RemotingCommand] = []
+
+            async def pull() -> None:
+                resp = await client.invoke(addr, pull_req(offset=1, suspend="5000"))
+                answers.append(resp)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pull)
+                await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+                delete = req(RequestCode.DELETE_TOPIC_IN_BROKER, topic=TOPIC)
+                assert (await client.invoke(addr, delete)).code == ResponseCode.SUCCESS
+            (resp,) = answers
+            assert (resp.code, resp.remark) == (
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{TOPIC}] not exist, apply first please!",
+            )
+            assert broker.holds.parked_count() == 0
+
+
+async def test_a_held_pull_whose_topic_turns_write_only_is_refused(tmp_path: Path) -> None:
+    """The message that wakes the pull is not handed out once the topic lost read permission."""
+    with trio.fail_after(30):
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            create_topic(broker)
+            answers: list[RemotingCommand] = []
+
+            async def pull() -> None:
+                answers.append(await client.invoke(addr, pull_req(), timeout_s=CALL_TIMEOUT_S))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pull)
+                await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+                assert broker.topics is not None
+                broker.topics.create_or_update(TopicConfig(TOPIC, 4, 4, perm=2))  # write only
+                await send(client, addr, b"not for readers")
+            (resp,) = answers
+            assert resp.code == ResponseCode.NO_PERMISSION
+            assert resp.body == b""

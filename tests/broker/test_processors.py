@@ -234,6 +234,26 @@ async def test_pull_with_tag_filter(tmp_path: Path) -> None:
         assert resp.ext_fields["nextBeginOffset"] == "4"
 
 
+async def test_a_sql92_pull_is_refused_and_skips_nothing(tmp_path: Path) -> None:
+    """minimq filters by tags only: an SQL92 pull is refused as RocketMQ refuses it with
+    ``enablePropertyFilter`` off, instead of being read as a tag that matches no message (which
+    answered PULL_RETRY_IMMEDIATELY with ``nextBeginOffset`` past every message: all skipped)."""
+    async with running_broker(tmp_path) as b:
+        for i in range(3):
+            assert (await b.send(b"m%d" % i, properties=props(a="5"))).code == ResponseCode.SUCCESS
+        await b.wait_dispatched(TOPIC, 0, 3)
+        resp = await b.pull(0, subscription="a > 1", expressionType="SQL92", sysFlag="4")
+        assert (resp.code, resp.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "The broker does not support consumer to filter message by SQL92",
+        )
+        assert "nextBeginOffset" not in resp.ext_fields
+        for tag_type in ("TAG", ""):
+            resp = await b.pull(0, subscription="*", expressionType=tag_type)
+            assert resp.code == ResponseCode.SUCCESS
+            assert len(decode_records(resp.body)) == 3
+
+
 # --------------------------------------------------------------------------- rejections
 
 

@@ -141,7 +141,7 @@ async def test_a_busy_broker_sends_the_producer_to_the_other_one(tmp_path: Path)
         async with Producer("pg", namesrv) as producer:
             async with RemotingClient() as parker, trio.open_nursery() as nursery:
                 pull = req(RequestCode.PULL_MESSAGE, consumerGroup="cg", topic=TOPIC,
-                           queueId="0", queueOffset="0", maxMsgNums="1",
+                           queueId="0", queueOffset="0", maxMsgNums="1", sysFlag="2",
                            suspendTimeoutMillis="60000", subscription="*")  # fmt: skip
                 nursery.start_soon(partial(parker.invoke, addr_a, pull, timeout_s=LIMIT))
                 await wait_until(lambda: limit.pending == 1, "a pull parked on broker-a")
