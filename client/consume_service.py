@@ -32,6 +32,10 @@ Orderly rules:
   queue moves on. Each message of a batch is judged on its own: the others stay and retry.
 - Before a message reaches the handler, a message from the retry topic gets back its original
   topic (``RETRY_TOPIC`` property).
+- A handler call in progress is never cancelled with its queue (a rebalance, an offset reset or
+  a stall that drops the queue lets it return, and the broker lock is kept until then), an
+  ``async def`` handler's as a thread's; only a close that gives up on it
+  (:meth:`Consumption.abandon_threads`) cancels an ``async def`` one.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ import itertools
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -87,18 +92,12 @@ def _is_coroutine_callable(handler: Handler) -> bool:
     )
 
 
-def _result_in_thread(
-    result: ConsumeResult | Awaitable[ConsumeResult] | None,
-) -> ConsumeResult | None:
+def _result_in_thread(result: object) -> object:
     """In a handler thread: a plain function's result; an awaitable one (it returned a
     coroutine) is awaited in the loop, as :meth:`Consumption._call_one` does."""
     if inspect.isawaitable(result):
         return trio.from_thread.run(_awaited, result)
     return result
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
 
 
 class ConsumeResult(enum.Enum):
@@ -159,12 +158,14 @@ class Consumption:
         self.max_reconsume_times = max_reconsume_times
         self.limiter = trio.CapacityLimiter(consume_thread_max)
         self._thread_calls: dict[trio.CancelScope, int | None] = {}
-        """Each handler call running in a worker thread: its scope (:meth:`abandon_threads`)
-        and its thread's ident (None until the thread runs)."""
+        """Each handler call running in a worker thread, or an orderly ``async def`` one: its
+        scope (:meth:`abandon_threads`) and its thread's ident (None until the thread runs;
+        always None in the loop)."""
         self._threads_returned = trio.Event()
 
     async def wait_threads_returned(self) -> None:
-        """Wait until no handler call runs in a worker thread."""
+        """Wait until no handler call runs in a worker thread (nor an orderly ``async def``
+        one)."""
         while self._thread_calls:
             self._threads_returned = trio.Event()
             await self._threads_returned.wait()
@@ -173,7 +174,8 @@ class Consumption:
         """Closing: stop waiting for the handler calls running in worker threads (only the one
         in thread ``thread_id``, if given: a handler that closes its own consumer). Each
         thread runs on alone and its outcome is dropped: its messages are not acknowledged
-        (they are consumed again later). Returns how many were abandoned."""
+        (they are consumed again later). An orderly ``async def`` call (no thread) is
+        cancelled, with the same outcome. Returns how many were abandoned."""
         abandoned = 0
         for scope, ident in list(self._thread_calls.items()):
             if thread_id is None or ident == thread_id:
@@ -186,17 +188,34 @@ class Consumption:
 
         A cancellation waits for it to return (its outcome is settled first, as before); only
         :meth:`abandon_threads` stops the wait, and then :class:`HandlerAbandoned` is raised."""
+        with self._abandonable() as scope, trio.CancelScope(shield=True), scope:
+            return await trio.to_thread.run_sync(
+                self._tracked, scope, fn, *args, limiter=self.limiter, abandon_on_cancel=True
+            )
+        raise HandlerAbandoned
+
+    @contextmanager
+    def _abandonable(self) -> Iterator[trio.CancelScope]:
+        """A scope for one handler call, listed for :meth:`abandon_threads` until it ends."""
         scope = trio.CancelScope()
         self._thread_calls[scope] = None
         try:
-            with trio.CancelScope(shield=True), scope:
-                return await trio.to_thread.run_sync(
-                    self._tracked, scope, fn, *args, limiter=self.limiter, abandon_on_cancel=True
-                )
+            yield scope
         finally:
             del self._thread_calls[scope]
             if not self._thread_calls:
                 self._threads_returned.set()
+
+    async def _await_async(
+        self, handler: Handler, msgs: list[ReceivedMessage], shielded: bool
+    ) -> object:
+        """``handler(msgs)``, awaited, in the loop. ``shielded`` (orderly): not cancelled with
+        the caller (a dropped queue's call returns, as a thread's); only :meth:`abandon_threads`
+        cancels it, and then :class:`HandlerAbandoned` is raised."""
+        if not shielded:
+            return await _awaited(handler(msgs))
+        with self._abandonable() as scope, trio.CancelScope(shield=True), scope:
+            return await _awaited(handler(msgs))
         raise HandlerAbandoned
 
     def _tracked(self, scope: trio.CancelScope, fn: Callable[..., T], *args: Any) -> T:
@@ -218,10 +237,11 @@ class Consumption:
         return [(self.handler_of(t), group) for t, group in by_topic.items()]
 
     async def call(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> ConsumeResult:
-        """Run the handlers for ``msgs``; SUCCESS only if every call succeeded.
-        :class:`HandlerAbandoned` when none ran: the queue was dropped while ``msgs`` waited
-        for a worker thread."""
-        results = await self.call_batches(slot, [msgs])
+        """Orderly: run the handlers for ``msgs``; SUCCESS only if every call succeeded.
+        :class:`HandlerAbandoned` when none ran (the queue was dropped while ``msgs`` waited
+        for a worker thread) or a close abandoned the call. A cancellation does not stop a
+        call that began: it returns first (``async def`` handlers included)."""
+        results = await self.call_batches(slot, [msgs], shield_async=True)
         if not results:
             raise HandlerAbandoned
         return results[0]
@@ -232,10 +252,13 @@ class Consumption:
         batches: list[list[ReceivedMessage]],
         starting: Callable[[int], bool] | None = None,
         results: list[ConsumeResult] | None = None,
+        *,
+        shield_async: bool = False,
     ) -> list[ConsumeResult]:
         """Run the handlers for each batch in turn; one result per batch that ran (appended
         to ``results`` as each batch ends, when given: a closing consumer counts the batches
-        that ended while a later one still runs).
+        that ended while a later one still runs). ``shield_async``: an ``async def``
+        handler's call is not cancelled with the caller (see :meth:`_await_async`).
 
         ``starting(i)`` is asked just before batch ``i`` starts (in the thread that runs the
         handlers, so after any wait for one); False stops there, so fewer results than batches
@@ -255,7 +278,7 @@ class Consumption:
             # the usual case: one topic, so one handler for every batch of the pull
             handler = self.handler_of(topic)
             if handler is not None and _is_async(handler):
-                return await self._call_async(slot, handler, batches, go, results)
+                return await self._call_async(slot, handler, batches, go, results, shield_async)
             plans = [[(handler, b)] for b in batches]
         else:
             plans = [self._plan(b) for b in batches]
@@ -265,18 +288,23 @@ class Consumption:
         for i, plan in enumerate(plans):
             if not go(i):
                 break
-            results.append(await self._run_plan(slot, plan))
+            results.append(await self._run_plan(slot, plan, shield_async))
         return results
 
     async def _run_plan(
-        self, slot: QueueSlot, plan: list[tuple[Handler | None, list[ReceivedMessage]]]
+        self,
+        slot: QueueSlot,
+        plan: list[tuple[Handler | None, list[ReceivedMessage]]],
+        shield_async: bool,
     ) -> ConsumeResult:
         outcome = ConsumeResult.SUCCESS
         for handler, msgs in plan:
             if handler is None:
                 log.error("no handler for topic %s any more: reconsuming later", msgs[0].topic)
                 outcome = ConsumeResult.RECONSUME_LATER
-            elif await self._call_one(slot, handler, msgs) is not ConsumeResult.SUCCESS:
+            elif (
+                await self._call_one(slot, handler, msgs, shield_async) is not ConsumeResult.SUCCESS
+            ):
                 outcome = ConsumeResult.RECONSUME_LATER
         return outcome
 
@@ -310,11 +338,13 @@ class Consumption:
         return results
 
     async def _call_one(
-        self, slot: QueueSlot, handler: Handler, msgs: list[ReceivedMessage]
+        self, slot: QueueSlot, handler: Handler, msgs: list[ReceivedMessage], shield_async: bool
     ) -> ConsumeResult:
         """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
         if _is_async(handler):
-            (outcome,) = await self._call_async(slot, handler, [msgs], lambda i: True, [])
+            (outcome,) = await self._call_async(
+                slot, handler, [msgs], lambda i: True, [], shield_async
+            )
             return outcome
         result: ConsumeResult | Awaitable[ConsumeResult] | None
         try:
@@ -335,17 +365,18 @@ class Consumption:
         batches: list[list[ReceivedMessage]],
         starting: Callable[[int], bool],
         results: list[ConsumeResult],
+        shielded: bool = False,
     ) -> list[ConsumeResult]:
         """Run an ``async def`` handler in the loop on each batch in turn (one result per
         batch, appended to ``results``, while ``starting(i)``); an exception or a bad return
-        value means RECONSUME_LATER."""
+        value means RECONSUME_LATER. ``shielded``: see :meth:`_await_async`."""
         for i, msgs in enumerate(batches):
             if not starting(i):
                 break
             try:
-                result = handler(msgs)
-                if inspect.isawaitable(result):
-                    result = await result
+                result = await self._await_async(handler, msgs, shielded)
+            except HandlerAbandoned:
+                raise
             except Exception:
                 log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
                 results.append(ConsumeResult.RECONSUME_LATER)
@@ -357,6 +388,13 @@ class Consumption:
 class HandlerAbandoned(Exception):
     """A handler call the closing consumer stopped waiting for, or one never made (its queue
     dropped while it waited for a worker thread): its messages stay unsettled."""
+
+
+async def _awaited(result: object) -> object:
+    """A handler's return value, awaited when it is awaitable."""
+    if inspect.isawaitable(result):
+        return await result
+    return result
 
 
 def _checked(result: object) -> ConsumeResult:

@@ -464,6 +464,12 @@ class Producer:
         """
         if (sharding_key is None) == (selector is None):
             raise MQClientError(CLIENT_ERROR, "pass exactly one of sharding_key and selector")
+        if sharding_key is not None and not isinstance(sharding_key, str):
+            raise MQClientError(
+                CLIENT_ERROR,
+                f"sharding_key must be a str (hashed as Java's String.hashCode), got "
+                f"{type(sharding_key).__name__} {sharding_key!r}: pass str(key), or a selector",
+            )
         queues = await self._queues(msg.topic)
         if selector is not None:
             mq = selector(queues, msg, arg)

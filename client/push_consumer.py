@@ -40,7 +40,8 @@ broadcasting consumes every queue in order with no broker locks (each member rea
 Closing: pulling stops, the handlers in flight may finish (``CLOSE_DRAIN_S``) and count, every
 offset is persisted at once, then the queues are dropped and the orderly locks released. A
 handler still running ``await_termination_ms`` (10 s) after the close began is abandoned
-(RocketMQ's ``awaitTerminationMillisWhenShutdown``): its thread runs on alone, its messages
+(RocketMQ's ``awaitTerminationMillisWhenShutdown``): its thread runs on alone (an orderly
+``async def`` call is cancelled then; a rebalance never cancels one), its messages
 count as not consumed (the persisted offsets stop before them, so they are delivered again),
 its orderly queue is unlocked, and a WARNING names the group and how many were abandoned.
 
@@ -287,6 +288,11 @@ class PushConsumer:
         round left half-way (persists their offsets, unlocks the idle ones)."""
         self._unclaimed_locks: set[MessageQueue] = set()
         """Orderly: queues locked at the broker by a round that has not added them yet."""
+        self._renewing = trio.Lock()
+        """Orderly: held by a renewal (:meth:`lock_all`) from its list of our queues to its
+        last answer, and by every unlock: a queue released meanwhile is unlocked after the
+        renewal that still counted it reached its broker, never before (the renewal would
+        lock it again, for 60 s, to a member that no longer consumes it)."""
         self._round = trio.CancelScope()
         """The running rebalance round; closing cancels it."""
         self._rebalance_wakeup = trio.Event()
@@ -547,9 +553,9 @@ class PushConsumer:
 
     async def _end_handlers(self, give_up_at: float) -> None:
         """Closing, after the offsets are persisted: wait until ``give_up_at`` for the handler
-        calls still running in worker threads, abandon the rest (logged), then unlock the
-        orderly queues that were busy (RocketMQ's ``unlockAll`` after
-        ``awaitTerminationMillisWhenShutdown``)."""
+        calls still running in worker threads (and orderly ``async def`` ones), abandon the
+        rest (logged; an ``async def`` one is cancelled), then unlock the orderly queues that
+        were busy (RocketMQ's ``unlockAll`` after ``awaitTerminationMillisWhenShutdown``)."""
         consumption = self._consumption
         if consumption is None:
             return
@@ -934,6 +940,12 @@ class PushConsumer:
         return locked, answered
 
     async def _unlock(self, mqs: Sequence[MessageQueue]) -> None:
+        """UNLOCK_BATCH_MQ at each queue's broker, once no renewal is on its way
+        (:attr:`_renewing`); failures are logged (the broker's lock then expires)."""
+        async with self._renewing:
+            await self._unlock_now(mqs)
+
+    async def _unlock_now(self, mqs: Sequence[MessageQueue]) -> None:
         for broker, group in _by_broker(mqs).items():
             addr = self._instance.broker_addr(broker)
             if addr is None:
@@ -973,10 +985,12 @@ class PushConsumer:
 
     async def lock_all(self) -> None:
         """Lock (or renew) every assigned queue, and the dropped ones a handler still runs on;
-        queues refused are paused. A broker that did not answer changes nothing."""
-        queues = dict(self._queues)
-        busy = [mq for mq in self._busy_dropped if mq not in queues]
-        locked, answered = await self._lock_answered([*queues, *busy])
+        queues refused are paused. A broker that did not answer changes nothing. A queue
+        released meanwhile is unlocked only after this (:attr:`_renewing`)."""
+        async with self._renewing:
+            queues = dict(self._queues)
+            busy = [mq for mq in self._busy_dropped if mq not in queues]
+            locked, answered = await self._lock_answered([*queues, *busy])
         now = _now_ms()
         for mq, q in queues.items():
             if mq not in answered:
