@@ -439,6 +439,8 @@ class Producer(_BlockingBase):
         sends end; it may block or use the blocking API. :meth:`close` waits (up to
         ``send_timeout``) for the sends accepted before it.
         """
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable or None, got {callback!r}")
         shared = self._shared
         producer = self._p()
         assert shared is not None

@@ -20,7 +20,8 @@ Rules (``sendDefaultImpl``):
   takes single messages only, as RocketMQ's ``MessageBatch``).
 - A send whose every attempt failed raises the last failure as its cause; when that was a
   timeout it is a :class:`RequestTimeoutError` (the outcome is unknown: the message may be
-  stored), otherwise an :class:`MQClientError`.
+  stored), otherwise an :class:`MQClientError` whose ``code`` is the broker's answer when a
+  broker refused the last attempt (``SYSTEM_BUSY``, ``NO_PERMISSION``...), as RocketMQ's.
 - ``send_async`` validates the message when called; every send it accepts calls back exactly
   once, and leaving the producer waits (up to ``send_timeout``) for them to end.
 """
@@ -112,8 +113,10 @@ class Producer:
         latency_fault_tolerance: bool = False,
     ) -> None:
         validate_group(group)
-        if retry_times < 0:
-            raise ValueError("retry_times must be >= 0")
+        _check_count(retry_times, "retry_times", 0)
+        _check_count(default_topic_queue_nums, "default_topic_queue_nums", 1)
+        _check_count(compress_over, "compress_over", 0)
+        _check_count(max_message_size, "max_message_size", 1)
         _check_budget(send_timeout, "send_timeout")
         self.group = group
         self.send_timeout = send_timeout
@@ -460,7 +463,9 @@ class Producer:
         bounded by ``request_timeout_s``, see :meth:`send`).
 
         The same key reaches the same queue while the topic's queues do not change; a failed
-        send is not moved to another queue (that would break the order).
+        send is not moved to another queue (that would break the order). ``selector`` gets a
+        copy of the queue list (as RocketMQ's ``sendSelectImpl``): changing it changes nothing
+        for other sends.
         """
         if (sharding_key is None) == (selector is None):
             raise MQClientError(CLIENT_ERROR, "pass exactly one of sharding_key and selector")
@@ -470,24 +475,29 @@ class Producer:
                 f"sharding_key must be a str (hashed as Java's String.hashCode), got "
                 f"{type(sharding_key).__name__} {sharding_key!r}: pass str(key), or a selector",
             )
+        budget_s = self._budget(send_timeout)
+        prepared = self._prepare(msg)  # before the route and the selector, as sendSelectImpl
         queues = await self._queues(msg.topic)
         if selector is not None:
-            mq = selector(queues, msg, arg)
+            mq = selector(list(queues), msg, arg)
             if mq not in queues:
                 raise MQClientError(CLIENT_ERROR, f"the selector chose an unknown queue {mq}")
         else:
             assert sharding_key is not None
             mq = select_by_key(queues, sharding_key)
-        return await self.send(msg, queue=mq, send_timeout=send_timeout)
+        return await self._send_prepared(msg, prepared, mq, budget_s)
 
     def send_async(self, msg: Message, callback: SendCallback) -> None:
         """Send in a background task of the client instance; ``callback(result, error)`` runs
         in the event loop when the send ends (keep it short).
 
-        The message is validated (and given its UNIQ_KEY) here, raising as :meth:`send` would;
-        once accepted, the callback runs exactly once, with ClientClosedError if the producer
-        closed before the send ended.
+        The message is validated (and given its UNIQ_KEY) here, raising as :meth:`send` would,
+        and a ``callback`` that is not callable is a TypeError (nobody would learn the
+        outcome); once accepted, the callback runs exactly once, with ClientClosedError if the
+        producer closed before the send ended.
         """
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {callback!r}")
         prepared = self._prepare(msg)
         self._instance.start_soon(self._send_and_call_back, msg, prepared, callback)
         if self._async_sends == 0:  # a close may be waiting on the current event: keep it
@@ -520,6 +530,15 @@ def _int_property(value: str | None) -> int | None:
         return None
 
 
+def _check_count(value: object, name: str, minimum: int) -> None:
+    """An option counting retries, queues or bytes must be an int >= ``minimum`` (TypeError /
+    ValueError when the producer is made, not at its first send)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
 def _check_budget(seconds: object, name: str) -> None:
     """A send's time budget must be a finite number of seconds > 0 (ValueError /
     TypeError)."""
@@ -534,11 +553,13 @@ def _check_budget(seconds: object, name: str) -> None:
 def _exhausted(what: str, last: MQClientError | None, timeout_s: float) -> MQClientError:
     """The error of a send whose every attempt failed, ``last`` chained as its cause: a
     RequestTimeoutError when the last attempt timed out or none had time to run (the outcome
-    is unknown), else an MQClientError."""
+    is unknown), else an MQClientError with the broker's response code when the last attempt
+    was refused by one (as RocketMQ's ``sendDefaultImpl`` sets it), CLIENT_ERROR otherwise."""
     if last is None or isinstance(last, RequestTimeoutError):
         error: MQClientError = RequestTimeoutError(what, timeout_s, complete=True)
     else:
-        error = MQClientError(CLIENT_ERROR, what)
+        code = last.code if isinstance(last, MQBrokerError) else CLIENT_ERROR
+        error = MQClientError(code, what)
     error.__cause__ = last
     return error
 

@@ -271,11 +271,12 @@ class TransactionProducer(Producer):
         await super().__aexit__(exc_type, exc, tb)
 
     async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's writable queues; also heartbeats to its brokers at once, so a member
-        that has not sent yet can be asked to check its group's half messages."""
+        """The topic's writable queues (a list of the caller's own); also heartbeats to its
+        brokers at once, so a member that has not sent yet can be asked to check its group's
+        half messages."""
         queues = await self._queues(topic)
         await self._instance.heartbeat_all()
-        return queues
+        return list(queues)  # not the producer's cached list, which every send picks from
 
     # ------------------------------------------------------------------ sending
 

@@ -8,7 +8,9 @@
   IPv4, 56 for IPv6. The month start is local time, as ``Calendar.getInstance()`` is in Java.
 
 Everything here is a pure function of its arguments except :class:`UniqKeyGenerator`, whose
-pid, address, hash and clock are injectable for tests.
+pid, address, hash and clock are injectable for tests. A generator that reads its pid itself
+takes a fresh prefix in a forked child (a new pid, hash and fake address, as a new JVM has):
+otherwise the workers a process forks after importing the client would stamp the same keys.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import random
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -126,6 +129,8 @@ class UniqKeyGenerator:
 
     ``ip`` defaults to RocketMQ's fake IP (no network lookup), ``pid`` to ``os.getpid()``
     (truncated to a short), ``class_loader_hash`` to a random int, ``clock_ms`` to wall time.
+    Without ``pid``, a forked child gets a prefix of its own: its pid, a new hash and, unless
+    ``ip`` is given, a new fake IP.
     """
 
     def __init__(
@@ -137,16 +142,30 @@ class UniqKeyGenerator:
         clock_ms: Callable[[], int] = _wall_clock_ms,
     ) -> None:
         self._clock = clock_ms
+        self._given = (ip, pid, class_loader_hash)
+        self._lock = threading.Lock()
+        self._counter = 0
         now = clock_ms()
-        ip_bytes = ipaddress.ip_address(ip).packed if ip is not None else _fake_ip(now)
+        self._set_prefix(now)
+        self._set_start(now)
+        if pid is None:
+            _RENEWED_IN_CHILD.add(self)
+
+    def _set_prefix(self, now_ms: int) -> None:
+        """The fixed part from the given ip, pid and hash, else this process's own."""
+        ip, pid, class_loader_hash = self._given
+        ip_bytes = ipaddress.ip_address(ip).packed if ip is not None else _fake_ip(now_ms)
         pid_short = (os.getpid() if pid is None else pid) & 0xFFFF
         if class_loader_hash is None:
             class_loader_hash = random.getrandbits(32)
         hash_int = ((class_loader_hash + 2**31) & 0xFFFFFFFF) - 2**31
         self._prefix = (ip_bytes + _UNIQ_FIX.pack(pid_short, hash_int)).hex().upper()
+
+    def _renew_in_child(self) -> None:
+        """In a forked child: a prefix of its own (the parent's pid is in the inherited one),
+        and a new lock (another thread of the parent may have held it at the fork)."""
         self._lock = threading.Lock()
-        self._counter = 0
-        self._set_start(now)
+        self._set_prefix(self._clock())
 
     def _set_start(self, now_ms: int) -> None:
         self._start = month_start_ms(now_ms)
@@ -183,6 +202,19 @@ class UniqKeyGenerator:
         return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
 
     __call__ = next
+
+
+_RENEWED_IN_CHILD: weakref.WeakSet[UniqKeyGenerator] = weakref.WeakSet()
+"""Generators that read their pid themselves: each takes a new prefix in a forked child."""
+
+
+def _renew_generators_in_child() -> None:
+    for generator in list(_RENEWED_IN_CHILD):
+        generator._renew_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_generators_in_child)
 
 
 def decode_uniq_key(key: str) -> UniqKeyFields:

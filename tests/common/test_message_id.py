@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 from datetime import datetime
 
 import pytest
 
+from client.producer import _UNIQ_KEYS
 from common.message_id import (
     UniqKeyGenerator,
     create_offset_msg_id,
@@ -130,3 +134,38 @@ def test_uniq_key_ipv6_is_56_hex() -> None:
 def test_decode_uniq_key_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="UNIQ_KEY"):
         decode_uniq_key("XYZ")
+
+
+def _keys_from_a_forked_child(*generators: UniqKeyGenerator) -> tuple[int, list[str]]:
+    """Fork; the child stamps one key with each generator. Returns its pid and the keys."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and never return into pytest
+        try:
+            os.write(write, " ".join(g.next() for g in generators).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        ready, _, _ = select.select([read], [], [], 10)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError("the forked child hung")
+        return pid, os.read(read, 4096).decode().split()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_stamps_keys_of_its_own() -> None:
+    """Workers forked after the client was imported (a pre-forking server, a fork pool) must
+    not stamp their parent's prefix: two of them would give different messages one id (the
+    pid in the key is the parent's, and the counters run in step)."""
+    own = UniqKeyGenerator()
+    pinned = UniqKeyGenerator(ip="10.0.0.1", pid=7, class_loader_hash=1)
+    pid, (own_key, producer_key, pinned_key) = _keys_from_a_forked_child(own, _UNIQ_KEYS, pinned)
+    for key, parent in ((own_key, own), (producer_key, _UNIQ_KEYS)):
+        assert decode_uniq_key(key).pid == pid & 0xFFFF
+        assert not key.startswith(parent.prefix)
+    assert pinned_key.startswith(pinned.prefix)  # what a test fixed stays fixed

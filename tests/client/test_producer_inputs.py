@@ -1,0 +1,88 @@
+"""Bad arguments to a producer fail at once, clearly, before any network call: not at the
+first send, not after a route lookup, and never by sending a message whose outcome nobody
+can learn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from client import Producer as BlockingProducer
+from client.aio import ClientInstance, Producer
+from client.config import ClientConfig
+from client.errors import MessageInvalidError, MQClientError
+from client.message import Message
+from common.message import MessageConst
+
+TOPIC = "Orders"
+UNROUTABLE = "127.0.0.1:1"
+"""A name server nobody answers at: any network call fails with "no name server answered"."""
+
+
+@asynccontextmanager
+async def unrouted_producer() -> AsyncIterator[Producer]:
+    config = ClientConfig(namesrv_addrs=(UNROUTABLE,), client_ip="127.0.0.1")
+    async with ClientInstance(config) as instance, Producer("pg", instance=instance) as p:
+        yield p
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"retry_times": 1.5}, TypeError),
+        ({"retry_times": True}, TypeError),
+        ({"retry_times": -1}, ValueError),
+        ({"default_topic_queue_nums": 0}, ValueError),
+        ({"default_topic_queue_nums": "8"}, TypeError),
+        ({"compress_over": 4096.0}, TypeError),
+        ({"max_message_size": 0}, ValueError),
+    ],
+)
+def test_bad_producer_options_are_refused_when_made(
+    options: dict[str, Any], error: type[Exception]
+) -> None:
+    name = next(iter(options))
+    with pytest.raises(error, match=name):
+        Producer("pg", UNROUTABLE, **options)
+
+
+async def test_a_sharding_key_that_is_not_a_str_is_refused_before_the_route_lookup() -> None:
+    async with unrouted_producer() as p:
+        with pytest.raises(MQClientError, match="sharding_key must be a str"):
+            await p.send_orderly(Message(TOPIC, b"x"), 42)  # type: ignore[arg-type]
+
+
+async def test_an_orderly_message_is_checked_before_the_route_and_the_selector() -> None:
+    chosen: list[object] = []
+
+    def selector(queues: object, msg: object, arg: object) -> Any:
+        chosen.append(queues)
+        raise AssertionError("the selector ran for an invalid message")
+
+    async with unrouted_producer() as p:
+        with pytest.raises(MessageInvalidError, match="topic"):
+            await p.send_orderly(Message("bad topic!", b"x"), "k")
+        with pytest.raises(MessageInvalidError, match="length is zero"):
+            await p.send_orderly(Message(TOPIC, b""), selector=selector)
+        assert chosen == []
+        with pytest.raises(MQClientError, match="no name server answered"):
+            await p.send_orderly(Message(TOPIC, b"fine"), "k")  # valid: the route is asked
+
+
+async def test_send_async_refuses_a_callback_it_could_not_call() -> None:
+    async with unrouted_producer() as p:
+        msg = Message(TOPIC, b"x")
+        with pytest.raises(TypeError, match="callback must be callable"):
+            p.send_async(msg, None)  # type: ignore[arg-type]
+        assert MessageConst.UNIQ_KEY not in msg.properties  # refused before anything
+
+
+def test_the_blocking_send_async_refuses_a_callback_it_could_not_call() -> None:
+    with (
+        BlockingProducer("pg", UNROUTABLE) as p,
+        pytest.raises(TypeError, match="callback must be callable or None"),
+    ):
+        p.send_async(Message(TOPIC, b"x"), "not a function")  # type: ignore[arg-type]
