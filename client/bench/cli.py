@@ -25,6 +25,7 @@ from rich.table import Table
 from client.bench import stats
 from client.bench.cluster import FLUSH_TYPES, ClusterError, LocalCluster, local_cluster
 from client.bench.cpu import CpuMeter, describe
+from client.bench.protocol import QueueRanges
 from client.bench.runner import (
     BenchError,
     WorkerPool,
@@ -355,7 +356,7 @@ def _consume_run(
     s: Session,
     namesrv: str,
     kw: dict[str, Any],
-    ranges: dict[int, tuple[int, int]] | None,
+    ranges: QueueRanges | None,
     on_progress: Callable[[int], None] | None = None,
     meter: CpuMeter | None = None,
 ) -> tuple[list[dict[str, Any]], list[int]]:
@@ -397,7 +398,7 @@ def _consume_run(
         return results, pool.pids
 
 
-def _fill(s: Session, namesrv: str, kw: dict[str, Any]) -> tuple[dict[int, tuple[int, int]], float]:
+def _fill(s: Session, namesrv: str, kw: dict[str, Any]) -> tuple[QueueRanges, float]:
     with s.progress() as hook:
         t0 = time.perf_counter()
         ranges = fill_topic(
@@ -516,11 +517,11 @@ def latency(**kw: Any) -> None:
                 prod.send_all("go")
                 produced = prod.collect("result", hook.advance)
                 hook.advance(produced[0]["msgs"])
-                cons.send(0, "stop", produced[0]["msgs"])
+                cons.send(0, "stop", produced[0]["positions"])
                 received = cons.collect("result")
                 worker_pids = cons.pids + prod.pids
     agg = stats.aggregate(received, body_size=kw["body_size"])
-    p = produced[0]
+    p, r = produced[0], received[0]
     send_s = max(p["end_ns"] - p["start_ns"], 1) / 1e9
     obj = stats.report(
         "latency",
@@ -528,6 +529,9 @@ def latency(**kw: Any) -> None:
         s.machine,
         agg,
         sent=p["msgs"],
+        lost=r["lost"],
+        duplicates=r["duplicates"],
+        foreign=r["foreign"],
         send_rate=round(p["msgs"] / send_s, 1),
         lateness_us=LatencyRecorder.merged([p["lateness"]]).percentiles_us(),
         send_latency_us=LatencyRecorder.merged([p["latency"]]).percentiles_us(),
@@ -536,10 +540,20 @@ def latency(**kw: Any) -> None:
     )
     if not s.json:
         s.err.print(
-            f"sent {p['msgs']:,}, received {agg['msgs']:,}; lateness against the "
-            f"schedule p99 {obj['lateness_us']['p99']:,.0f} µs"
+            f"sent {p['msgs']:,}, received {agg['msgs']:,} (lost {r['lost']:,}, duplicated "
+            f"{r['duplicates']:,}; {r['foreign']:,} other messages on the topic left out); "
+            f"lateness against the schedule p99 {obj['lateness_us']['p99']:,.0f} µs"
         )
     s.emit(obj, [("end-to-end", agg)])
+    _fail_on_loss(r["lost"], r["duplicates"], p["msgs"])
+
+
+def _fail_on_loss(lost: int, duplicates: int, sent: int) -> None:
+    """Exit non-zero (after the report) when sent messages never arrived or arrived twice."""
+    if lost or duplicates:
+        raise click.ClickException(
+            f"{lost} of {sent} sent messages not received, {duplicates} received more than once"
+        )
 
 
 # -- backlog ---------------------------------------------------------------------------------

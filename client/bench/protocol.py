@@ -2,8 +2,9 @@
 
 A worker sends ``("ready", info)`` once warmed up, waits for ``("go", None)``, sends
 ``("progress", done)`` now and then and finally ``("result", dict)``; a failure is sent as
-``("error", traceback text)``. The parent may also send ``("stop", expected)`` (the latency
-consumer: the producer has finished after sending ``expected`` messages).
+``("error", traceback text)``. The parent may also send ``("stop", payload)``: to the latency
+consumer, the positions (broker, queue id, offset) of the messages the producer has sent; to a
+push consumer, None.
 """
 
 from __future__ import annotations
@@ -12,13 +13,26 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
+
+if TYPE_CHECKING:
+    from client import aio
 
 T = TypeVar("T")
 
 PROGRESS_EVERY_S = 0.25
+
+QueueKey = tuple[str, int]
+"""(broker name, queue id): one queue of a topic (every broker numbers its queues from 0)."""
+QueueRanges = dict[QueueKey, tuple[int, int]]
+"""Queue -> ``[first, end)`` offsets of the messages to count (a fill wrote them)."""
+
+
+def queue_key(mq: aio.MessageQueue) -> QueueKey:
+    """The :data:`QueueKey` of ``mq``."""
+    return (mq.broker_name, mq.queue_id)
 
 
 class WorkerLink:

@@ -29,7 +29,14 @@ import trio
 
 import client
 from client import aio
-from client.bench.protocol import PROGRESS_EVERY_S, WorkerLink, now_ns, run_worker
+from client.bench.protocol import (
+    PROGRESS_EVERY_S,
+    QueueRanges,
+    WorkerLink,
+    now_ns,
+    queue_key,
+    run_worker,
+)
 from client.bench.workers import Api
 
 FIRST = aio.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -37,7 +44,7 @@ FIRST = aio.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
 @dataclass(frozen=True, slots=True)
 class PushSpec:
-    """What one push-consumer worker does; ``ranges`` maps queue id to the ``[begin, end)``
+    """What one push-consumer worker does; ``ranges`` maps queues to the ``[begin, end)``
     offsets of the filled messages (only those are counted)."""
 
     namesrv: str
@@ -47,7 +54,7 @@ class PushSpec:
     batch_size: int
     threads: int
     api: Api
-    ranges: dict[int, tuple[int, int]]
+    ranges: QueueRanges
 
     def options(self) -> dict[str, Any]:
         """The push consumer's options."""
@@ -76,7 +83,7 @@ class Tally:
         """Count the messages of ``msgs`` that the fill wrote."""
         n = nbytes = 0
         for m in msgs:
-            r = self.ranges.get(m.queue.queue_id)
+            r = self.ranges.get(queue_key(m.queue))
             if m.topic == self.topic and r is not None and r[0] <= m.queue_offset < r[1]:
                 n += 1
                 nbytes += len(m.body)

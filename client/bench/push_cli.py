@@ -20,6 +20,7 @@ import click
 
 from client.bench import stats
 from client.bench.cli import Session, _bench_errors, _config, _pids, common_options
+from client.bench.protocol import QueueRanges
 from client.bench.push import PushSpec, push_main
 from client.bench.rebalance import Members, MemberSpec
 from client.bench.runner import (
@@ -109,7 +110,7 @@ def push_command(**kw: Any) -> None:
 
 
 def _push_run(
-    s: Session, namesrv: str, kw: dict[str, Any], ranges: dict[int, tuple[int, int]], api: Api
+    s: Session, namesrv: str, kw: dict[str, Any], ranges: QueueRanges, api: Api
 ) -> tuple[list[dict[str, Any]], list[int]]:
     clients = kw["clients"]
     group = bench_group("bench_push")

@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from client import aio, rebalance
+from client.bench.protocol import QueueRanges, queue_key
 from client.config import ClientConfig
 from client.instance import ClientInstance
 from common.benchkit import ProgressHook
@@ -181,8 +182,6 @@ async def _send_one(namesrv: str, topic: str, body: bytes, queues: int) -> None:
 
 
 # -- filling a topic (untimed) -----------------------------------------------------------------
-QueueRanges = dict[int, tuple[int, int]]
-"""Queue id -> ``[first, end)`` offsets of the messages a fill wrote."""
 
 
 def fill_topic(
@@ -227,9 +226,9 @@ async def _fill(
                 n = min(batch, left)
                 left -= n
                 r = await p.send_batch([aio.Message(topic, body) for _ in range(n)])
-                qid, first = r.queue.queue_id, r.queue_offset
-                b, e = ranges.get(qid, (first, first + n))
-                ranges[qid] = (min(b, first), max(e, first + n))
+                key, first = queue_key(r.queue), r.queue_offset
+                b, e = ranges.get(key, (first, first + n))
+                ranges[key] = (min(b, first), max(e, first + n))
                 done += n
                 if time.monotonic() - shown > 0.1:
                     shown = time.monotonic()

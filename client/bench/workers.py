@@ -21,7 +21,7 @@ import trio
 
 import client
 from client import aio
-from client.bench.protocol import WorkerLink, now_ns, run_worker
+from client.bench.protocol import QueueRanges, WorkerLink, now_ns, queue_key, run_worker
 from client.errors import TopicRouteError
 from common.benchkit import LatencyRecorder
 
@@ -230,7 +230,7 @@ def _produce_blocking(spec: ProduceSpec, link: WorkerLink) -> dict[str, Any]:
 # -- consumers ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ConsumeSpec:
-    """What one consumer worker reads: ``ranges`` maps queue id to ``[begin, end)`` offsets
+    """What one consumer worker reads: ``ranges`` maps queues to ``[begin, end)`` offsets
     (None: from the queues' first offset to their end when the worker starts, at most
     ``limit`` messages)."""
 
@@ -240,7 +240,7 @@ class ConsumeSpec:
     index: int
     clients: int
     pull_batch: int
-    ranges: dict[int, tuple[int, int]] | None
+    ranges: QueueRanges | None
     limit: int | None
 
 
@@ -292,7 +292,7 @@ async def _start_offsets(
         return await _positions(probe, queues)
 
 
-async def _ranges(spec: ConsumeSpec, mine: list[aio.MessageQueue]) -> dict[int, tuple[int, int]]:
+async def _ranges(spec: ConsumeSpec, mine: list[aio.MessageQueue]) -> QueueRanges:
     """Each queue's ``[first, end)`` offsets now."""
     first = await _start_offsets(
         spec.namesrv, spec.group + "_first", mine, aio.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -300,7 +300,7 @@ async def _ranges(spec: ConsumeSpec, mine: list[aio.MessageQueue]) -> dict[int, 
     last = await _start_offsets(
         spec.namesrv, spec.group + "_last", mine, aio.ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
     )
-    return {mq.queue_id: (first[mq], last[mq]) for mq in mine}
+    return {queue_key(mq): (first[mq], last[mq]) for mq in mine}
 
 
 async def _consume(spec: ConsumeSpec, link: WorkerLink) -> dict[str, Any]:
@@ -313,8 +313,8 @@ async def _consume(spec: ConsumeSpec, link: WorkerLink) -> dict[str, Any]:
     ) as c:
         queues = await topic_queues(c, spec.topic)
         mine = queues[spec.index :: spec.clients]
-        by_id = spec.ranges if spec.ranges is not None else await _ranges(spec, mine)
-        ranges = {mq: by_id.get(mq.queue_id, (0, 0)) for mq in mine}
+        by_key = spec.ranges if spec.ranges is not None else await _ranges(spec, mine)
+        ranges = {mq: by_key.get(queue_key(mq), (0, 0)) for mq in mine}
         # the (fresh) group starts where the ranges do: no seek after assign
         await c.commit({mq: begin for mq, (begin, _) in ranges.items()})
         target = sum(e - b for b, e in ranges.values())
@@ -354,6 +354,14 @@ async def _consume(spec: ConsumeSpec, link: WorkerLink) -> dict[str, Any]:
 STAMP = struct.Struct("<q")
 """The send time (``time.time_ns()``) at the start of each latency message; 0 marks warm-up."""
 
+Position = tuple[str, int, int]
+"""Where a message was stored: (broker name, queue id, queue offset)."""
+
+
+def position(queue: aio.MessageQueue, queue_offset: int) -> Position:
+    """The :data:`Position` of the message at ``queue_offset`` of ``queue``."""
+    return (queue.broker_name, queue.queue_id, queue_offset)
+
 
 @dataclass(frozen=True, slots=True)
 class LatencySpec:
@@ -385,6 +393,7 @@ async def _latency_producer(spec: LatencySpec, link: WorkerLink) -> dict[str, An
         interval = 1.0 / spec.rate
         total = int(spec.rate * spec.duration_s)
         sent = 0
+        positions: list[Position] = []
         start = now_ns()
         async with trio.open_nursery() as n:
             n.start_soon(link.report_progress, lambda: sent)
@@ -395,8 +404,9 @@ async def _latency_producer(spec: LatencySpec, link: WorkerLink) -> dict[str, An
                 late.add(int((trio.current_time() - scheduled) * 1e9))
                 msg = aio.Message(spec.topic, STAMP.pack(time.time_ns()) + pad)
                 s0 = time.perf_counter_ns()
-                await p.send(msg)
+                r = await p.send(msg)
                 sends.add(time.perf_counter_ns() - s0)
+                positions.append(position(r.queue, r.queue_offset))
                 sent += 1
             end = now_ns()
             n.cancel_scope.cancel()
@@ -407,14 +417,82 @@ async def _latency_producer(spec: LatencySpec, link: WorkerLink) -> dict[str, An
         "end_ns": end,
         "lateness": late.to_bytes(),
         "latency": sends.to_bytes(),
+        "positions": positions,
     }
 
 
 def latency_consumer_main(spec: LatencySpec, conn: Connection) -> None:
     """Long-poll every queue of the topic from its end; record receive time minus the stamped
-    send time of each message, until the parent's ``stop`` and that many messages (or
-    ``grace_s`` more seconds)."""
+    send time of each message, until the parent's ``stop`` (with the positions of the messages
+    the producer sent) and every one of them has arrived (or ``grace_s`` more seconds)."""
     run_worker(conn, lambda link: trio.run(_latency_consumer, spec, link))
+
+
+class Arrivals:
+    """The stamped messages a latency consumer received, by position.
+
+    Only the producer's messages count: the parent names their positions once it has stopped
+    (:meth:`expect`); anything else on the topic (another benchmark's messages, whose first
+    bytes are no send time of this run) is left out, and a position received again is a
+    duplicate. Before that, messages whose stamp is no time since ``since_ns`` (the consumer's
+    ready, before the producer could send) are dropped at once.
+    """
+
+    def __init__(self, since_ns: int) -> None:
+        self.since_ns = since_ns
+        self.first: dict[Position, tuple[int, int]] = {}
+        """Position -> (latency ns, body bytes) of its first arrival."""
+        self.repeats: dict[Position, int] = {}
+        self.expected: frozenset[Position] | None = None
+        self.missing: set[Position] = set()
+
+    def add(self, msg: aio.ReceivedMessage, now: int) -> None:
+        """Note ``msg``, received at ``now`` (``time.time_ns()``)."""
+        (stamp,) = STAMP.unpack_from(msg.body)
+        if not self.since_ns <= stamp <= now:
+            return  # warm-up (0) or not a send time of this run
+        pos = position(msg.queue, msg.queue_offset)
+        if pos in self.first:
+            self.repeats[pos] = self.repeats.get(pos, 0) + 1
+            return
+        self.first[pos] = (now - stamp, len(msg.body))
+        self.missing.discard(pos)
+
+    def expect(self, positions: list[Position]) -> None:
+        """The producer sent the messages at ``positions``."""
+        self.expected = frozenset(positions)
+        self.missing = set(self.expected - self.first.keys())
+
+    @property
+    def complete(self) -> bool:
+        """Every expected message has arrived."""
+        return self.expected is not None and not self.missing
+
+    def received(self) -> int:
+        """How many of the producer's messages arrived (before :meth:`expect`: every one)."""
+        if self.expected is None:
+            return len(self.first)
+        return len(self.expected) - len(self.missing)
+
+    def result(self) -> dict[str, Any]:
+        """Messages, bytes and latencies of the producer's messages; lost, duplicated and
+        foreign (not the producer's) messages counted."""
+        expected = self.expected if self.expected is not None else frozenset()
+        lat = LatencyRecorder()
+        nbytes = 0
+        for pos, (latency_ns, size) in self.first.items():
+            if pos in expected:
+                lat.add(latency_ns)
+                nbytes += size
+        return {
+            "msgs": len(lat.samples),
+            "bytes": nbytes,
+            "expected": len(expected),
+            "lost": len(expected) - len(lat.samples),
+            "duplicates": sum(n for pos, n in self.repeats.items() if pos in expected),
+            "foreign": sum(1 for pos in self.first if pos not in expected),
+            "latency": lat.to_bytes(),
+        }
 
 
 async def _latency_consumer(spec: LatencySpec, link: WorkerLink) -> dict[str, Any]:
@@ -422,43 +500,27 @@ async def _latency_consumer(spec: LatencySpec, link: WorkerLink) -> dict[str, An
         queues = await topic_queues(c, spec.topic)
         c.assign(queues)  # a fresh group starts at the end (CONSUME_FROM_LAST_OFFSET)
         await _positions(c, queues)
+        arrivals = Arrivals(now_ns())
         await link.ready_then_go()
-        lat = LatencyRecorder()
-        expected: int | None = None
-        got = nbytes = 0
         stop = trio.Event()
 
         async def wait_stop() -> None:
-            nonlocal expected
             kind, payload = await link.receive()
             if kind != "stop":
                 raise RuntimeError(f"expected stop, got {kind}")
-            expected = int(payload)
+            arrivals.expect(payload)
             stop.set()
 
         start = now_ns()
         async with trio.open_nursery() as n:
             n.start_soon(wait_stop)
-            n.start_soon(link.report_progress, lambda: got)
+            n.start_soon(link.report_progress, arrivals.received)
             with trio.CancelScope() as grace:
-                while expected is None or got < expected:
+                while not arrivals.complete:
                     if stop.is_set() and grace.deadline == float("inf"):
                         grace.deadline = trio.current_time() + spec.grace_s
                     for m in await c.poll_for(0.2):
-                        now = time.time_ns()
-                        (stamp,) = STAMP.unpack_from(m.body)
-                        if stamp:
-                            lat.add(now - stamp)
-                            got += 1
-                            nbytes += len(m.body)
+                        arrivals.add(m, time.time_ns())
             end = now_ns()
             n.cancel_scope.cancel()
-    return {
-        "pid": os.getpid(),
-        "msgs": got,
-        "bytes": nbytes,
-        "expected": expected,
-        "start_ns": start,
-        "end_ns": end,
-        "latency": lat.to_bytes(),
-    }
+    return {"pid": os.getpid(), "start_ns": start, "end_ns": end, **arrivals.result()}
