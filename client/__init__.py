@@ -24,6 +24,7 @@ from client.compression import decompress_if_needed, maybe_compress
 from client.config import ClientConfig
 from client.consume_service import ConsumeResult
 from client.errors import (
+    BrokerNotFoundError,
     ClientClosedError,
     GroupInvalidError,
     MessageInvalidError,
@@ -60,6 +61,7 @@ __all__ = [
     "AllocateMessageQueueByMachineRoom",
     "AllocateMessageQueueConsistentHash",
     "AllocateMessageQueueStrategy",
+    "BrokerNotFoundError",
     "ClientClosedError",
     "ClientConfig",
     "ConsumeFrom",

@@ -56,6 +56,15 @@ class TopicRouteError(MQClientError):
         self.topic = topic
 
 
+class BrokerNotFoundError(MQClientError):
+    """No master address is known for ``broker_name``, even after asking for the route again
+    (RocketMQ's ``The broker[...] not exist``). A send retries it on another broker."""
+
+    def __init__(self, broker_name: str, code: int) -> None:
+        super().__init__(code, f"The broker[{broker_name}] not exist")
+        self.broker_name = broker_name
+
+
 class RequestTimeoutError(MQClientError, TimeoutError):
     """A call did not finish within its timeout (``what`` says which call; with
     ``complete``, ``what`` is the whole message and already says how long)."""

@@ -42,6 +42,7 @@ import trio
 from client import api
 from client.config import ClientConfig
 from client.errors import (
+    BrokerNotFoundError,
     ClientClosedError,
     MQClientError,
     RemotingFailedError,
@@ -404,16 +405,15 @@ class ClientInstance:
         return self._broker_addrs.get(broker_name, {}).get(MASTER_ID)
 
     async def find_broker_addr(self, mq: MessageQueue) -> str:
-        """The master address of the queue's broker, refreshing the topic's route if needed."""
+        """The master address of the queue's broker, refreshing the topic's route if needed
+        (BrokerNotFoundError when it still has none)."""
         addr = self.broker_addr(mq.broker_name)
         if addr is None:
             with contextlib.suppress(TopicRouteError):  # the broker may be known from elsewhere
                 await self.topic_route(mq.topic, refresh=True)
             addr = self.broker_addr(mq.broker_name)
         if addr is None:
-            raise MQClientError(
-                ResponseCode.SYSTEM_ERROR, f"The broker[{mq.broker_name}] not exist"
-            )
+            raise BrokerNotFoundError(mq.broker_name, ResponseCode.SYSTEM_ERROR)
         return addr
 
     def broker_name_of(self, addr: str) -> str | None:

@@ -5,11 +5,15 @@ Rules (``sendDefaultImpl``):
 - Messages are validated, given a ``UNIQ_KEY`` and, when the body is at least
   ``compress_over`` bytes, zlib-compressed — all before any network call.
 - ``send`` picks a writable queue round robin (or latency-aware with
-  ``latency_fault_tolerance=True``); when an attempt fails with a remoting error or a retriable
-  broker answer it retries (``retry_times`` more times, 2 by default) on a queue of another
-  broker while one exists. The sending, retries included, stays within ``send_timeout`` (a
-  finite number of seconds); looking up the topic's route first is bounded by the client's
-  ``request_timeout_s`` instead, as RocketMQ's route lookup by its ``mqClientApiTimeout``.
+  ``latency_fault_tolerance=True``); when an attempt fails with a remoting error, a retriable
+  broker answer or a broker whose address a route refresh dropped ("The broker[...] not
+  exist") it retries (``retry_times`` more times, 2 by default) on a queue of another broker
+  while one exists. ``send_batch`` retries the same way. With latency fault tolerance every
+  attempt is recorded as RocketMQ 5 records it: a broker that refused is isolated and, until
+  it takes a send again, the last choice when every broker is isolated. The sending, retries
+  included, stays within ``send_timeout`` (a finite number of seconds); looking up the topic's
+  route first is bounded by the client's ``request_timeout_s`` instead, as RocketMQ's route
+  lookup by its ``mqClientApiTimeout``.
 - A topic the name servers do not know is sent through the auto-create route (``TBW102``) with
   ``default_topic_queue_nums`` queues, as RocketMQ does; brokers with ``autoCreateTopicEnable``
   create it on the first message, with that many queues (at most TBW102's). The default is 8,
@@ -22,6 +26,9 @@ Rules (``sendDefaultImpl``):
   timeout it is a :class:`RequestTimeoutError` (the outcome is unknown: the message may be
   stored), otherwise an :class:`MQClientError` whose ``code`` is the broker's answer when a
   broker refused the last attempt (``SYSTEM_BUSY``, ``NO_PERMISSION``...), as RocketMQ's.
+- Anything but a :class:`Message` is a TypeError, before any network call. A send cut short
+  because its producer closed raises :class:`ClientClosedError` (the cut request's failure as
+  its cause).
 - ``send_async`` validates the message when called; every send it accepts calls back exactly
   once, and leaving the producer waits (up to ``send_timeout``) for them to end.
 """
@@ -30,7 +37,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from operator import attrgetter
 from types import TracebackType
 from typing import Any, TypeAlias
@@ -43,6 +51,7 @@ from client.compression import COMPRESS_MSG_BODY_OVER_HOWMUCH, maybe_compress
 from client.config import ClientConfig
 from client.errors import (
     CLIENT_ERROR,
+    BrokerNotFoundError,
     ClientClosedError,
     MQBrokerError,
     MQClientError,
@@ -170,6 +179,8 @@ class Producer:
         """Validate, stamp UNIQ_KEY, compress: ``(uniq key, body to send, sys flag)``."""
         if not self._running:
             raise ClientClosedError(f"producer {self.group}")
+        if not isinstance(msg, Message):
+            raise TypeError(f"a Message is needed, got {type(msg).__name__} {msg!r:.80}")
         validate_message(msg, self.max_message_size)
         uniq = msg.properties.get(MessageConst.UNIQ_KEY)
         if uniq is None:
@@ -226,12 +237,33 @@ class Producer:
         another broker when one has a writable queue (as a retry avoids the broker that
         failed; a push consumer's send-back fallback passes the broker it could not reach).
         """
+        budget_s = self._budget(send_timeout)
+        prepared = self._prepare(msg)
         if queue is not None and queue.topic != msg.topic:
             raise MQClientError(
                 CLIENT_ERROR, f"message's topic {msg.topic} not equal mq's topic {queue.topic}"
             )
-        budget_s = self._budget(send_timeout)
-        return await self._send_prepared(msg, self._prepare(msg), queue, budget_s, avoid_broker)
+        try:  # not _as_closed_when_closed: a context manager costs about 1 us a send
+            return await self._send_prepared(msg, prepared, queue, budget_s, avoid_broker)
+        except MQClientError as exc:
+            self._raise_if_closed(exc)
+            raise
+
+    def _raise_if_closed(self, exc: MQClientError) -> None:
+        """Raise ClientClosedError, ``exc`` as its cause, when ``exc`` ended a send because the
+        producer closed meanwhile (its requests were cut short)."""
+        if not self._running and not isinstance(exc, ClientClosedError):
+            raise ClientClosedError(f"producer {self.group}") from exc
+
+    @contextmanager
+    def _as_closed_when_closed(self) -> Iterator[None]:
+        """A send that failed because the producer closed meanwhile raises ClientClosedError
+        (see :meth:`_raise_if_closed`)."""
+        try:
+            yield
+        except MQClientError as exc:
+            self._raise_if_closed(exc)
+            raise
 
     def _budget(self, send_timeout: float | None) -> float:
         """The time a send may take: ``send_timeout`` of the call, else the producer's."""
@@ -262,7 +294,12 @@ class Producer:
         sys_flag: int,
         budget_s: float,
         avoid_broker: str | None = None,
+        *,
+        batch: bool = False,
     ) -> SendResult:
+        """``sendDefaultImpl``'s loop, for a message or a batch (``msg`` its carrier): each
+        attempt's outcome goes to the latency fault table; a remoting failure, a retriable
+        refusal or a broker whose address is gone is retried on another broker."""
         queues = await self._queues(msg.topic)  # bounded by request_timeout_s, not the budget
         began = trio.current_time()
         deadline = began + budget_s
@@ -270,27 +307,31 @@ class Producer:
         last_broker = avoid_broker
         errors: list[str] = []
         last: MQClientError | None = None
-        for _ in range(1 + self.retry_times):
+        for times in range(1 + self.retry_times):
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 break
-            mq = self._fault.select_one(selector, queues, last_broker, monotonic_ms())
+            mq = self._fault.select_one(
+                selector, queues, last_broker, monotonic_ms(), reset_index=times > 0
+            )
             started = trio.current_time()
             try:
-                result = await self._send_to(mq, msg, uniq, body, sys_flag, remaining)
+                result = await self._send_to(mq, msg, uniq, body, sys_flag, remaining, batch=batch)
+            except BrokerNotFoundError as exc:  # a route refresh dropped it meanwhile
+                self._record_fault(mq, started, isolation=False)
+                last = exc
             except (RemotingFailedError, RequestTimeoutError) as exc:
-                self._record_fault(mq, started, isolation=True, reachable=False)
-                errors.append(f"{mq.broker_name}: {exc}")
+                self._record_fault(mq, started, isolation=True)
                 last = exc
             except MQBrokerError as exc:
+                self._record_fault(mq, started, isolation=True, reachable=False)
                 if exc.code not in api.RETRIABLE_SEND_CODES:
                     raise
-                self._record_fault(mq, started, isolation=True)
-                errors.append(f"{mq.broker_name}: {exc}")
                 last = exc
             else:
                 self._record_fault(mq, started, isolation=False)
                 return result
+            errors.append(f"{mq.broker_name}: {last}")
             last_broker = mq.broker_name
         raise _exhausted(
             f"Send [{len(errors)}] times, still failed, cost "
@@ -332,6 +373,8 @@ class Producer:
         ``msg_id`` of the result is the messages' ``UNIQ_KEY``s joined by commas, in order.
         """
         budget_s = self._budget(send_timeout)
+        if isinstance(messages, Message):
+            raise TypeError("send_batch takes a sequence of Messages: send one with send()")
         if not messages:
             raise MQClientError(CLIENT_ERROR, "send_batch needs at least one message")
         uniqs = self._prepare_batch(messages)
@@ -342,12 +385,20 @@ class Producer:
                 f"the batch is {len(body)} bytes, over the limit {self.max_message_size}",
             )
         carrier = Message(messages[0].topic, body)
-        return await self._send_batch_with_retries(carrier, ",".join(uniqs), budget_s)
+        try:
+            return await self._send_with_retries(
+                carrier, ",".join(uniqs), body, 0, budget_s, batch=True
+            )
+        except MQClientError as exc:
+            self._raise_if_closed(exc)
+            raise
 
     def _prepare_batch(self, messages: Sequence[Message]) -> list[str]:
         """Validate a batch (its one topic once) and stamp UNIQ_KEYs: each message's key."""
         if not self._running:
             raise ClientClosedError(f"producer {self.group}")
+        if set(map(type, messages)) != {Message}:  # one C-level pass; subclasses walk on
+            _check_all_messages(messages)
         topic = messages[0].topic
         validate_topic(topic)
         if set(map(_topic_of, messages)) != {topic}:
@@ -368,44 +419,15 @@ class Producer:
             props[uniq] = key
         return [m.properties[uniq] for m in messages]
 
-    async def _send_batch_with_retries(
-        self, carrier: Message, uniqs: str, budget_s: float
-    ) -> SendResult:
-        queues = await self._queues(carrier.topic)  # as in :meth:`_send_with_retries`
-        deadline = trio.current_time() + budget_s
-        selector = self._selector(carrier.topic)
-        last_broker: str | None = None
-        error: MQClientError | None = None
-        for _ in range(1 + self.retry_times):
-            remaining = deadline - trio.current_time()
-            if remaining <= 0:
-                break
-            mq = self._fault.select_one(selector, queues, last_broker, monotonic_ms())
-            try:
-                return await self._send_to(
-                    mq, carrier, uniqs, carrier.body, 0, remaining, batch=True
-                )
-            except (RemotingFailedError, RequestTimeoutError) as exc:
-                error = exc
-            except MQBrokerError as exc:
-                if exc.code not in api.RETRIABLE_SEND_CODES:
-                    raise
-                error = exc
-            last_broker = mq.broker_name
-        raise _exhausted(
-            f"batch send to {carrier.topic} failed: {error or 'timed out'}",
-            error,
-            budget_s,
-        )
-
     async def send_oneway(self, msg: Message) -> None:
         """Send once without waiting for an answer (no retry; errors reaching the broker are
         not reported)."""
         _, body, sys_flag = self._prepare(msg)
-        queues = await self._queues(msg.topic)
-        mq = self._fault.select_one(self._selector(msg.topic), queues, None, monotonic_ms())
-        addr = await self._instance.find_broker_addr(mq)
-        await self._instance.invoke_oneway(addr, self._request(mq, msg, body, sys_flag))
+        with self._as_closed_when_closed():
+            queues = await self._queues(msg.topic)
+            mq = self._fault.select_one(self._selector(msg.topic), queues, None, monotonic_ms())
+            addr = await self._instance.find_broker_addr(mq)
+            await self._instance.invoke_oneway(addr, self._request(mq, msg, body, sys_flag))
 
     def _request(
         self, mq: MessageQueue, msg: Message, body: bytes, sys_flag: int, *, batch: bool = False
@@ -477,15 +499,16 @@ class Producer:
             )
         budget_s = self._budget(send_timeout)
         prepared = self._prepare(msg)  # before the route and the selector, as sendSelectImpl
-        queues = await self._queues(msg.topic)
-        if selector is not None:
-            mq = selector(list(queues), msg, arg)
-            if mq not in queues:
-                raise MQClientError(CLIENT_ERROR, f"the selector chose an unknown queue {mq}")
-        else:
-            assert sharding_key is not None
-            mq = select_by_key(queues, sharding_key)
-        return await self._send_prepared(msg, prepared, mq, budget_s)
+        with self._as_closed_when_closed():
+            queues = await self._queues(msg.topic)
+            if selector is not None:
+                mq = selector(list(queues), msg, arg)
+                if mq not in queues:
+                    raise MQClientError(CLIENT_ERROR, f"the selector chose an unknown queue {mq}")
+            else:
+                assert sharding_key is not None
+                mq = select_by_key(queues, sharding_key)
+            return await self._send_prepared(msg, prepared, mq, budget_s)
 
     def send_async(self, msg: Message, callback: SendCallback) -> None:
         """Send in a background task of the client instance; ``callback(result, error)`` runs
@@ -508,7 +531,8 @@ class Producer:
         self, msg: Message, prepared: tuple[str, bytes, int], callback: SendCallback
     ) -> None:
         try:
-            result = await self._send_prepared(msg, prepared, None, self.send_timeout)
+            with self._as_closed_when_closed():
+                result = await self._send_prepared(msg, prepared, None, self.send_timeout)
         except trio.Cancelled:
             _call(callback, None, ClientClosedError(f"producer {self.group}"))
             raise
@@ -520,6 +544,15 @@ class Producer:
             self._async_sends -= 1
             if self._async_sends == 0:
                 self._async_idle.set()
+
+
+def _check_all_messages(messages: Sequence[Message]) -> None:
+    """TypeError naming the first item of a batch that is not a Message."""
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Message):
+            raise TypeError(
+                f"a batch holds Messages only, got {type(msg).__name__} {msg!r:.80} at [{i}]"
+            )
 
 
 def _int_property(value: str | None) -> int | None:

@@ -212,7 +212,10 @@ class MQFaultStrategy:
         now_ms: int,
         reachable: bool = True,
     ) -> None:
-        """Record the outcome of one send attempt (no-op when disabled)."""
+        """Record the outcome of one send attempt (no-op when disabled). RocketMQ 5 without
+        its detector: a success or a client-side failure ``(isolation=False,
+        reachable=True)``, a remoting failure ``(True, True)``, a broker's refusal ``(True,
+        False)``: when every broker is isolated, one that refused is the last choice."""
         if not self.enabled:
             return
         duration = compute_not_available_duration(
@@ -228,14 +231,22 @@ class MQFaultStrategy:
         queues: Sequence[MessageQueue],
         last_broker_name: str | None,
         now_ms: int,
+        *,
+        reset_index: bool = False,
     ) -> MessageQueue:
-        """Pick a queue: an available broker other than the last, else a reachable one, else any."""
+        """Pick a queue: an available broker other than the last, else a reachable one other
+        than the last, else any (``selectOneMessageQueue``). ``reset_index`` (a retry): the
+        round robin restarts at a random position first, when enabled (``resetIndex``)."""
         if not self.enabled:
             return selector.select_one(queues, last_broker_name)
+        if reset_index:
+            selector.reset()
         tol = self.tolerance
         mq = selector.select_filtered(
             queues, last_broker_name, lambda q: tol.is_available(q.broker_name, now_ms)
         )
         if mq is None:
-            mq = selector.select_filtered(queues, None, lambda q: tol.is_reachable(q.broker_name))
+            mq = selector.select_filtered(
+                queues, last_broker_name, lambda q: tol.is_reachable(q.broker_name)
+            )
         return mq if mq is not None else selector.select_one(queues)

@@ -4,7 +4,7 @@ can learn."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,7 +14,7 @@ from client import Producer as BlockingProducer
 from client.aio import ClientInstance, Producer
 from client.config import ClientConfig
 from client.errors import MessageInvalidError, MQClientError
-from client.message import Message
+from client.message import Message, MessageQueue
 from common.message import MessageConst
 
 TOPIC = "Orders"
@@ -86,3 +86,37 @@ def test_the_blocking_send_async_refuses_a_callback_it_could_not_call() -> None:
         pytest.raises(TypeError, match="callback must be callable or None"),
     ):
         p.send_async(Message(TOPIC, b"x"), "not a function")  # type: ignore[arg-type]
+
+
+SendCall = Callable[[Producer], Awaitable[object]]
+NOT_MESSAGES: list[tuple[str, SendCall, str]] = [
+    ("send", lambda p: p.send("hello"), "got str 'hello'"),  # type: ignore[arg-type]
+    ("send to a queue", lambda p: p.send(b"x", queue=MessageQueue(TOPIC, "b", 0)), "got bytes"),  # type: ignore[arg-type]
+    ("send_oneway", lambda p: p.send_oneway({"topic": TOPIC}), "got dict"),  # type: ignore[arg-type]
+    ("send_orderly", lambda p: p.send_orderly(None, "key"), "got NoneType"),  # type: ignore[arg-type]
+    ("batch item", lambda p: p.send_batch([Message(TOPIC, b"x"), "y"]), r"got str 'y' at \[1\]"),  # type: ignore[list-item]
+    ("batch of one", lambda p: p.send_batch(Message(TOPIC, b"x")), "sequence of Messages"),  # type: ignore[arg-type]
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "call", "names"), NOT_MESSAGES, ids=[c[0] for c in NOT_MESSAGES])
+async def test_something_that_is_not_a_message_is_a_type_error_naming_it(
+    what: str, call: SendCall, names: str
+) -> None:
+    """Not an AttributeError from deep inside, and before any network call (the name server
+    does not answer: a lookup would fail with "no name server answered")."""
+    async with unrouted_producer() as p:
+        with pytest.raises(TypeError, match=names):
+            await call(p)
+        with pytest.raises(TypeError, match="got str"):
+            p.send_async("hello", lambda result, error: None)  # type: ignore[arg-type]
+
+
+def test_the_blocking_producer_refuses_what_is_not_a_message_with_a_type_error() -> None:
+    with BlockingProducer("pg", UNROUTABLE) as p:
+        with pytest.raises(TypeError, match="got str"):
+            p.send("hello")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"at \[0\]"):
+            p.send_batch([b"x"])  # type: ignore[list-item]
+        with pytest.raises(TypeError, match="got int"):
+            p.send_async(7)  # type: ignore[arg-type]

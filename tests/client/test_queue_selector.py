@@ -157,3 +157,14 @@ def test_fault_strategy_low_latency_keeps_broker() -> None:
     fs.update_fault_item("broker-a", 80, isolation=False, now_ms=0)
     sel = RoundRobinSelector(start=-1)
     assert fs.select_one(sel, QUEUES, None, 0) == A[0]
+
+
+def test_the_reachable_fallback_still_avoids_the_last_broker() -> None:
+    """RocketMQ 5: ``selectOneMessageQueue(reachableFilter, brokerFilter)``: with every broker
+    isolated, a retry goes to another reachable broker, not back to the one that failed."""
+    fs = MQFaultStrategy(enabled=True)
+    fs.update_fault_item("broker-a", 100, isolation=True, now_ms=0)
+    fs.update_fault_item("broker-b", 100, isolation=True, now_ms=0)
+    two = [A[0], B[0]]
+    sel = RoundRobinSelector(start=1)  # the next plain pick is A[0]
+    assert fs.select_one(sel, two, "broker-a", 1) == B[0]
