@@ -319,7 +319,8 @@ class TransactionProducer(Producer):
         uniq, body, sys_flag = self._prepare(msg)
         msg.transaction_id = uniq
         sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
-        return await self._send_with_retries(msg, uniq, body, sys_flag, budget_s)
+        with self._as_closed_when_closed():
+            return await self._send_with_retries(msg, uniq, body, sys_flag, budget_s)
 
     async def end_transaction(
         self, half: SendResult, state: LocalTransactionState

@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from client import Producer as BlockingProducer
-from client.aio import Producer
+from client.aio import LocalTransactionState, Producer, TransactionProducer
 from client.errors import ClientClosedError, MQClientError
 from client.message import Message
 from tests.broker.inprocess import wait_until
@@ -39,6 +39,36 @@ async def test_a_send_in_flight_when_the_producer_closes_is_told_so(tmp_path: Pa
                 await trio.testing.wait_all_tasks_blocked()  # its route lookup waits
     finally:
         await stop_process(namesrv)  # SIGKILL ends a stopped process too
+    [failure] = failures
+    assert isinstance(failure, ClientClosedError), failure
+    assert failure.__cause__ is not None
+
+
+async def test_a_half_message_in_flight_when_the_producer_closes_is_told_so(
+    tmp_path: Path,
+) -> None:
+    namesrv, addr = await start_namesrv(tmp_path / "namesrv.log")
+    try:
+        os.kill(namesrv.pid, signal.SIGSTOP)
+        failures: list[BaseException] = []
+
+        async def send(p: TransactionProducer) -> None:
+            with pytest.raises(MQClientError) as failed:
+                await p.send_half(Message(TOPIC, b"x"), send_timeout=30)
+            failures.append(failed.value)
+
+        def checker(_msg: object) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT_MESSAGE
+
+        with trio.fail_after(30):
+            async with (
+                trio.open_nursery() as nursery,
+                TransactionProducer("tpg", addr, checker=checker) as producer,
+            ):
+                nursery.start_soon(send, producer)
+                await trio.testing.wait_all_tasks_blocked()
+    finally:
+        await stop_process(namesrv)
     [failure] = failures
     assert isinstance(failure, ClientClosedError), failure
     assert failure.__cause__ is not None
