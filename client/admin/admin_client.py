@@ -21,6 +21,7 @@ from client.config import ClientConfig
 from client.errors import MQBrokerError, MQClientError, TopicRouteError
 from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage, from_record
+from common.digits import parse_uint
 from common.message_id import decode_offset_msg_id
 from common.properties import escape_key, escape_value, parse_properties
 from common.record import RecordError, decode_records
@@ -153,6 +154,7 @@ class AdminClient:
             if broker_addr is None or broker_addr == addr:
                 out.append((name, addr))
         if broker_addr is not None and not out:
+            _check_broker_addr(broker_addr, info)
             return [(broker_addr, broker_addr)]  # a broker the name servers do not list
         if not out:
             what = f"cluster {cluster}" if cluster else "the name servers"
@@ -418,3 +420,21 @@ class AdminClient:
             raise MQBrokerError(
                 ResponseCode.SYSTEM_ERROR, f"bad message body: {exc}", addr
             ) from None
+
+
+def _check_broker_addr(addr: str, info: ClusterInfo) -> None:
+    """MQClientError unless ``addr`` reads as a broker address (``host:port``); a broker's
+    name given instead (``broker-a``) is told apart, with the addresses the name has."""
+    data = info.broker_addr_table.get(addr)
+    if data is not None:
+        where = ", ".join(f"{bid}:{a}" for bid, a in sorted(data.broker_addrs.items()))
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR,
+            f"{addr!r} is a broker name, not a broker address (host:port); "
+            f"its addresses (id:address): {where or 'none registered'}",
+        )
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not 0 < (parse_uint(port, max_digits=5) or 0) < 65536:
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR, f"illegal broker address {addr!r}: expected host:port"
+        )

@@ -29,6 +29,7 @@ from client.config import NAMESRV_ADDR_ENV
 from client.errors import MQClientError
 from client.message import ReceivedMessage
 from common.digits import parse_uint
+from remoting.codes import ResponseCode
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -152,6 +153,33 @@ def run(namesrv: str | None, body: Callable[[AdminClient], Awaitable[T]]) -> T:
         if isinstance(err, (ValueError, OSError, trio.TooSlowError)):
             fail(f"{type(err).__name__}: {err}")
         raise
+
+
+async def on_each_broker(
+    targets: Sequence[tuple[str, str]], action: Callable[[str], Awaitable[T]]
+) -> list[tuple[str, T]]:
+    """``(address, action(address))`` of each ``(name, address)`` target, in turn.
+
+    A broker that fails does not stop the others (as RocketMQ's ``updateBrokerConfig -c``,
+    which goes on to the next broker): with several targets, MQClientError then names each
+    failed broker with its reason and the brokers where ``action`` was done, so the one line
+    tells the operator what changed. With one target, its own error is raised as it is.
+    """
+    done: list[tuple[str, T]] = []
+    failed: list[str] = []
+    for _, addr in targets:
+        try:
+            done.append((addr, await action(addr)))
+        except MQClientError as exc:
+            if len(targets) == 1:
+                raise
+            failed.append(f"{addr}: {exc.reason}")
+    if failed:
+        changed = ", ".join(addr for addr, _ in done) or "none"
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR, f"failed on {'; '.join(failed)}; done on {changed}"
+        )
+    return done
 
 
 # ---------------------------------------------------------------------- output

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from client.admin.admin_client import AdminClient
-from client.admin.base import admin_command, emit_json, fail, lines, run, table
+from client.admin.base import admin_command, emit_json, fail, lines, on_each_broker, run, table
 from client.errors import MQClientError
 from common.route import MASTER_ID
 
@@ -199,11 +199,11 @@ def update_broker_config(
     need_target(broker, cluster)
 
     async def body(admin: AdminClient) -> list[str]:
-        done = []
-        for _, addr in await _targets(admin, broker, cluster):
-            await admin.update_broker_config(addr, {key: value})
-            done.append(addr)
-        return done
+        targets = await _targets(admin, broker, cluster)
+        done = await on_each_broker(
+            targets, lambda addr: admin.update_broker_config(addr, {key: value})
+        )
+        return [addr for addr, _ in done]
 
     done = run(namesrv, body)
     if as_json:

@@ -3,10 +3,12 @@ consumerProgress, consumerConnection, producerConnection, resetOffsetByTime, clo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import click
 
+from client import api
 from client.admin.admin_client import AdminClient
 from client.admin.base import (
     admin_command,
@@ -16,12 +18,13 @@ from client.admin.base import (
     java_object,
     lines,
     not_empty,
+    on_each_broker,
     parse_timestamp,
     run,
     table,
 )
 from client.allocate import AllocateMessageQueueAveragely
-from client.errors import MQClientError
+from client.errors import MQClientError, TopicRouteError
 from client.message import MessageQueue
 from common.topic import RETRY_GROUP_TOPIC_PREFIX
 from remoting.admin_bodies import ConsumerConnection, QueueConsumeStats
@@ -64,16 +67,17 @@ def update_sub_group(
         fail("give -b brokerAddr or -c clusterName")
     changes = {SUB_GROUP_OPTIONS[k]: v for k, v in settings.items() if v is not None}
 
+    async def update(admin: AdminClient, addr: str) -> dict[str, Any]:
+        config = (await admin.sub_groups(addr)).get(group, {"groupName": group})
+        config.update(changes)
+        await admin.update_sub_group(addr, config)
+        # what the broker keeps (a new group's other settings are its defaults)
+        return (await admin.sub_groups(addr)).get(group, config)
+
     async def body(admin: AdminClient) -> list[dict[str, Any]]:
-        done = []
-        for _, addr in await admin.masters(cluster=cluster, broker_addr=broker):
-            config = (await admin.sub_groups(addr)).get(group, {"groupName": group})
-            config.update(changes)
-            await admin.update_sub_group(addr, config)
-            # what the broker keeps (a new group's other settings are its defaults)
-            stored = (await admin.sub_groups(addr)).get(group, config)
-            done.append({"brokerAddr": addr, "config": stored})
-        return done
+        targets = await admin.masters(cluster=cluster, broker_addr=broker)
+        done = await on_each_broker(targets, lambda addr: update(admin, addr))
+        return [{"brokerAddr": addr, "config": stored} for addr, stored in done]
 
     done = run(namesrv, body)
     if as_json:
@@ -98,11 +102,9 @@ def delete_sub_group(
         fail("give -b brokerAddr or -c clusterName")
 
     async def body(admin: AdminClient) -> list[str]:
-        done = []
-        for _, addr in await admin.masters(cluster=cluster, broker_addr=broker):
-            await admin.delete_sub_group(addr, group)
-            done.append(addr)
-        return done
+        targets = await admin.masters(cluster=cluster, broker_addr=broker)
+        done = await on_each_broker(targets, lambda addr: admin.delete_sub_group(addr, group))
+        return [addr for addr, _ in done]
 
     done = run(namesrv, body)
     if as_json:
@@ -135,18 +137,34 @@ async def connection(admin: AdminClient, group: str) -> ConsumerConnection | Non
     )
 
 
-def allocation(rows: list[QueueConsumeStats], cc: ConsumerConnection | None) -> dict[Any, str]:
-    """Which client (id) consumes each queue, assuming the default AVG strategy; only the
-    queues of topics the group subscribes to have one."""
+async def readable_queues(
+    admin: AdminClient, topics: Iterable[str]
+) -> dict[str, list[MessageQueue]]:
+    """Each topic's queues a group's members divide: the readable queues of its route, as a
+    member's rebalance takes them (``topicRouteData2TopicSubscribeInfo``); not the queues of a
+    broker where the topic is write-only, which nobody reads. A topic without a route has
+    none."""
+    out: dict[str, list[MessageQueue]] = {}
+    for topic in sorted(set(topics)):
+        try:
+            out[topic] = api.subscribe_queues(topic, await admin.topic_route(topic))
+        except TopicRouteError:
+            out[topic] = []
+    return out
+
+
+def allocation(
+    queues: Mapping[str, Sequence[MessageQueue]], cc: ConsumerConnection | None
+) -> dict[MessageQueue, str]:
+    """Which client (id) consumes each queue, assuming the default AVG strategy over each
+    topic's ``queues`` (see :func:`readable_queues`); only the queues of topics the group
+    subscribes to have one."""
     if cc is None or not cc.connections:
         return {}
     ids = sorted(c.client_id for c in cc.connections)
-    out: dict[Any, str] = {}
-    topics = {r.topic for r in rows} & set(cc.subscriptions)
-    for topic in topics:
-        mqs = sorted(
-            MessageQueue(r.topic, r.broker_name, r.queue_id) for r in rows if r.topic == topic
-        )
+    out: dict[MessageQueue, str] = {}
+    for topic in sorted(set(queues) & set(cc.subscriptions)):
+        mqs = sorted(queues[topic])
         if cc.message_model == "BROADCASTING":
             out.update({mq: ",".join(ids) for mq in mqs})
             continue
@@ -173,7 +191,8 @@ async def _progress_of_group(admin: AdminClient, group: str, topic: str) -> dict
             f"maybe the consumer not consume any message (group {group})",
         )
     cc = await connection(admin, group)
-    owners = allocation(rows, cc)
+    subscribed = {r.topic for r in rows} & set(cc.subscriptions if cc is not None else ())
+    owners = allocation(await readable_queues(admin, subscribed), cc)
     queues = []
     for r in rows:
         owner = owners.get(MessageQueue(r.topic, r.broker_name, r.queue_id), "")
@@ -408,13 +427,15 @@ def reset_offset_by_time(
     timestamp = parse_timestamp(when, "-s")
 
     async def body(admin: AdminClient) -> list[dict[str, Any]]:
-        rows = []
-        for _, addr in await admin.topic_masters(topic):
-            for e in await admin.reset_offset(addr, topic, group, timestamp, force=force):
-                rows.append(
-                    {"brokerName": e.broker_name, "queueId": e.queue_id, "offset": e.offset}
-                )
-        return rows
+        targets = await admin.topic_masters(topic)
+        done = await on_each_broker(
+            targets, lambda addr: admin.reset_offset(addr, topic, group, timestamp, force=force)
+        )
+        return [
+            {"brokerName": e.broker_name, "queueId": e.queue_id, "offset": e.offset}
+            for _, entries in done
+            for e in entries
+        ]
 
     rows = run(namesrv, body)
     if as_json:
@@ -454,11 +475,11 @@ def clone_group_offset(
             raise MQClientError(
                 ResponseCode.SYSTEM_ERROR, f"source group {src} has no offsets on topic {topic}"
             )
-        done = []
-        for _, addr in await admin.topic_masters(topic):
-            await admin.clone_group_offset(addr, src, dst, topic)
-            done.append(addr)
-        return done
+        targets = await admin.topic_masters(topic)
+        done = await on_each_broker(
+            targets, lambda addr: admin.clone_group_offset(addr, src, dst, topic)
+        )
+        return [addr for addr, _ in done]
 
     done = run(namesrv, body)
     if as_json:

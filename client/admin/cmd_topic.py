@@ -14,6 +14,7 @@ from client.admin.base import (
     fmt_time,
     java_object,
     lines,
+    on_each_broker,
     run,
     table,
 )
@@ -142,11 +143,9 @@ def update_topic(
         fail(str(exc))
 
     async def body(admin: AdminClient) -> list[str]:
-        done = []
-        for _, addr in await admin.masters(cluster=cluster, broker_addr=broker):
-            await admin.update_topic(addr, config)
-            done.append(addr)
-        return done
+        targets = await admin.masters(cluster=cluster, broker_addr=broker)
+        done = await on_each_broker(targets, lambda addr: admin.update_topic(addr, config))
+        return [addr for addr, _ in done]
 
     done = run(namesrv, body)
     if as_json:
@@ -172,10 +171,10 @@ def delete_topic(namesrv: str | None, as_json: bool, cluster: str | None, topic:
             targets = await admin.masters(cluster=cluster)
         else:
             targets = await admin.topic_masters(topic)
-        for _, addr in targets:
-            await admin.delete_topic_in_broker(addr, topic)
+        # the name servers forget the topic only once every broker has deleted it
+        done = await on_each_broker(targets, lambda addr: admin.delete_topic_in_broker(addr, topic))
         await admin.delete_topic_in_namesrv(topic, cluster)
-        return [addr for _, addr in targets]
+        return [addr for addr, _ in done]
 
     done = run(namesrv, body)
     if as_json:

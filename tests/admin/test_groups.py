@@ -354,7 +354,11 @@ def test_progress_owners_only_for_subscribed_topics() -> None:
     ]
     members = (Connection("10.0.0.1@1", "10.0.0.1:1", "PYTHON", 1),)
     cc = ConsumerConnection(members, {"A": "*"}, "CONSUME_PASSIVELY", "CLUSTERING", "FIRST")
-    owners = allocation(rows, cc)
+    queues = {
+        topic: [MessageQueue(r.topic, r.broker_name, r.queue_id) for r in rows if r.topic == topic]
+        for topic in ("A", "B")
+    }
+    owners = allocation(queues, cc)
     assert set(owners) == {MessageQueue("A", "broker-a", 0), MessageQueue("A", "broker-a", 1)}
     assert set(owners.values()) == {"10.0.0.1@1"}
 
@@ -383,3 +387,41 @@ async def test_reset_offset_of_a_group_without_offsets_is_refused(tmp_path: Path
         assert len(done["offsetTable"]) == 8
         stats = await as_json("consumerProgress", *n, "-g", "off", "-t", TOPIC)
         assert (stats["diffTotal"], len(stats["queues"])) == (0, 8)
+
+
+async def test_progress_owners_are_what_the_members_rebalance_gives(tmp_path: Path) -> None:
+    """#Client IP / clientId: the members divide the readable queues of the topic's route (as
+    their rebalance does), so a broker where the topic is write-only has no owner and the
+    readable queues have the owners the members really have."""
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        write_only = ("-t", TOPIC, "-r", "4", "-w", "4", "-p", "2")
+        await ok("updateTopic", *n, "-b", c.brokers["broker-b"], *write_only)
+        members = [
+            PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET) for _ in range(2)
+        ]
+        for member in members:
+            member.subscribe(TOPIC, "*", lambda msgs: ConsumeResult.SUCCESS)
+        async with members[0], members[1]:
+            readable = {MessageQueue(TOPIC, "broker-a", qid) for qid in range(4)}
+
+            def held() -> dict[MessageQueue, str]:
+                return {
+                    mq: m.instance.client_id
+                    for m in members
+                    for mq in m.assignment()
+                    if mq.topic == TOPIC
+                }
+
+            def divided() -> bool:
+                shares = [{mq for mq in m.assignment() if mq.topic == TOPIC} for m in members]
+                return all(shares) and sum(map(len, shares)) == 4 and set(held()) == readable
+
+            await wait_until(divided, "broker-a's queues divided between the two members")
+            stats = await as_json("consumerProgress", *n, "-g", "cg", "-t", TOPIC)
+            owners = {
+                MessageQueue(TOPIC, q["brokerName"], q["queueId"]): q["clientId"]
+                for q in stats["queues"]
+            }
+            assert {mq: cid for mq, cid in owners.items() if mq in readable} == held()
+            assert {cid for mq, cid in owners.items() if mq not in readable} == {""}

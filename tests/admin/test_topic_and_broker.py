@@ -256,3 +256,17 @@ async def test_topic_list_with_groups_as_rocketmq(tmp_path: Path) -> None:
             assert {tuple(line.split()) for line in text.splitlines() if TOPIC in line} == {
                 ("DefaultCluster", TOPIC, group) for group in ("cg", "cg4", "pullg")
             }
+
+
+async def test_a_broker_name_given_to_b_is_named_as_one(tmp_path: Path) -> None:
+    """``-b`` takes a broker address: a broker's name (or a value without a port) is refused
+    with a reason, and the name's address is shown, instead of a failed connection to it."""
+    async with cluster(tmp_path, brokers=("broker-a",)) as c:
+        n = ("-n", c.namesrv)
+        for command in (("brokerStatus",), ("updateTopic", "-t", "NewTopic")):
+            err = await fails(*command, *n, "-b", "broker-a")
+            assert "'broker-a' is a broker name, not a broker address (host:port)" in err, err
+            assert c.brokers["broker-a"] in err, err
+        err = await fails("getBrokerConfig", *n, "-b", "127.0.0.1")
+        assert "illegal broker address '127.0.0.1': expected host:port" in err, err
+        assert "NewTopic" not in await as_json("topicList", *n)
