@@ -6,6 +6,7 @@ arrival, so a pull answered by its timeout instead cannot pass.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,29 @@ async def send(
     assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
+async def answer_of_held_pull(
+    broker: BrokerController,
+    addr: str,
+    client: RemotingClient,
+    while_held: Callable[[], Awaitable[None]],
+    request: RemotingCommand | None = None,
+) -> RemotingCommand:
+    """Send ``request`` (default :func:`pull_req`), wait until the broker holds it, run
+    ``while_held``, then return the pull's answer."""
+    answers: list[RemotingCommand] = []
+
+    async def pull() -> None:
+        pulled = request if request is not None else pull_req()
+        answers.append(await client.invoke(addr, pulled, timeout_s=CALL_TIMEOUT_S))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pull)
+        await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+        await while_held()
+    (resp,) = answers
+    return resp
+
+
 # --------------------------------------------------------------------------- pure table
 
 
@@ -98,16 +122,11 @@ async def test_parked_pull_is_answered_by_a_later_message(tmp_path: Path) -> Non
     with trio.fail_after(30):
         async with broker_and_client(tmp_path) as (broker, addr, client):
             create_topic(broker)
-            answers: list[RemotingCommand] = []
 
-            async def pull() -> None:
-                answers.append(await client.invoke(addr, pull_req(), timeout_s=CALL_TIMEOUT_S))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pull)
-                await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+            async def send_late() -> None:
                 await send(client, addr, b"late")
-            (resp,) = answers
+
+            resp = await answer_of_held_pull(broker, addr, client, send_late)
             assert resp.code == ResponseCode.SUCCESS, resp.remark
             assert [r.body for r in decode_records(resp.body)] == [b"late"]
             assert resp.ext_fields["nextBeginOffset"] == "1"
@@ -343,18 +362,13 @@ async def test_a_held_pull_whose_topic_is_deleted_is_answered_topic_not_exist(
         async with broker_and_client(tmp_path) as (broker, addr, client):
             create_topic(broker)
             await send(client, addr, b"first")
-            answers: list[RemotingCommand] = []
 
-            async def pull() -> None:
-                resp = await client.invoke(addr, pull_req(offset=1, suspend="5000"))
-                answers.append(resp)
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pull)
-                await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+            async def delete_topic() -> None:
                 delete = req(RequestCode.DELETE_TOPIC_IN_BROKER, topic=TOPIC)
                 assert (await client.invoke(addr, delete)).code == ResponseCode.SUCCESS
-            (resp,) = answers
+
+            held = pull_req(offset=1, suspend="5000")
+            resp = await answer_of_held_pull(broker, addr, client, delete_topic, held)
             assert (resp.code, resp.remark) == (
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{TOPIC}] not exist, apply first please!",
@@ -367,17 +381,12 @@ async def test_a_held_pull_whose_topic_turns_write_only_is_refused(tmp_path: Pat
     with trio.fail_after(30):
         async with broker_and_client(tmp_path) as (broker, addr, client):
             create_topic(broker)
-            answers: list[RemotingCommand] = []
 
-            async def pull() -> None:
-                answers.append(await client.invoke(addr, pull_req(), timeout_s=CALL_TIMEOUT_S))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pull)
-                await wait_until(lambda: broker.holds.parked_count(TOPIC, 0) == 1, "parked")
+            async def make_write_only_then_send() -> None:
                 assert broker.topics is not None
                 broker.topics.create_or_update(TopicConfig(TOPIC, 4, 4, perm=2))  # write only
                 await send(client, addr, b"not for readers")
-            (resp,) = answers
+
+            resp = await answer_of_held_pull(broker, addr, client, make_write_only_then_send)
             assert resp.code == ResponseCode.NO_PERMISSION
             assert resp.body == b""

@@ -13,8 +13,21 @@ from client import api
 from client.message import Message
 from client.producer import encode_batch
 from common.topic import dlq_topic, retry_topic
+from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from tests.broker.inprocess import LIMIT, broker_and_client, req
+
+
+async def create_retry_topic(client: RemotingClient, addr: str) -> None:
+    """``%RETRY%g`` with one read-write queue on the broker at ``addr``."""
+    cmd = req(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        topic=retry_topic("g"),
+        readQueueNums="1",
+        writeQueueNums="1",
+        perm="6",
+    )
+    assert (await client.invoke(addr, cmd)).code == ResponseCode.SUCCESS
 
 
 @pytest.mark.parametrize(
@@ -31,14 +44,7 @@ async def test_a_retry_message_over_its_maximum_goes_to_the_dlq(
 ) -> None:
     with trio.fail_after(LIMIT):
         async with broker_and_client(tmp_path) as (_, addr, client):  # group g auto-created
-            cmd = req(
-                RequestCode.UPDATE_AND_CREATE_TOPIC,
-                topic=retry_topic("g"),
-                readQueueNums="1",
-                writeQueueNums="1",
-                perm="6",
-            )
-            assert (await client.invoke(addr, cmd)).code == ResponseCode.SUCCESS
+            await create_retry_topic(client, addr)
             send = api.send_request(
                 group="CLIENT_INNER_PRODUCER",
                 topic=retry_topic("g"),
@@ -64,14 +70,7 @@ async def test_a_batch_to_a_retry_topic_is_refused_and_stores_nothing(tmp_path: 
     messages, so it may not go to ``%RETRY%<group>`` at all (even one spent long ago)."""
     with trio.fail_after(LIMIT):
         async with broker_and_client(tmp_path) as (_, addr, client):
-            cmd = req(
-                RequestCode.UPDATE_AND_CREATE_TOPIC,
-                topic=retry_topic("g"),
-                readQueueNums="1",
-                writeQueueNums="1",
-                perm="6",
-            )
-            assert (await client.invoke(addr, cmd)).code == ResponseCode.SUCCESS
+            await create_retry_topic(client, addr)
             send = api.send_request(
                 group="pg",
                 topic=retry_topic("g"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from client.bench.workers import STAMP, Arrivals
 from client.message import MessageQueue, ReceivedMessage
+from tests.client.received import received_at
 
 SINCE_NS = 1_800_000_000_000_000_000
 A0 = MessageQueue("T", "broker-a", 0)
@@ -12,20 +13,7 @@ B0 = MessageQueue("T", "broker-b", 0)
 
 
 def stamped(queue: MessageQueue, offset: int, stamp: int) -> ReceivedMessage:
-    return ReceivedMessage(
-        topic="T",
-        body=STAMP.pack(stamp) + bytes(8),
-        properties={},
-        queue=queue,
-        queue_offset=offset,
-        msg_id=f"id{offset}",
-        offset_msg_id=f"o{offset}",
-        commitlog_offset=offset * 100,
-        born_timestamp=0,
-        store_timestamp=0,
-        born_host="127.0.0.1:1",
-        store_host="127.0.0.1:2",
-    )
+    return received_at(queue, offset, STAMP.pack(stamp) + bytes(8))
 
 
 def test_lost_duplicated_and_foreign_messages_are_counted_apart() -> None:

@@ -7,25 +7,13 @@ from hypothesis import strategies as st
 
 from client.message import MessageQueue, ReceivedMessage
 from client.process_queue import ProcessQueue
+from tests.client.received import received_at
 
 MQ = MessageQueue("T", "broker-a", 0)
 
 
 def msg(offset: int, body: bytes = b"xx") -> ReceivedMessage:
-    return ReceivedMessage(
-        topic="T",
-        body=body,
-        properties={},
-        queue=MQ,
-        queue_offset=offset,
-        msg_id=f"id{offset}",
-        offset_msg_id=f"o{offset}",
-        commitlog_offset=offset * 100,
-        born_timestamp=0,
-        store_timestamp=0,
-        born_host="127.0.0.1:1",
-        store_host="127.0.0.1:2",
-    )
+    return received_at(MQ, offset, body)
 
 
 def test_commit_offset_is_the_smallest_in_flight_then_max_plus_one() -> None:
