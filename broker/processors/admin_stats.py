@@ -8,7 +8,8 @@ rest of RocketMQ's ``AdminBrokerProcessor`` that minimq implements).
     GET_CONSUMER_CONNECTION_LIST  203  consumerGroup -> ConsumerConnection | CONSUMER_NOT_ONLINE
     GET_PRODUCER_CONNECTION_LIST  204  producerGroup -> ProducerConnection | SYSTEM_ERROR
     UPDATE_BROKER_CONFIG           25  body = ``key=value`` lines -> SUCCESS | SYSTEM_ERROR
-    INVOKE_BROKER_TO_RESET_OFFSET 222  topic group timestamp [isForce] -> ResetOffsetBody
+    INVOKE_BROKER_TO_RESET_OFFSET 222  topic group timestamp [isForce] [queueId [offset]]
+                                       -> ResetOffsetBody
                                        | TOPIC_NOT_EXIST | SYSTEM_ERROR (no such group)
     CLONE_GROUP_OFFSET            314  srcGroup destGroup [topic] [offline] -> SUCCESS
     GET_ALL_CONSUMER_OFFSET        43  -> body msgpack of ``{"offsetTable": {"topic@group":
@@ -39,8 +40,12 @@ Rules:
   reset too) and sends a oneway RESET_CONSUMER_CLIENT_OFFSET (header ``topic group timestamp
   isForce``, body = the offsets) to every online member, whose consumers drop what they buffered
   and continue from there.
+- With ``queueId`` (0 or more; RocketMQ's ``ResetOffsetRequestHeader``), only that queue is
+  reset, to ``offset`` when given (it must lie between the queue's min and max offsets) or
+  else by ``timestamp``, whatever ``isForce`` says; the members are told of that queue only.
 - CLONE_GROUP_OFFSET copies ``srcGroup``'s committed offsets (of ``topic``, or of every topic it
-  has) to ``destGroup``.
+  has) to ``destGroup``; without ``offline`` (RocketMQ's rule), not those of a topic that the
+  source's online members do not subscribe to (left-overs).
 - GET_ALL_CONSUMER_OFFSET answers every committed offset (``mqadmin topicList -c`` finds the
   groups of each topic there, as RocketMQ's ``queryTopicConsumeByWho`` does from the offsets).
 """
@@ -78,7 +83,7 @@ from remoting.channel import Channel, Handler
 from remoting.codes import LanguageCode, RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
-from remoting.headers import error, guarded, header_int, header_str, opt_bool, opt_str
+from remoting.headers import error, guarded, header_int, header_str, opt_bool, opt_int, opt_str
 from store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -313,17 +318,16 @@ class AdminStatsProcessor:
             return error(
                 request, ResponseCode.SYSTEM_ERROR, f"The consumer group <{group}> not exist"
             )
-        entries: list[QueueOffset] = []
-        for qid in queue_ids:
-            if timestamp == -1:
-                offset = self.store.get_max_offset_in_queue(topic, qid)
-            else:
-                offset = self.store.get_offset_in_queue_by_time(topic, qid, timestamp)
-            current = self.offsets.query_offset(group, topic, qid)
-            if not force and 0 <= current < offset:
-                offset = current
-            self.offsets.commit_offset(group, topic, qid, offset)
-            entries.append(QueueOffset(topic, self.config.broker_name, qid, offset))
+        queue_id = opt_int(request, "queueId", -1)
+        if queue_id >= 0:
+            reset = self._reset_one_queue(
+                group, topic, queue_id, timestamp, opt_int(request, "offset", -1)
+            )
+            if isinstance(reset, str):
+                return error(request, ResponseCode.SYSTEM_ERROR, reset)
+            entries = [reset]
+        else:
+            entries = self._reset_every_queue(group, topic, timestamp, force)
         body = encode_reset_offset(entries)
         fields: dict[str, ExtValue] = {
             "topic": topic,
@@ -340,6 +344,45 @@ class AdminStatsProcessor:
                 nursery.start_soon(_notify_reset, member, fields, body)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
+    def _reset_every_queue(
+        self, group: str, topic: str, timestamp: int, force: bool
+    ) -> list[QueueOffset]:
+        """Commit each queue's offset at ``timestamp`` (see the module rules)."""
+        entries: list[QueueOffset] = []
+        for qid in self._all_queue_ids(topic):
+            if timestamp == -1:
+                offset = self.store.get_max_offset_in_queue(topic, qid)
+            else:
+                offset = self.store.get_offset_in_queue_by_time(topic, qid, timestamp)
+            current = self.offsets.query_offset(group, topic, qid)
+            if not force and 0 <= current < offset:
+                offset = current
+            self.offsets.commit_offset(group, topic, qid, offset)
+            entries.append(QueueOffset(topic, self.config.broker_name, qid, offset))
+        return entries
+
+    def _reset_one_queue(
+        self, group: str, topic: str, queue_id: int, timestamp: int, offset: int
+    ) -> QueueOffset | str:
+        """Commit one queue's offset: ``offset`` when given (not -1), which must lie in the
+        queue's ``[min, max]``, else the first stored at or after ``timestamp`` (-1: the max);
+        or why not, as RocketMQ's ``resetOffsetInner``."""
+        queue_ids = self._all_queue_ids(topic)
+        if queue_id not in queue_ids:
+            return f"queue {queue_id} of topic {topic} does not exist (it has {len(queue_ids)})"
+        lo = self.store.get_min_offset_in_queue(topic, queue_id)
+        hi = self.store.get_max_offset_in_queue(topic, queue_id)
+        if offset == -1:
+            offset = (
+                hi
+                if timestamp == -1
+                else self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+            )
+        elif not lo <= offset <= hi:
+            return f"Target offset {offset} not in consume queue range [{lo}-{hi}]"
+        self.offsets.commit_offset(group, topic, queue_id, offset)
+        return QueueOffset(topic, self.config.broker_name, queue_id, offset)
+
     async def clone_group_offset(
         self, request: RemotingCommand, channel: Channel
     ) -> RemotingCommand:
@@ -348,6 +391,9 @@ class AdminStatsProcessor:
         dst = header_str(request, "destGroup")
         topic = opt_str(request, "topic", "")
         topics = [topic] if topic else sorted(self.offsets.which_topics_by_group(src))
+        if not opt_bool(request, "offline", False):
+            subscribed = self._subscribed_topics(src)  # left-overs stay (RocketMQ's rule)
+            topics = [t for t in topics if subscribed is None or t in subscribed]
         try:
             check_key_parts(topic, dst)
             for t in topics:

@@ -244,15 +244,28 @@ class AdminClient:
         return bodies.decode_producer_connection(resp.body)
 
     async def reset_offset(
-        self, addr: str, topic: str, group: str, timestamp: int, *, force: bool = True
+        self,
+        addr: str,
+        topic: str,
+        group: str,
+        timestamp: int,
+        *,
+        force: bool = True,
+        queue_id: int | None = None,
+        offset: int | None = None,
     ) -> list[bodies.QueueOffset]:
-        """INVOKE_BROKER_TO_RESET_OFFSET on one broker; the offsets it set."""
+        """INVOKE_BROKER_TO_RESET_OFFSET on one broker; the offsets it set. With ``queue_id``,
+        only that queue, to ``offset`` when given (else by ``timestamp``)."""
         fields: dict[str, ExtValue] = {
             "topic": topic,
             "group": group,
             "timestamp": str(timestamp),
             "isForce": str(force).lower(),
         }
+        if queue_id is not None:
+            fields["queueId"] = queue_id
+        if offset is not None:
+            fields["offset"] = offset
         resp = await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
         return bodies.decode_reset_offset(resp.body)
 
@@ -273,9 +286,17 @@ class AdminClient:
                 out.setdefault(topic, set()).add(group)
         return out
 
-    async def clone_group_offset(self, addr: str, src: str, dst: str, topic: str) -> None:
-        """CLONE_GROUP_OFFSET."""
-        fields: dict[str, ExtValue] = {"srcGroup": src, "destGroup": dst, "topic": topic}
+    async def clone_group_offset(
+        self, addr: str, src: str, dst: str, topic: str, *, offline: bool = False
+    ) -> None:
+        """CLONE_GROUP_OFFSET (``offline``: also a topic the online source does not
+        subscribe to)."""
+        fields: dict[str, ExtValue] = {
+            "srcGroup": src,
+            "destGroup": dst,
+            "topic": topic,
+            "offline": str(offline).lower(),
+        }
         await self.call(addr, RequestCode.CLONE_GROUP_OFFSET, fields)
 
     # ------------------------------------------------------------------ broker

@@ -14,8 +14,9 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import click
 import trio
@@ -155,16 +156,30 @@ def run(namesrv: str | None, body: Callable[[AdminClient], Awaitable[T]]) -> T:
         raise
 
 
-async def on_each_broker(
-    targets: Sequence[tuple[str, str]], action: Callable[[str], Awaitable[T]]
-) -> list[tuple[str, T]]:
-    """``(address, action(address))`` of each ``(name, address)`` target, in turn.
+@dataclass(frozen=True)
+class EachBroker(Generic[T]):
+    """What :func:`try_each_broker` did: the results of the brokers that answered, in turn,
+    and the reason of each that failed."""
 
-    A broker that fails does not stop the others (as RocketMQ's ``updateBrokerConfig -c``,
-    which goes on to the next broker): with several targets, MQClientError then names each
-    failed broker with its reason and the brokers where ``action`` was done, so the one line
-    tells the operator what changed. With one target, its own error is raised as it is.
-    """
+    done: list[tuple[str, T]]
+    """``(address, result)`` of each broker where the action was done."""
+    failed: list[str] = field(default_factory=list)
+    """``address: reason`` of each broker that failed."""
+
+    def summary(self) -> str:
+        """``failed on <addr>: <reason>; done on <addr>, ...``: one line naming each failed
+        broker and the brokers where the action was done (``none``)."""
+        done = ", ".join(addr for addr, _ in self.done) or "none"
+        return f"failed on {'; '.join(self.failed)}; done on {done}"
+
+
+async def try_each_broker(
+    targets: Sequence[tuple[str, str]], action: Callable[[str], Awaitable[T]]
+) -> EachBroker[T]:
+    """``action(address)`` on each ``(name, address)`` target, in turn; a broker that fails
+    does not stop the others (as RocketMQ's ``updateBrokerConfig -c`` and ``brokerStatus -c``,
+    which go on to the next broker). With one target, its own MQClientError is raised as it
+    is."""
     done: list[tuple[str, T]] = []
     failed: list[str] = []
     for _, addr in targets:
@@ -174,12 +189,30 @@ async def on_each_broker(
             if len(targets) == 1:
                 raise
             failed.append(f"{addr}: {exc.reason}")
-    if failed:
-        changed = ", ".join(addr for addr, _ in done) or "none"
-        raise MQClientError(
-            ResponseCode.SYSTEM_ERROR, f"failed on {'; '.join(failed)}; done on {changed}"
-        )
-    return done
+    return EachBroker(done, failed)
+
+
+async def on_each_broker(
+    targets: Sequence[tuple[str, str]], action: Callable[[str], Awaitable[T]]
+) -> list[tuple[str, T]]:
+    """``(address, action(address))`` of each ``(name, address)`` target, in turn.
+
+    A broker that fails does not stop the others (see :func:`try_each_broker`): with several
+    targets, MQClientError then names each failed broker with its reason and the brokers
+    where ``action`` was done (:meth:`EachBroker.summary`), so the one line tells the operator
+    what changed. With one target, its own error is raised as it is.
+    """
+    result = await try_each_broker(targets, action)
+    if result.failed:
+        raise MQClientError(ResponseCode.SYSTEM_ERROR, result.summary())
+    return result.done
+
+
+def fail_if_any_failed(result: EachBroker[Any]) -> None:
+    """After a read command printed what the brokers that answered gave: when any broker
+    failed, :func:`fail` with :meth:`EachBroker.summary` (one line on stderr, status 1)."""
+    if result.failed:
+        fail(str(MQClientError(ResponseCode.SYSTEM_ERROR, result.summary())))
 
 
 # ---------------------------------------------------------------------- output

@@ -9,7 +9,18 @@ from typing import Any
 import click
 
 from client.admin.admin_client import AdminClient
-from client.admin.base import admin_command, emit_json, fail, lines, on_each_broker, run, table
+from client.admin.base import (
+    EachBroker,
+    admin_command,
+    emit_json,
+    fail,
+    fail_if_any_failed,
+    lines,
+    on_each_broker,
+    run,
+    table,
+    try_each_broker,
+)
 from client.errors import MQClientError
 from common.route import MASTER_ID
 
@@ -121,22 +132,24 @@ async def _targets(
 def broker_status(
     namesrv: str | None, as_json: bool, broker: str | None, cluster: str | None
 ) -> None:
-    """Fetch broker runtime status data."""
+    """Fetch broker runtime status data.
+
+    With -c, a broker that does not answer does not hide the others: their data is printed,
+    then the failed broker is named on stderr (status 1).
+    """
     need_target(broker, cluster)
 
-    async def body(admin: AdminClient) -> dict[str, dict[str, str]]:
-        return {
-            addr: await admin.runtime_info(addr)
-            for _, addr in await _targets(admin, broker, cluster)
-        }
+    async def body(admin: AdminClient) -> EachBroker[dict[str, str]]:
+        return await try_each_broker(await _targets(admin, broker, cluster), admin.runtime_info)
 
     result = run(namesrv, body)
     if as_json:
-        emit_json(result)
-        return
-    for addr, stats in result.items():
-        prefix = f"{addr:<24}" if len(result) > 1 else ""
-        lines(*(f"{prefix}{k:<32}: {v}" for k, v in sorted(stats.items())))
+        emit_json(dict(result.done))
+    else:
+        for addr, stats in result.done:
+            prefix = f"{addr:<24}" if broker is None else ""  # -c, as RocketMQ's
+            lines(*(f"{prefix}{k:<32}: {v}" for k, v in sorted(stats.items())))
+    fail_if_any_failed(result)
 
 
 @admin_command("getBrokerConfig")
@@ -145,22 +158,24 @@ def broker_status(
 def get_broker_config(
     namesrv: str | None, as_json: bool, broker: str | None, cluster: str | None
 ) -> None:
-    """Show the effective broker configuration."""
+    """Show the effective broker configuration.
+
+    With -c, a broker that does not answer does not hide the others: their configuration is
+    printed, then the failed broker is named on stderr (status 1).
+    """
     need_target(broker, cluster)
 
-    async def body(admin: AdminClient) -> dict[str, dict[str, str]]:
-        return {
-            addr: await admin.broker_config(addr)
-            for _, addr in await _targets(admin, broker, cluster)
-        }
+    async def body(admin: AdminClient) -> EachBroker[dict[str, str]]:
+        return await try_each_broker(await _targets(admin, broker, cluster), admin.broker_config)
 
     result = run(namesrv, body)
     if as_json:
-        emit_json(result)
-        return
-    for addr, config in result.items():
-        lines(f"============{addr}============")
-        lines(*(f"{k:<50}=  {v}" for k, v in config.items()))
+        emit_json(dict(result.done))
+    else:
+        for addr, config in result.done:
+            lines(f"============{addr}============")
+            lines(*(f"{k:<50}=  {v}" for k, v in config.items()))
+    fail_if_any_failed(result)
 
 
 RUNTIME_BROKER_KEYS = (

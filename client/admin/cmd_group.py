@@ -27,7 +27,7 @@ from client.allocate import AllocateMessageQueueAveragely
 from client.errors import MQClientError, TopicRouteError
 from client.message import MessageQueue
 from common.topic import RETRY_GROUP_TOPIC_PREFIX
-from remoting.admin_bodies import ConsumerConnection, QueueConsumeStats
+from remoting.admin_bodies import ConsumerConnection, QueueConsumeStats, QueueOffset
 from remoting.codes import ResponseCode
 
 SUB_GROUP_OPTIONS = {
@@ -256,7 +256,18 @@ def _kind(consume_type: str) -> str:
     help="Consumer group (default: every group).",
 )
 @click.option("-t", "--topicName", "topic", default="", help="Only this topic.")
-def consumer_progress(namesrv: str | None, as_json: bool, group: str | None, topic: str) -> None:
+@click.option(
+    "-s",
+    "--showClientIP",
+    "show_client_ip",
+    type=click.BOOL,
+    default=False,
+    show_default=True,
+    help="With -g: the #Client IP column, the member that consumes each queue.",
+)
+def consumer_progress(
+    namesrv: str | None, as_json: bool, group: str | None, topic: str, show_client_ip: bool
+) -> None:
     """Query consumer's progress: per queue broker offset, consumer offset and diff."""
 
     async def body(admin: AdminClient) -> Any:
@@ -268,32 +279,7 @@ def consumer_progress(namesrv: str | None, as_json: bool, group: str | None, top
     if as_json:
         emit_json(result)
     elif group:
-        table(
-            (
-                "#Topic",
-                "#Broker Name",
-                "#QID",
-                "#Broker Offset",
-                "#Consumer Offset",
-                "#Client IP",
-                "#Diff",
-                "#LastTime",
-            ),
-            (
-                (
-                    q["topic"],
-                    q["brokerName"],
-                    q["queueId"],
-                    q["brokerOffset"],
-                    q["consumerOffset"],
-                    q["clientIp"] or "N/A",
-                    q["diff"],
-                    fmt_time(q["lastTimestamp"]),
-                )
-                for q in result["queues"]
-            ),
-        )
-        lines("", f"Consume TPS: {result['consumeTps']:.2f}", f"Diff Total: {result['diffTotal']}")
+        _print_group_progress(result, show_client_ip)
     else:
         table(
             ("#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total"),
@@ -310,6 +296,23 @@ def consumer_progress(namesrv: str | None, as_json: bool, group: str | None, top
                 for g in result
             ),
         )
+
+
+def _print_group_progress(result: dict[str, Any], show_client_ip: bool) -> None:
+    """``consumerProgress -g``'s table and totals; ``#Client IP`` only with ``-s true`` (as
+    RocketMQ's)."""
+    queues = result["queues"]
+    headers = ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset"]
+    headers += ["#Client IP"] if show_client_ip else []
+    headers += ["#Diff", "#LastTime"]
+    rows = []
+    for q in queues:
+        row = [q["topic"], q["brokerName"], q["queueId"], q["brokerOffset"], q["consumerOffset"]]
+        row += [q["clientIp"] or "N/A"] if show_client_ip else []
+        row += [q["diff"], fmt_time(q["lastTimestamp"])]
+        rows.append(row)
+    table(headers, rows)
+    lines("", f"Consume TPS: {result['consumeTps']:.2f}", f"Diff Total: {result['diffTotal']}")
 
 
 @admin_command("consumerConnection")
@@ -420,17 +423,41 @@ def producer_connection(namesrv: str | None, as_json: bool, group: str, topic: s
     show_default=True,
     help="Also move offsets forwards.",
 )
+@click.option("-b", "--broker", help="With -q: the broker address (host:port) of that queue.")
+@click.option("-q", "--queue", "queue_id", type=click.IntRange(min=0), help="With -b: one queue.")
+@click.option(
+    "-o",
+    "--offset",
+    type=click.IntRange(min=0),
+    help="With -b and -q: reset that queue to this offset (instead of by -s).",
+)
 def reset_offset_by_time(
-    namesrv: str | None, as_json: bool, group: str, topic: str, when: str, force: bool
+    namesrv: str | None,
+    as_json: bool,
+    group: str,
+    topic: str,
+    when: str,
+    force: bool,
+    broker: str | None,
+    queue_id: int | None,
+    offset: int | None,
 ) -> None:
-    """Reset consumer offset by timestamp (running consumers follow without a restart)."""
+    """Reset consumer offset by timestamp (running consumers follow without a restart); with
+    -b and -q only that queue, to -o offset when given, as RocketMQ's."""
     timestamp = parse_timestamp(when, "-s")
+    one_queue = _one_queue_reset(broker, queue_id, offset)
+
+    async def reset(admin: AdminClient, addr: str) -> list[QueueOffset]:
+        return await admin.reset_offset(
+            addr, topic, group, timestamp, force=force, queue_id=queue_id, offset=offset
+        )
 
     async def body(admin: AdminClient) -> list[dict[str, Any]]:
-        targets = await admin.topic_masters(topic)
-        done = await on_each_broker(
-            targets, lambda addr: admin.reset_offset(addr, topic, group, timestamp, force=force)
-        )
+        if one_queue:
+            targets = await admin.masters(broker_addr=broker)
+        else:
+            targets = await admin.topic_masters(topic)
+        done = await on_each_broker(targets, lambda addr: reset(admin, addr))
         return [
             {"brokerName": e.broker_name, "queueId": e.queue_id, "offset": e.offset}
             for _, entries in done
@@ -449,6 +476,14 @@ def reset_offset_by_time(
             }
         )
         return
+    if one_queue:
+        lines(
+            f"start reset consumer offset by specified, group[{group}], topic[{topic}], "
+            f"queueId[{queue_id}], broker[{broker}], timestamp(string)[{when}], "
+            f"timestamp(long)[{timestamp}]",
+            *(f"reset consumer offset to {r['offset']}" for r in rows),
+        )
+        return
     lines(
         f"rollback consumer offset by specified consumerGroup[{group}], topic[{topic}], "
         f"force[{str(force).lower()}], timestamp(string)[{when}], timestamp(long)[{timestamp}]"
@@ -459,30 +494,73 @@ def reset_offset_by_time(
     )
 
 
+def _one_queue_reset(broker: str | None, queue_id: int | None, offset: int | None) -> bool:
+    """Whether ``resetOffsetByTime`` resets one queue (``-b`` and ``-q``); click's UsageError
+    when ``-b`` or ``-q`` comes without the other, or ``-o`` without both (RocketMQ would
+    silently reset every queue of the topic by ``-s`` instead)."""
+    if (broker is None) != (queue_id is None):
+        raise click.UsageError("-b and -q go together: they name the one queue to reset")
+    if offset is not None and queue_id is None:
+        raise click.UsageError("-o needs -b and -q: it is the offset of that one queue")
+    return queue_id is not None
+
+
 @admin_command("cloneGroupOffset")
 @click.option("-s", "--srcGroup", "src", required=True, help="Copy offsets from this group.")
 @click.option("-d", "--destGroup", "dst", required=True, help="To this group.")
 @click.option("-t", "--topic", required=True, help="Topic name.")
-@click.option("-o", "--offline", type=click.BOOL, default=False, help="Ignored (RocketMQ flag).")
+@click.option(
+    "-o",
+    "--offline",
+    type=click.BOOL,
+    default=False,
+    show_default=True,
+    help="Copy the source's offsets even while it is online without subscribing to the topic "
+    "(its left-over offsets there); RocketMQ's CLONE_GROUP_OFFSET offline.",
+)
 def clone_group_offset(
     namesrv: str | None, as_json: bool, src: str, dst: str, topic: str, offline: bool
 ) -> None:
-    """Clone offset from other group."""
+    """Clone offset from other group.
+
+    As RocketMQ's broker, the offsets of a topic the source group's online members do not
+    subscribe to are left-overs, copied only with -o true.
+    """
 
     async def body(admin: AdminClient) -> list[str]:
-        # as RocketMQ's command: a source with nothing to copy (a typo, say) is an error
-        if not any(r.topic == topic for r in await group_stats(admin, src, "")):
-            raise MQClientError(
-                ResponseCode.SYSTEM_ERROR, f"source group {src} has no offsets on topic {topic}"
-            )
+        await _check_clone_source(admin, src, topic, offline)
         targets = await admin.topic_masters(topic)
         done = await on_each_broker(
-            targets, lambda addr: admin.clone_group_offset(addr, src, dst, topic)
+            targets, lambda addr: admin.clone_group_offset(addr, src, dst, topic, offline=offline)
         )
         return [addr for addr, _ in done]
 
     done = run(namesrv, body)
     if as_json:
-        emit_json({"srcGroup": src, "destGroup": dst, "topic": topic, "brokers": done})
+        emit_json(
+            {"srcGroup": src, "destGroup": dst, "topic": topic, "offline": offline, "brokers": done}
+        )
         return
     lines(f"clone group offset success. srcGroup[{src}], destGroup=[{dst}], topic[{topic}]")
+
+
+async def _check_clone_source(admin: AdminClient, src: str, topic: str, offline: bool) -> None:
+    """MQClientError unless ``src`` has offsets on ``topic`` to copy (as RocketMQ's command: a
+    source with nothing to copy, a typo say, is an error): its consume stats list the topic,
+    or, with ``offline``, any broker of the topic holds its committed offsets there."""
+    if any(r.topic == topic for r in await group_stats(admin, src, "")):
+        return
+    left_over = False
+    for _, addr in await admin.topic_masters(topic):
+        left_over = left_over or src in (await admin.consumer_offsets(addr)).get(topic, set())
+    if left_over and offline:
+        return
+    if left_over:
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR,
+            f"source group {src} is online and does not subscribe to topic {topic}: its "
+            "offsets there are left-overs, copied only with -o true",
+        )
+    raise MQClientError(
+        ResponseCode.SYSTEM_ERROR, f"source group {src} has no offsets on topic {topic}"
+    )

@@ -8,17 +8,20 @@ import click
 
 from client.admin.admin_client import AdminClient
 from client.admin.base import (
+    EachBroker,
     admin_command,
     emit_json,
     fail,
+    fail_if_any_failed,
     fmt_time,
     java_object,
     lines,
     on_each_broker,
     run,
     table,
+    try_each_broker,
 )
-from client.errors import MQBrokerError
+from client.errors import MQBrokerError, MQClientError
 from common.route import TopicConfig
 from common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.codes import ResponseCode
@@ -220,30 +223,63 @@ def topic_route(namesrv: str | None, as_json: bool, topic: str) -> None:
     )
 
 
+async def topic_masters_in(
+    admin: AdminClient, topic: str, cluster: str | None
+) -> list[tuple[str, str]]:
+    """``(broker name, master address)`` of the brokers hosting ``topic``, only those of
+    ``cluster`` when given; MQClientError when there is none."""
+    targets = await admin.topic_masters(topic)
+    if cluster is None:
+        return targets
+    in_cluster = set(await admin.masters(cluster=cluster))
+    targets = [target for target in targets if target in in_cluster]
+    if not targets:
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR, f"no broker of cluster {cluster} hosts topic {topic}"
+        )
+    return targets
+
+
 @admin_command("topicStatus")
 @click.option("-t", "--topic", required=True, help="Topic name.")
-def topic_status(namesrv: str | None, as_json: bool, topic: str) -> None:
-    """Examine topic status: min/max offset and last update per queue."""
+@click.option("-c", "--cluster", "cluster", help="Only the brokers of this cluster.")
+def topic_status(namesrv: str | None, as_json: bool, topic: str, cluster: str | None) -> None:
+    """Examine topic status: min/max offset and last update per queue.
 
-    async def body(admin: AdminClient) -> list[dict[str, Any]]:
-        rows = []
-        for _, addr in await admin.topic_masters(topic):
-            for r in await admin.topic_stats(addr, topic):
-                rows.append(
-                    {
-                        "brokerName": r.broker_name,
-                        "queueId": r.queue_id,
-                        "minOffset": r.min_offset,
-                        "maxOffset": r.max_offset,
-                        "lastUpdateTimestamp": r.last_update_timestamp,
-                    }
-                )
-        return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
+    A broker that does not answer does not hide the others: their queues are printed, then
+    the failed broker is named on stderr (status 1).
+    """
 
-    rows = run(namesrv, body)
+    async def stats_of(admin: AdminClient, addr: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "brokerName": r.broker_name,
+                "queueId": r.queue_id,
+                "minOffset": r.min_offset,
+                "maxOffset": r.max_offset,
+                "lastUpdateTimestamp": r.last_update_timestamp,
+            }
+            for r in await admin.topic_stats(addr, topic)
+        ]
+
+    async def body(admin: AdminClient) -> EachBroker[list[dict[str, Any]]]:
+        targets = await topic_masters_in(admin, topic, cluster)
+        return await try_each_broker(targets, lambda addr: stats_of(admin, addr))
+
+    result = run(namesrv, body)
+    rows = sorted(
+        (row for _, rows_of_broker in result.done for row in rows_of_broker),
+        key=lambda r: (r["brokerName"], r["queueId"]),
+    )
     if as_json:
         emit_json(rows)
-        return
+    else:
+        _print_topic_status(rows)
+    fail_if_any_failed(result)
+
+
+def _print_topic_status(rows: list[dict[str, Any]]) -> None:
+    """The ``topicStatus`` table."""
     table(
         ("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"),
         (

@@ -13,7 +13,16 @@ from typing import Any
 import click
 
 from client.admin.admin_client import AdminClient
-from client.admin.base import admin_command, emit_json, fmt_time, not_empty, table
+from client.admin.base import (
+    EachBroker,
+    admin_command,
+    emit_json,
+    fail_if_any_failed,
+    fmt_time,
+    not_empty,
+    table,
+    try_each_broker,
+)
 from client.admin.base import run as run_admin
 from remoting.codes import RequestCode
 from remoting.transaction_bodies import decode_half_messages
@@ -28,22 +37,38 @@ from remoting.transaction_bodies import decode_half_messages
 def query_half_messages(
     namesrv: str | None, as_json: bool, group: str, broker: str | None, cluster: str | None
 ) -> None:
-    """List the pending (undecided) half messages of a producer group."""
+    """List the pending (undecided) half messages of a producer group.
 
-    async def body(admin: AdminClient) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for name, addr in await admin.masters(cluster=cluster, broker_addr=broker):
+    A broker that does not answer does not hide the others: their half messages are printed,
+    then the failed broker is named on stderr (status 1).
+    """
+
+    async def body(admin: AdminClient) -> EachBroker[list[dict[str, Any]]]:
+        targets = await admin.masters(cluster=cluster, broker_addr=broker)
+        names = {addr: name for name, addr in targets}
+
+        async def halves(addr: str) -> list[dict[str, Any]]:
             resp = await admin.call(
                 addr, RequestCode.GET_PENDING_HALF_MESSAGES, {"producerGroup": group}
             )
-            for half in decode_half_messages(resp.body):
-                rows.append({"brokerName": name, "brokerAddr": addr, **half.to_wire()})
-        return rows
+            return [
+                {"brokerName": names[addr], "brokerAddr": addr, **half.to_wire()}
+                for half in decode_half_messages(resp.body)
+            ]
 
-    rows = run_admin(namesrv, body)
+        return await try_each_broker(targets, halves)
+
+    result = run_admin(namesrv, body)
+    rows = [row for _, rows_of_broker in result.done for row in rows_of_broker]
     if as_json:
         emit_json({"producerGroup": group, "halfMessages": rows})
-        return
+    else:
+        _print_halves(group, rows)
+    fail_if_any_failed(result)
+
+
+def _print_halves(group: str, rows: list[dict[str, Any]]) -> None:
+    """The ``queryHalfMessages`` table."""
     table(
         (
             "#Broker Name",

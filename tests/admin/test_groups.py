@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from client.admin.admin_client import AdminClient
 from client.admin.cmd_group import allocation
 from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
 from client.consume_service import ConsumeResult
@@ -46,6 +47,8 @@ async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:
 
             await wait_until(settled, "offsets committed")
             text = await ok("consumerProgress", *n, "-g", "cg")
+            assert "#Client IP" not in text  # only with -s true, as RocketMQ's
+            text = await ok("consumerProgress", *n, "-g", "cg", "-s", "true")
             assert headers_in(
                 text,
                 "#Topic",
@@ -425,3 +428,91 @@ async def test_progress_owners_are_what_the_members_rebalance_gives(tmp_path: Pa
             }
             assert {mq: cid for mq, cid in owners.items() if mq in readable} == held()
             assert {cid for mq, cid in owners.items() if mq not in readable} == {""}
+
+
+async def test_reset_one_queue_to_an_offset(tmp_path: Path) -> None:
+    """resetOffsetByTime -b -q -o: only that queue moves, to that offset, and the live member
+    re-reads it from there (RocketMQ's resetOffsetByQueueId); -b -q alone resets the queue by
+    -s; -b, -q or -o without the others is refused."""
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv, "-g", "cg", "-t", TOPIC)
+        broker_a = c.brokers["broker-a"]
+        got: list[ReceivedMessage] = []
+
+        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            got.extend(msgs)
+            return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            for i in range(6):
+                for queue in (
+                    MessageQueue(TOPIC, "broker-a", 0),
+                    MessageQueue(TOPIC, "broker-b", 1),
+                ):
+                    await producer.send(
+                        Message(TOPIC, f"{queue.broker_name}-{i}".encode()), queue=queue
+                    )
+            await wait_until(lambda: len(got) == 12, "first pass")
+
+            async def committed() -> dict[tuple[str, int], int]:
+                stats = await as_json("consumerProgress", *n)
+                return {
+                    (q["brokerName"], q["queueId"]): q["consumerOffset"] for q in stats["queues"]
+                }
+
+            async def settled() -> bool:
+                offsets = await committed()
+                return offsets[("broker-a", 0)] == 6 and offsets[("broker-b", 1)] == 6
+
+            await wait_until(settled, "offsets committed")
+            before = len(got)
+            one = ("-b", broker_a, "-q", "0")
+            text = await ok("resetOffsetByTime", *n, "-s", "now", *one, "-o", "2")
+            assert "reset consumer offset to 2" in text
+            await wait_until(lambda: len(got) - before == 4, "queue 0 of broker-a re-read from 2")
+            assert sorted(m.body for m in got[before:]) == [b"broker-a-%d" % i for i in range(2, 6)]
+            await wait_until(settled, "offsets committed again")
+
+            done = await as_json("resetOffsetByTime", *n, "-s", "-1", *one)
+            assert done["offsetTable"] == [{"brokerName": "broker-a", "queueId": 0, "offset": 6}]
+            err = await fails("resetOffsetByTime", *n, "-s", "now", *one, "-o", "7")
+            assert "Target offset 7 not in consume queue range [0-6]" in err
+        for partial in (("-q", "0"), ("-b", broker_a), ("-o", "1")):
+            err = await fails("resetOffsetByTime", *n, "-s", "now", *partial)
+            assert "(see mqadmin resetOffsetByTime -h)" in err
+        assert (await committed())[("broker-b", 1)] == 6  # the other queues did not move
+
+
+async def test_clone_offline_copies_left_over_offsets_of_an_online_source(tmp_path: Path) -> None:
+    """cloneGroupOffset -o: the source is online, subscribing to another topic only, so its
+    offsets on TOPIC are left-overs: refused without -o (saying so), copied with -o true (the
+    offline of RocketMQ's CLONE_GROUP_OFFSET)."""
+    async with cluster(tmp_path) as c:
+        await send(c.namesrv, 8)
+        await c.create_topic("Other")
+        async with PullConsumer("src", c.namesrv) as pc:
+            await pc.commit({q: 1 for q in await pc.fetch_queues(TOPIC)})
+        online = PushConsumer("src", c.namesrv)
+        online.subscribe("Other", "*", lambda msgs: ConsumeResult.SUCCESS)
+        clone = ("cloneGroupOffset", "-n", c.namesrv, "-s", "src", "-d", "dst", "-t", TOPIC)
+        async with online:
+            await wait_until(
+                lambda: all(
+                    ctl.clients.manager.consumer_data("src") is not None
+                    for ctl in c.controllers.values()
+                ),
+                "the source online on both brokers",
+            )
+            err = await fails(*clone)
+            assert "copied only with -o true" in err
+            async with AdminClient(c.namesrv) as admin:  # the broker's own rule
+                await admin.clone_group_offset(c.brokers["broker-a"], "src", "dst", TOPIC)
+            assert c.controllers["broker-a"].offsets is not None
+            assert c.controllers["broker-a"].offsets.query_offsets("dst", TOPIC) == {}
+            done = await as_json(*clone, "-o", "true")
+        assert sorted(done["brokers"]) == sorted(c.brokers.values())
+        for ctl in c.controllers.values():
+            assert ctl.offsets is not None
+            assert ctl.offsets.query_offsets("dst", TOPIC) == {qid: 1 for qid in range(4)}

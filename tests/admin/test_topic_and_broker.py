@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import trio
+
 from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
 from client.consume_service import ConsumeResult
 from client.message import ReceivedMessage
@@ -270,3 +272,28 @@ async def test_a_broker_name_given_to_b_is_named_as_one(tmp_path: Path) -> None:
         err = await fails("getBrokerConfig", *n, "-b", "127.0.0.1")
         assert "illegal broker address '127.0.0.1': expected host:port" in err, err
         assert "NewTopic" not in await as_json("topicList", *n)
+
+
+async def test_topic_status_of_one_cluster(tmp_path: Path) -> None:
+    """topicStatus -c: only the queues of the cluster's brokers (RocketMQ's -c cluster)."""
+    async with cluster(tmp_path) as c, trio.open_nursery() as nursery:
+        other = {"brokerClusterName": "OtherCluster"}
+        await nursery.start(c.run_broker, tmp_path, "broker-c", other)
+        await c.create_topic(TOPIC)
+        n = ("-n", c.namesrv, "-t", TOPIC)
+
+        async def brokers_of(*cluster_option: str) -> set[str]:
+            return {r["brokerName"] for r in await as_json("topicStatus", *n, *cluster_option)}
+
+        async def all_three() -> bool:
+            return len(await brokers_of()) == 3
+
+        await wait_until(all_three, "broker-c registered with the topic")
+        assert await brokers_of("-c", "OtherCluster") == {"broker-c"}
+        assert await brokers_of("-c", "DefaultCluster") == {"broker-a", "broker-b"}
+        text = await ok("topicStatus", *n, "-c", "OtherCluster")
+        assert "broker-c" in text
+        assert "broker-a" not in text
+        err = await fails("topicStatus", *n, "-c", "NoSuchCluster")
+        assert "no broker found in cluster NoSuchCluster" in err
+        nursery.cancel_scope.cancel()
