@@ -19,7 +19,9 @@ Concurrent rules:
 - ``consume_timeout`` (RocketMQ's ``cleanExpireMsg``): a handler call that began longer ago
   has its messages sent back at delay level 3 (:meth:`ConcurrentService.clean_expired`); they
   leave the process queue once the broker took them, the rest of their pull goes to another
-  worker, and the late call's outcome is ignored.
+  worker, and the late call's outcome is ignored. A drop or a close while that take-over
+  sends messages back still counts the pull's batches that succeeded (the late one too, if it
+  returned SUCCESS meanwhile) before the offset is persisted.
 
 Orderly rules:
 
@@ -464,7 +466,8 @@ class ConcurrentService:
         self._in_flight = 0
         self._pulls: set[_PullInFlight] = set()
         self._timed_out: set[_PullInFlight] = set()
-        """Timed-out pulls whose running batch is not all sent back yet."""
+        """Timed-out pulls being taken over: from :meth:`_take_over` until their late batch is
+        all sent back (the late call may have returned and left :attr:`_pulls` meanwhile)."""
         self._quiet = trio.Event()
         self._send, self._receive = trio.open_memory_channel[
             tuple[QueueSlot, list[ReceivedMessage]]
@@ -498,10 +501,11 @@ class ConcurrentService:
 
     def count_finished_batches(self, slot: QueueSlot | None = None) -> None:
         """Closing, or dropping ``slot``'s queue, before the offsets are persisted: the
-        batches of the pulls still being consumed (of ``slot`` only, if given) whose handler
-        already succeeded leave their process queues and count (the batch still running, and
-        any that failed, hold the offset back)."""
-        for pull in self._pulls:
+        batches of the pulls still being consumed or settled (of ``slot`` only, if given),
+        timed-out ones being taken over included, whose handler already succeeded leave their
+        process queues and count (the batch still running, and any that failed, hold the
+        offset back)."""
+        for pull in self._pulls | self._timed_out:
             if slot is None or pull.slot is slot:
                 self._count_finished(pull)
 
@@ -553,7 +557,8 @@ class ConcurrentService:
             raise
         finally:
             # only now: a drop or a close while failed batches are sent back still counts
-            # the pull's successful ones (every batch has its result: no time-out takes it)
+            # the pull's successful ones (a timed-out pull is counted through _timed_out
+            # until its take-over ends)
             self._pulls.discard(pull)
 
     async def _settle(

@@ -10,7 +10,9 @@
   ``String.hashCode`` (:func:`common.hashing.java_string_hash`), so a key always maps to the
   same queue while the queue list is unchanged, in every process and in Java clients too.
 - :class:`LatencyFaultTolerance` / :class:`MQFaultStrategy`: RocketMQ 5's ``MQFaultStrategy``
-  tables (``latencyMax``/``notAvailableDuration``); 4.x tables are provided as ``*_V4``. Time is
+  tables (``latencyMax``/``notAvailableDuration``); 4.x tables are provided as ``*_V4``. An
+  isolation is only ever lengthened: a later send with a shorter (or no) isolation, a fast
+  success included, leaves it running (``FaultItem.updateNotAvailableDuration``). Time is
   always passed in as ``now_ms``; nothing here reads a clock.
 """
 
@@ -134,6 +136,15 @@ class FaultItem:
         """True when the broker's isolation has ended."""
         return now_ms >= self.start_timestamp
 
+    def update_not_available_duration(self, not_available_duration: int, now_ms: int) -> None:
+        """Isolate until ``now_ms + not_available_duration`` if that is later than now: an
+        isolation is only ever lengthened, never cut short (RocketMQ 5's
+        ``FaultItem.updateNotAvailableDuration``), so a fast send that was in flight when the
+        broker was isolated does not end its isolation."""
+        until = now_ms + not_available_duration
+        if not_available_duration > 0 and until > self.start_timestamp:
+            self.start_timestamp = until
+
 
 class LatencyFaultTolerance:
     """Per-broker fault items (RocketMQ's ``LatencyFaultToleranceImpl``)."""
@@ -149,15 +160,14 @@ class LatencyFaultTolerance:
         now_ms: int,
         reachable: bool = True,
     ) -> None:
-        """Record a send's latency; the broker is unavailable for ``not_available_duration`` ms."""
+        """Record a send's latency and reachability; the broker is unavailable for at least
+        ``not_available_duration`` ms from ``now_ms`` (an isolation that ends later is kept)."""
         item = self._items.get(name)
-        start = now_ms + not_available_duration
         if item is None:
-            self._items[name] = FaultItem(name, current_latency, start, reachable)
-        else:
-            item.current_latency = current_latency
-            item.start_timestamp = start
-            item.reachable = reachable
+            item = self._items[name] = FaultItem(name, current_latency, 0, reachable)
+        item.current_latency = current_latency
+        item.update_not_available_duration(not_available_duration, now_ms)
+        item.reachable = reachable
 
     def is_available(self, name: str, now_ms: int) -> bool:
         """True for an unknown broker or one whose isolation has ended."""

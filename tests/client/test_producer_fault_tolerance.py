@@ -37,13 +37,18 @@ async def fault_tolerant_producer(c: Cluster, retry_times: int) -> AsyncIterator
         yield p
 
 
-async def refuse_writes(c: Cluster, broker: str) -> None:
-    """Make TOPIC read-only on ``broker``: it answers sends with NO_PERMISSION (retriable)."""
-    read_only = req(RequestCode.UPDATE_AND_CREATE_TOPIC, topic=TOPIC, perm="4",
-                    readQueueNums="4", writeQueueNums="4")  # fmt: skip
+async def set_perm(c: Cluster, broker: str, perm: int, topic: str = TOPIC) -> None:
+    """Create or update ``topic`` on ``broker`` (4 queues) with permission ``perm``."""
+    update = req(RequestCode.UPDATE_AND_CREATE_TOPIC, topic=topic, perm=str(perm),
+                 readQueueNums="4", writeQueueNums="4")  # fmt: skip
     async with RemotingClient() as admin:
-        resp = await admin.invoke(c.brokers[broker], read_only)
+        resp = await admin.invoke(c.brokers[broker], update)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+async def refuse_writes(c: Cluster, broker: str, topic: str = TOPIC) -> None:
+    """Make ``topic`` read-only on ``broker``: it answers sends with NO_PERMISSION (retriable)."""
+    await set_perm(c, broker, 4, topic)
 
 
 def batch() -> list[Message]:
@@ -88,3 +93,27 @@ async def test_with_every_broker_isolated_one_that_refused_is_tried_last(
     assert "broker-a: " in str(first.value)
     assert "broker-b: " in str(first.value)
     assert "errors: broker-b: " in str(second.value)  # the first attempt went there
+
+
+async def test_a_fast_send_to_an_isolated_broker_does_not_end_its_isolation(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ 5's ``updateNotAvailableDuration`` only lengthens an isolation. broker-a
+    refuses a send of a topic only it serves (isolated for 10 s), then takes the next one at
+    once (its only broker: the last choice is still broker-a); TOPIC's sends keep avoiding it.
+    Before, that fast success ended the isolation and TOPIC's sends went to broker-a again."""
+    only_a = "OnlyOnBrokerA"
+    async with cluster(tmp_path, queues=QUEUES_PER_BROKER) as c:
+        await set_perm(c, "broker-a", 6, only_a)
+        async with fault_tolerant_producer(c, retry_times=0) as p:
+            await p.send(Message(only_a, b"warm"))  # its route cached too
+            await refuse_writes(c, "broker-a", only_a)
+            with pytest.raises(MQClientError) as refused:
+                await p.send(Message(only_a, b"refused"))
+            await set_perm(c, "broker-a", 6, only_a)
+            taken = await p.send(Message(only_a, b"taken"))
+            # still isolated: a whole round robin cycle of TOPIC goes to broker-b
+            brokers = [(await p.send(Message(TOPIC, b"x"))).queue.broker_name for _ in range(8)]
+    assert refused.value.code == ResponseCode.NO_PERMISSION
+    assert taken.queue.broker_name == "broker-a"
+    assert set(brokers) == {"broker-b"}

@@ -168,3 +168,29 @@ def test_the_reachable_fallback_still_avoids_the_last_broker() -> None:
     two = [A[0], B[0]]
     sel = RoundRobinSelector(start=1)  # the next plain pick is A[0]
     assert fs.select_one(sel, two, "broker-a", 1) == B[0]
+
+
+def test_a_fast_send_does_not_end_an_isolation_early() -> None:
+    """RocketMQ 5's ``FaultItem.updateNotAvailableDuration`` only lengthens an isolation: a
+    fast success (one that was in flight when another send failed) leaves it as it was."""
+    fs = MQFaultStrategy(enabled=True)
+    fs.update_fault_item("broker-a", 100, isolation=True, now_ms=0)  # out until 10 000
+    fs.update_fault_item("broker-a", 5, isolation=False, now_ms=100)  # a fast success
+    assert not fs.tolerance.is_available("broker-a", 9_999)
+    assert fs.tolerance.is_available("broker-a", 10_000)
+    fs.update_fault_item("broker-a", 600, isolation=False, now_ms=500)  # 2000 ms: ends earlier
+    assert not fs.tolerance.is_available("broker-a", 9_999)
+    fs.update_fault_item("broker-a", 100, isolation=True, now_ms=5_000)  # ends later: lengthened
+    assert not fs.tolerance.is_available("broker-a", 14_999)
+    assert fs.tolerance.is_available("broker-a", 15_000)
+
+
+def test_a_success_marks_an_isolated_broker_reachable_and_keeps_its_latency() -> None:
+    """A success after a refusal makes the broker reachable again and records its latency,
+    while its isolation runs on (RocketMQ 5 sets both fields on every update)."""
+    lft = LatencyFaultTolerance()
+    lft.update_fault_item("b", 10_000, 10_000, now_ms=0, reachable=False)
+    lft.update_fault_item("b", 3, 0, now_ms=10)
+    item = lft.item("b")
+    assert item is not None
+    assert (item.current_latency, item.start_timestamp, item.reachable) == (3, 10_000, True)
