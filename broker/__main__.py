@@ -13,13 +13,16 @@ Rules:
   ``MINIMQ_BUSY_POLL_US`` the default ``busyPollMicros``, as in RocketMQ), ``-c FILE``
   (``.properties`` with RocketMQ's keys), ``-n``, then ``--<key> <value>`` for any broker or
   store key (``--listenPort 0``, ``--storePathRootDir /tmp/s``). An unknown key or bad value
-  prints one line to stderr, exit 1.
+  prints one line to stderr, exit 1. ``-n ""`` clears the ``namesrvAddr`` of the file and of
+  ``NAMESRV_ADDR`` (RocketMQ passes an empty option value on): the broker registers nowhere.
 - ``bindAddress`` (default 0.0.0.0) is the address to listen on, for the broker and its
   metrics; ``--bindAddress`` overrides it like any ``--<key>``.
 - ``-p`` prints the effective settings as ``key=value`` lines (escaped as Java's
   ``Properties#store`` does, so ``-p`` output is a valid ``-c`` file) and exits 0.
-- A disk ratio outside RocketMQ's bounds is clamped, with one WARNING at startup naming the
-  key, the value configured and the value used. So is a ``brokerId`` other than 0 (used as
+- A disk ratio outside RocketMQ's bounds is clamped, and a ``mappedFileSizeConsumeQueue``
+  that is not a multiple of 20 is rounded up to one, as RocketMQ's getters do, with one
+  WARNING at startup naming the key, the value configured and the value used (``-p`` prints
+  the value used). So is a ``brokerId`` other than 0 (used as
   0), and each RocketMQ key accepted without effect says why in one WARNING
   (:meth:`broker.config.BrokerConfig.compat_warnings`).
 - Once serving (and after the first registration round), one line goes to stdout, flushed:
@@ -101,7 +104,10 @@ async def _serve(config: BrokerConfig) -> None:
     "--namesrvAddr",
     "namesrv_addr",
     default=None,
-    help="Name server addresses, host:port;host:port (overrides -c and NAMESRV_ADDR).",
+    help=(
+        "Name server addresses, host:port;host:port (overrides -c and NAMESRV_ADDR; "
+        'an empty value "" clears them).'
+    ),
 )
 @print_config_option
 @click.option(

@@ -16,7 +16,8 @@ Rules:
 - Unknown keys and bad values raise :class:`ValueError` naming the key and the value, one check
   per key. Optional values (``namesrvAddr``, ``metricsPort``) are written as an empty string
   when unset.
-- RocketMQ's clamps: the disk ratios (:data:`store.config.DISK_RATIO_BOUNDS`) are clamped and
+- RocketMQ's clamps: the disk ratios (:data:`store.config.DISK_RATIO_BOUNDS`) are clamped,
+  ``mappedFileSizeConsumeQueue`` is rounded up to a multiple of 20 (its unit), and
   :meth:`BrokerConfig.clamped_settings` says which; ``registerNameServerPeriod`` must be in
   [:data:`MIN_REGISTER_PERIOD_MS`, :data:`MAX_REGISTER_PERIOD_MS`].
 - ``brokerRole`` is accepted for RocketMQ's stock ``broker.conf``: only ``ASYNC_MASTER``, what
@@ -47,7 +48,12 @@ from common.properties import convert_value, format_entry, load_properties
 from common.route import MASTER_ID, MAX_QUEUE_NUMS, PermName
 from remoting.busy_poll import default_window_us
 from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
-from store.config import DISK_RATIO_BOUNDS, StoreConfig, effective_disk_ratio
+from store.config import (
+    DISK_RATIO_BOUNDS,
+    StoreConfig,
+    effective_consume_queue_file_size,
+    effective_disk_ratio,
+)
 
 MAX_REGISTER_PERIOD_MS: Final = 60_000
 """RocketMQ's upper clamp of ``registerNameServerPeriod``: well inside the name servers' 120 s."""
@@ -459,9 +465,13 @@ class BrokerConfig:
     ) -> BrokerConfig:
         """Merge, lowest first: defaults (``NAMESRV_ADDR`` and ``MINIMQ_BUSY_POLL_US`` in ``env``
         set those of ``namesrvAddr`` and ``busyPollMicros``), ``config_file``, ``-n``
-        (``namesrv_arg``), ``overrides``. A bad environment value is named as such."""
+        (``namesrv_arg``), ``overrides``. A bad environment value is named as such.
+
+        An empty ``-n`` or ``--namesrvAddr`` clears what the file and ``NAMESRV_ADDR`` set (as
+        RocketMQ's ``commandLine2Properties``, which passes an empty option value on): the
+        broker then registers with no name server."""
         props: dict[str, str] = dict(load_properties(config_file)) if config_file else {}
-        if namesrv_arg:
+        if namesrv_arg is not None:
             props["namesrvAddr"] = namesrv_arg
         props.update(overrides)
         env_namesrv = env.get(NAMESRV_ADDR_ENV)
@@ -487,10 +497,19 @@ class BrokerConfig:
         return "\n".join(lines) + "\n"
 
     def clamped_settings(self) -> list[str]:
-        """One line per disk ratio set outside RocketMQ's bounds: its key, the value configured
-        and the value used (for the broker's startup warnings)."""
+        """One line per disk ratio set outside RocketMQ's bounds, and for a consume queue file
+        size that is not a whole number of units: its key, the value configured and the value
+        used (for the broker's startup warnings)."""
         out = []
         for name, value in self.store_settings:
+            if name == "mapped_file_size_consume_queue":
+                used = effective_consume_queue_file_size(value)
+                if used != value:
+                    out.append(
+                        f"{_camel(name)}={value} is not a multiple of the 20-byte consume queue "
+                        f"unit: using {used}"
+                    )
+                continue
             if name not in DISK_RATIO_BOUNDS or effective_disk_ratio(name, value) == value:
                 continue
             low, high = DISK_RATIO_BOUNDS[name]

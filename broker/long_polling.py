@@ -16,6 +16,11 @@ Rules:
   the read and stop as soon as ``ready(result)`` says so or the deadline passed. It always
   unparks in ``finally``: a closed connection or a shutdown cancels the request task, which
   drops the parked pull.
+- :func:`short_poll` is the waiting side with ``longPollingEnable=false`` (RocketMQ's short
+  polling): the pull is held for :data:`SHORT_POLLING_MS` whatever the client asked, then read
+  once. An arrival does not wake it (RocketMQ's store notifies arrivals only with long polling
+  on; its hold service then re-checks every ``shortPollingTimeMills``). It is parked, so
+  :meth:`PullHoldTable.parked_count` counts it, but :meth:`PullHoldTable.notify` skips it.
 """
 
 from __future__ import annotations
@@ -31,19 +36,21 @@ CHECK_INTERVAL_S: Final = 5.0
 MAX_SUSPEND_MS: Final = 120_000
 """Upper bound of any client's ``suspendTimeoutMillis`` (RocketMQ's client default is 15 s)."""
 SHORT_POLLING_MS: Final = 1000
-"""Hold time when ``longPollingEnable=false`` (RocketMQ's ``shortPollingTimeMills``)."""
+"""Hold time when ``longPollingEnable=false`` (RocketMQ's ``shortPollingTimeMills`` default)."""
 
 T = TypeVar("T")
 
 
 @dataclass(eq=False, slots=True)
 class ParkedPull:
-    """One waiting pull: its queue, the offset it asked for and its wake-up event."""
+    """One waiting pull: its queue, the offset it asked for, its wake-up event and whether an
+    arrival wakes it (False: a short poll)."""
 
     topic: str
     queue_id: int
     offset: int
     wakeup: trio.Event = field(default_factory=trio.Event)
+    wakes_on_arrival: bool = True
 
 
 class PullHoldTable:
@@ -52,9 +59,12 @@ class PullHoldTable:
     def __init__(self) -> None:
         self._parked: dict[tuple[str, int], set[ParkedPull]] = {}
 
-    def park(self, topic: str, queue_id: int, offset: int) -> ParkedPull:
-        """Register a pull waiting for a message at ``offset`` or later."""
-        pull = ParkedPull(topic, queue_id, offset)
+    def park(
+        self, topic: str, queue_id: int, offset: int, *, wakes_on_arrival: bool = True
+    ) -> ParkedPull:
+        """Register a pull waiting for a message at ``offset`` or later (one that an arrival
+        does not wake with ``wakes_on_arrival=False``)."""
+        pull = ParkedPull(topic, queue_id, offset, wakes_on_arrival=wakes_on_arrival)
         self._parked.setdefault((topic, queue_id), set()).add(pull)
         return pull
 
@@ -69,12 +79,13 @@ class PullHoldTable:
             del self._parked[key]
 
     def notify(self, topic: str, queue_id: int, next_offset: int) -> None:
-        """Messages up to ``next_offset`` (exclusive) exist: wake the pulls they concern."""
+        """Messages up to ``next_offset`` (exclusive) exist: wake the pulls they concern (short
+        polls excepted)."""
         pulls = self._parked.get((topic, queue_id))
         if not pulls:
             return
         for pull in pulls:
-            if next_offset > pull.offset:
+            if next_offset > pull.offset and pull.wakes_on_arrival:
                 pull.wakeup.set()
 
     def parked_count(self, topic: str | None = None, queue_id: int | None = None) -> int:
@@ -85,11 +96,14 @@ class PullHoldTable:
 
 
 def suspend_seconds(suspend_ms: int, *, long_polling: bool) -> float:
-    """The hold time granted to a request asking for ``suspend_ms`` (0 = do not hold)."""
+    """The hold time granted to a request asking for ``suspend_ms`` (0 = do not hold): at most
+    :data:`MAX_SUSPEND_MS` with long polling, else :data:`SHORT_POLLING_MS` whatever was asked
+    (RocketMQ's ``PullMessageProcessor`` replaces the suspend time by ``shortPollingTimeMills``)."""
     if suspend_ms <= 0:
         return 0.0
-    cap = MAX_SUSPEND_MS if long_polling else SHORT_POLLING_MS
-    return min(suspend_ms, cap) / 1000
+    if not long_polling:
+        return SHORT_POLLING_MS / 1000
+    return min(suspend_ms, MAX_SUSPEND_MS) / 1000
 
 
 async def hold(
@@ -121,5 +135,22 @@ async def hold(
             result = read()
             if ready(result) or trio.current_time() >= deadline:
                 return result
+    finally:
+        table.unpark(pull)
+
+
+async def short_poll(
+    table: PullHoldTable,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    hold_s: float,
+    read: Callable[[], T],
+) -> T:
+    """Hold a pull for ``hold_s`` (an arrival does not end it), then return ``read()``."""
+    pull = table.park(topic, queue_id, offset, wakes_on_arrival=False)
+    try:
+        await trio.sleep(hold_s)
+        return read()
     finally:
         table.unpark(pull)

@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.json_store import change_durably, load_json, write_json_atomic
+from broker.json_store import (
+    change_durably,
+    load_json,
+    next_version_timestamp_ms,
+    write_json_atomic,
+)
+from common.clock import wall_clock_ms
 from common.route import MAX_QUEUE_NUMS
 from common.topic import group_problem
 
@@ -112,7 +117,7 @@ class SubscriptionGroupManager:
         self.config_dir = Path(config_dir)
         self.auto_create = auto_create
         self.data_version = 0
-        self.data_version_timestamp_ms = int(time.time() * 1000)
+        self.data_version_timestamp_ms = wall_clock_ms()
         self._table: dict[str, SubscriptionGroupConfig] = {
             name: SubscriptionGroupConfig(name, consume_broadcast_enable=False)
             for name in BUILTIN_GROUPS
@@ -176,7 +181,7 @@ class SubscriptionGroupManager:
 
     def _bump_version(self) -> None:
         self.data_version += 1
-        self.data_version_timestamp_ms = int(time.time() * 1000)
+        self.data_version_timestamp_ms = next_version_timestamp_ms(self.data_version_timestamp_ms)
 
     def _change(self, group: str, config: SubscriptionGroupConfig | None) -> None:
         change_durably(self, self._table, group, config)

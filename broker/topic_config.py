@@ -15,11 +15,16 @@ Rules:
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
-from broker.json_store import change_durably, load_json, write_json_atomic
+from broker.json_store import (
+    change_durably,
+    load_json,
+    next_version_timestamp_ms,
+    write_json_atomic,
+)
+from common.clock import wall_clock_ms
 from common.route import DataVersion, PermName, TopicConfig
 from common.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -51,7 +56,7 @@ class TopicConfigManager:
         self.default_queue_nums = default_queue_nums
         self.auto_create_enable = auto_create_enable
         self.data_version = 0
-        self.data_version_timestamp_ms = int(time.time() * 1000)
+        self.data_version_timestamp_ms = wall_clock_ms()
         self._table: dict[str, TopicConfig] = {}
         self._create_system_topics()
         self.load()
@@ -148,9 +153,11 @@ class TopicConfigManager:
     def next_version(self) -> None:
         """A new data version without a table change (RocketMQ's ``DataVersion.nextVersion``),
         in memory: at broker start (so this run's registrations are never older than a
-        previous run's) and when ``brokerPermission`` changes what the routes advertise."""
+        previous run's) and when ``brokerPermission`` changes what the routes advertise.
+        Its timestamp is never earlier than the current one's, the wall clock may have
+        stepped back (:func:`broker.json_store.next_version_timestamp_ms`)."""
         self.data_version += 1
-        self.data_version_timestamp_ms = int(time.time() * 1000)
+        self.data_version_timestamp_ms = next_version_timestamp_ms(self.data_version_timestamp_ms)
 
     def _change(self, topic: str, config: TopicConfig | None) -> None:
         change_durably(self, self._table, topic, config)

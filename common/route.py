@@ -314,7 +314,9 @@ class DataVersion:
         """True when both fields say this version came before ``other``: a smaller counter
         and a timestamp no later. A broker restarted with a new counter base (its topics file
         lost) stamps a later timestamp, and a clock stepped back leaves a larger counter:
-        neither is taken for older."""
+        neither is taken for older. A minimq broker never stamps a version earlier than the
+        one before it, even when its clock steps back, so its earlier versions stay older by
+        both fields (:func:`broker.json_store.next_version_timestamp_ms`)."""
         return self.counter < other.counter and self.timestamp <= other.timestamp
 
 

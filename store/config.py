@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from store.consume_queue import CQ_STORE_UNIT_SIZE
+
 DISK_RATIO_BOUNDS: Final = {
     "disk_max_used_space_ratio": (10, 95),
     "disk_space_warning_level_ratio": (35, 90),
@@ -24,6 +26,12 @@ def effective_disk_ratio(name: str, value: int) -> int:
     return min(max(value, low), high)
 
 
+def effective_consume_queue_file_size(configured: int) -> int:
+    """``configured`` rounded up to a whole number of consume queue units (20 bytes), as
+    RocketMQ's ``MessageStoreConfig#getMappedFileSizeConsumeQueue`` does."""
+    return -(-configured // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
+
 class FlushDiskType(enum.Enum):
     """When a put is acknowledged: after the page cache (ASYNC) or after the disk (SYNC)."""
 
@@ -36,7 +44,9 @@ class StoreConfig:
     """Store settings (RocketMQ's ``MessageStoreConfig``); sizes in bytes, intervals in ms.
 
     The disk ratios hold their effective values: a percentage outside 0..100 is refused, one
-    outside :data:`DISK_RATIO_BOUNDS` is clamped into them.
+    outside :data:`DISK_RATIO_BOUNDS` is clamped into them. So does
+    ``mapped_file_size_consume_queue``: rounded up to a multiple of the 20-byte unit
+    (:func:`effective_consume_queue_file_size`).
     """
 
     store_path_root_dir: Path = field(default_factory=lambda: Path.home() / "store")
@@ -93,8 +103,9 @@ class StoreConfig:
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
 
     def __post_init__(self) -> None:
-        """Validate (ValueError naming the field and its value) and clamp the disk ratios to
-        :data:`DISK_RATIO_BOUNDS`, as RocketMQ's getters do."""
+        """Validate (ValueError naming the field and its value), clamp the disk ratios to
+        :data:`DISK_RATIO_BOUNDS` and round the consume queue file size up to whole units, as
+        RocketMQ's getters do."""
         self.store_path_root_dir = Path(self.store_path_root_dir)
         if isinstance(self.flush_disk_type, str):
             self.flush_disk_type = FlushDiskType(self.flush_disk_type)
@@ -102,14 +113,12 @@ class StoreConfig:
         self._check_ranges()
         for name in DISK_RATIO_BOUNDS:
             setattr(self, name, effective_disk_ratio(name, getattr(self, name)))
+        self.mapped_file_size_consume_queue = effective_consume_queue_file_size(
+            self.mapped_file_size_consume_queue
+        )
 
     def _check_geometry(self) -> None:
         """File sizes and index geometry, one check per field."""
-        cq_size = self.mapped_file_size_consume_queue
-        if cq_size % 20:
-            raise ValueError(
-                f"mapped_file_size_consume_queue must be a multiple of 20, got {cq_size}"
-            )
         if self.mapped_file_size_commit_log < 4096:
             raise ValueError(
                 "mapped_file_size_commit_log must be at least 4096 bytes, "

@@ -36,7 +36,10 @@ SYSTEM_ERROR "The broker does not support consumer to filter message by SQL92". 
 bit and whose ``suspendTimeoutMillis`` > 0 is parked until a matching message arrives in its
 queue or the suspend time elapses; then, as RocketMQ re-runs the whole request, the group and
 topic checks above are made again (a topic deleted or made unreadable meanwhile is answered
-with its refusal) and the read is re-run and answered.
+with its refusal) and the read is re-run and answered. With ``longPollingEnable=false`` such a
+pull is held for RocketMQ's ``shortPollingTimeMills`` (1 s) instead, whatever its suspend time,
+and answered then: an arrival does not end it early (RocketMQ's short polling, see
+:func:`broker.long_polling.short_poll`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,13 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
-from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable, hold, suspend_seconds
+from broker.long_polling import (
+    CHECK_INTERVAL_S,
+    PullHoldTable,
+    hold,
+    short_poll,
+    suspend_seconds,
+)
 from broker.status_codes import pull_response_code
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
@@ -156,19 +165,23 @@ class PullProcessor:
         suspend_s: float,
         read: Callable[[], GetResult],
     ) -> RemotingCommand:
-        """Hold the pull, then answer it: with the refusal of its group or topic if they
-        changed meanwhile (RocketMQ re-runs the whole request), else with the last read."""
+        """Hold the pull (a short poll with long polling off), then answer it: with the refusal
+        of its group or topic if they changed meanwhile (RocketMQ re-runs the whole request),
+        else with the last read."""
         offset = header_int(request, "queueOffset")
-        result = await hold(
-            self.holds,
-            topic,
-            queue_id,
-            offset,
-            suspend_s,
-            read,
-            _worth_answering,
-            self.check_interval_s,
-        )
+        if self.long_polling:
+            result = await hold(
+                self.holds,
+                topic,
+                queue_id,
+                offset,
+                suspend_s,
+                read,
+                _worth_answering,
+                self.check_interval_s,
+            )
+        else:
+            result = await short_poll(self.holds, topic, queue_id, offset, suspend_s, read)
         refused = self._refusal(request, group, topic, queue_id)
         if refused is not None:
             return refused

@@ -55,6 +55,8 @@ def test_namesrv_precedence(tmp_path: Path) -> None:
     assert over.broker_name == "broker-b"
     assert BrokerConfig.load(bare, None, env, {"namesrvAddr": "over:4"}).namesrv_addr == "over:4"
     assert BrokerConfig.load(None, None, {"NAMESRV_ADDR": ""}, {}).namesrv_addr is None
+    assert BrokerConfig.load(conf, "", env, {}).namesrv_addr is None  # -n "" clears it
+    assert BrokerConfig.load(bare, "", env, {}).namesrv_addr is None
 
 
 def test_bad_namesrv_addr_env_is_named_only_when_used(tmp_path: Path) -> None:
@@ -115,7 +117,7 @@ def test_namesrv_addrs_split() -> None:
         ("namesrvAddr", "127.0.0.1:\u00b2"),
         ("flushDiskType", "SOMETIMES"),
         ("mappedFileSizeCommitLog", "12"),
-        ("mappedFileSizeConsumeQueue", "21"),
+        ("mappedFileSizeConsumeQueue", "-20"),
         ("namesrvAddr", "no-port"),
         ("metricsPort", "x"),
         ("advertisedPort", "65536"),

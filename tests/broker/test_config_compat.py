@@ -346,6 +346,21 @@ def test_disk_ratios_are_clamped_as_rocketmq() -> None:
         BrokerConfig.load(None, None, {}, {"diskSpaceCleanForciblyRatio": "101"})
 
 
+def test_consume_queue_file_size_is_rounded_up_to_whole_units_as_rocketmq() -> None:
+    """RocketMQ's ``getMappedFileSizeConsumeQueue`` rounds up to a multiple of the 20-byte
+    unit; minimq refused such a size. ``-p`` prints the size used, with a startup warning."""
+    config = BrokerConfig.load(None, None, {}, {"mappedFileSizeConsumeQueue": "1000010"})
+    assert config.store_config().mapped_file_size_consume_queue == 1000020
+    assert "mappedFileSizeConsumeQueue=1000020\n" in config.to_properties()
+    assert config.clamped_settings() == [
+        "mappedFileSizeConsumeQueue=1000010 is not a multiple of the 20-byte consume queue "
+        "unit: using 1000020"
+    ]
+    whole = {"mappedFileSizeConsumeQueue": "6000"}
+    assert BrokerConfig.load(None, None, {}, whole).clamped_settings() == []
+    assert printed("--mappedFileSizeConsumeQueue", "30")["mappedFileSizeConsumeQueue"] == "40"
+
+
 def test_register_period_has_a_floor_also_at_runtime() -> None:
     with pytest.raises(
         ValueError, match=r"registerNameServerPeriod must be at least 100 ms .*, got 1$"
@@ -366,7 +381,7 @@ def test_register_period_has_a_floor_also_at_runtime() -> None:
     ("key", "value", "rule"),
     [
         ("mappedFileSizeCommitLog", "-5", "must be at least 4096 bytes, got -5"),
-        ("mappedFileSizeConsumeQueue", "30", "must be a multiple of 20, got 30"),
+        ("mappedFileSizeConsumeQueue", "0", "must be > 0, got 0"),
         ("maxHashSlotNum", "-7", "must be >= 1, got -7"),
         ("maxIndexNum", "1", "must be >= 2, got 1"),
         ("serverMaxConnections", "-1", "must be >= 0, got -1"),
@@ -453,3 +468,14 @@ def test_precedence_from_the_command_line(tmp_path: Path) -> None:
         "10.0.0.3:9876"
     )
     assert printed("-c", str(conf), "--busyPollMicros", "7", env=env)["busyPollMicros"] == "7"
+
+
+def test_an_empty_namesrv_addr_on_the_command_line_clears_the_file_and_env(tmp_path: Path) -> None:
+    """RocketMQ's ``commandLine2Properties`` passes ``-n ""`` on as an empty ``namesrvAddr``:
+    neither the ``-c`` file's address nor ``NAMESRV_ADDR`` is kept."""
+    conf = tmp_path / "b.conf"
+    conf.write_text("namesrvAddr=10.0.0.1:9876\n", encoding="utf-8")
+    env = {"NAMESRV_ADDR": "10.0.0.2:9876"}
+    for flag in ("-n", "--namesrvAddr"):
+        assert printed("-c", str(conf), flag, "", env=env)["namesrvAddr"] == ""
+        assert printed(flag, "", env=env)["namesrvAddr"] == ""

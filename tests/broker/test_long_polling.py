@@ -6,14 +6,15 @@ arrival, so a pull answered by its timeout instead cannot pass.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
 from broker.controller import BrokerController
-from broker.long_polling import PullHoldTable, hold
+from broker.long_polling import SHORT_POLLING_MS, PullHoldTable, hold
 from common.message import PULL_FLAG_SUSPEND
 from common.record import decode_records
 from common.route import TopicConfig
@@ -102,6 +103,14 @@ def test_table_notify_wakes_only_pulls_below_the_new_end() -> None:
         table.unpark(pull)
         table.unpark(pull)  # twice is harmless
     assert table.parked_count() == 0
+
+
+def test_table_notify_does_not_wake_a_short_poll() -> None:
+    table = PullHoldTable()
+    short = table.park("t", 0, 0, wakes_on_arrival=False)
+    table.notify("t", 0, 1)
+    assert not short.wakeup.is_set()
+    assert table.parked_count("t", 0) == 1
 
 
 def test_table_counts_in_all_by_topic_and_by_queue() -> None:
@@ -290,6 +299,55 @@ async def test_pull_checks_topic_and_queue(tmp_path: Path) -> None:
             broker.topics.create_or_update(TopicConfig(TOPIC, 2, 2, perm=2))  # write only
             resp = await client.invoke(addr, pull_req(suspend="0"))
             assert resp.code == ResponseCode.NO_PERMISSION
+
+
+SHORT_POLLING_S = SHORT_POLLING_MS / 1000
+
+
+@asynccontextmanager
+async def short_polling_broker(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[BrokerController, str, RemotingClient]]:
+    """A broker with ``longPollingEnable=false``, its topic, and a client."""
+    overrides = {"longPollingEnable": "false"}
+    async with (
+        running_broker(tmp_path, overrides=overrides) as (broker, addr),
+        RemotingClient(default_timeout_s=CALL_TIMEOUT_S) as client,
+    ):
+        create_topic(broker)
+        yield broker, addr, client
+
+
+async def test_short_polling_is_not_ended_by_an_arrival(tmp_path: Path) -> None:
+    """RocketMQ's store notifies arrivals only with long polling on: a short poll is answered
+    after ``shortPollingTimeMills``, with what arrived meanwhile (it was answered at the
+    arrival). Measured from before the pull was sent, so a slow machine only adds time."""
+    with trio.fail_after(30):
+        async with short_polling_broker(tmp_path) as (broker, addr, client):
+            start = trio.current_time()
+
+            async def send_while_held() -> None:
+                await send(client, addr, b"during")
+
+            resp = await answer_of_held_pull(broker, addr, client, send_while_held)
+            assert trio.current_time() - start >= SHORT_POLLING_S
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            assert [r.body for r in decode_records(resp.body)] == [b"during"]
+            assert broker.holds.parked_count() == 0
+
+
+async def test_short_polling_holds_for_its_time_whatever_the_suspend_time(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ replaces the pull's suspend time by ``shortPollingTimeMills`` (it does not cap
+    it): a pull asking for 200 ms is held for the short polling time."""
+    with trio.fail_after(30):
+        async with short_polling_broker(tmp_path) as (broker, addr, client):
+            start = trio.current_time()
+            resp = await client.invoke(addr, pull_req(suspend="200"))
+            assert trio.current_time() - start >= SHORT_POLLING_S
+            assert resp.code == ResponseCode.PULL_NOT_FOUND
+            assert broker.holds.parked_count() == 0
 
 
 async def test_safety_net_recheck_finds_a_missed_arrival(autojump_clock: trio.abc.Clock) -> None:

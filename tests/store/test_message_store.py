@@ -550,6 +550,24 @@ def test_index_can_be_disabled(small_config: Callable[..., StoreConfig]) -> None
 # -- lifecycle -------------------------------------------------------------------------------
 
 
+def test_a_consume_queue_size_off_the_unit_is_rounded_up_and_reopens(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """RocketMQ's ``getMappedFileSizeConsumeQueue`` rounds the size up to whole 20-byte units
+    (70 -> 80): a store made with 70 has 80-byte files and opens again with 70 or with 80,
+    the value ``mqbroker -p`` prints."""
+    config = small_config(mapped_file_size_consume_queue=70)
+    assert config.mapped_file_size_consume_queue == 80
+    with MessageStore(config, clock_ms=ManualClock()) as s:
+        put_n(s, 6)  # two consume queue files of 4 units
+    cq_dir = config.consume_queue_dir / TOPIC / "0"
+    assert sorted(p.stat().st_size for p in cq_dir.iterdir()) == [80, 80]
+    for size in (70, 80, 61):
+        with MessageStore(small_config(mapped_file_size_consume_queue=size)) as s:
+            g = s.get_messages(TOPIC, 0, 4, 32)
+            assert bodies(g.records) == [b"m4", b"m5"]
+
+
 def test_reopen_after_clean_close(store_config: StoreConfig) -> None:
     clock = ManualClock()
     with MessageStore(store_config, clock_ms=clock) as s:
