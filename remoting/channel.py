@@ -12,10 +12,16 @@ Rules:
   request's cost. A handler that must wait returns an awaitable (an ``async def`` handler always
   does), and the reader awaits it in a task of its own in its nursery, so slow requests (a long
   poll, a ``SYNC_FLUSH`` send) are processed concurrently and never hold up the others. The
-  reader yields to the scheduler at least every ``FAIR_REQUESTS`` inline requests.
+  reader yields to the scheduler at least every ``FAIR_REQUESTS`` inline requests. A handler
+  whose answer a callback will give returns a :class:`~common.deferred.Deferred` (a
+  ``SYNC_FLUSH`` send, resolved from the group commit's hand-back): the channel answers it from
+  that callback, writing at once if the connection is free and the kernel takes the frame
+  whole, else finishing the write in a task. No task per request there either.
 - :meth:`Channel.run` returns when the peer closes, the transport breaks, a protocol error
   arrives or the channel is idle for longer than ``idle_timeout_s`` (nothing received or sent
-  and nothing in flight; a watchdog task checks every quarter of it). Then it cancels the request
+  and nothing in flight; a watchdog task checks every quarter of it). Then it waits, shielded
+  and for at most ``DEFERRED_DRAIN_S``, for the deferred answers it owes (their requests were
+  carried out: a stored send is answered even while the server stops), cancels the request
   tasks, fails every pending call with :class:`RemotingSendRequestError` and closes the
   connection. It never raises anything but ``Cancelled``.
 - With a :class:`~remoting.flow_control.PendingLimit` (servers), a request arriving while this
@@ -42,6 +48,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -50,6 +57,7 @@ from typing import Final, TypeAlias
 import outcome
 import trio
 
+from common.deferred import Deferred
 from remoting.busy_poll import BusyPoll
 from remoting.codes import ResponseCode
 from remoting.command import INT32_MAX, RPC_ONEWAY, RPC_TYPE, RemotingCommand
@@ -62,7 +70,7 @@ from remoting.errors import (
 )
 from remoting.flow_control import BUSY_REMARK, PendingLimit
 from remoting.headers import failure_response
-from remoting.reply import Reply
+from remoting.reply import Reply, Response
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +82,9 @@ Handler: TypeAlias = Callable[[RemotingCommand, "Channel"], Reply]
 
 FAIR_REQUESTS: Final = 32
 """The reader yields to the scheduler at least once every this many inline requests."""
+DEFERRED_DRAIN_S: Final = 10.0
+"""How long a closing channel waits for the deferred answers it owes (a store answers a
+``SYNC_FLUSH`` put within its ``syncFlushTimeout``, 5 s by default)."""
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -110,6 +121,8 @@ class Channel:
         self._expiry: trio.CancelScope | None = None  # the sleep of _expire_calls
         self._last_opaque = 0
         self._in_flight = 0
+        self._deferred = 0  # deferred answers owed (part of _in_flight)
+        self._deferred_drained: trio.Event | None = None  # set when _deferred drops to 0
         self._closed = False
         self._activity = 0  # bumped by every send and receive; the idle watchdog reads it
         self._inline_streak = 0
@@ -208,10 +221,13 @@ class Channel:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._expire_calls)
-                with trio.CancelScope() as reader:
-                    if math.isfinite(self.idle_timeout_s):
-                        nursery.start_soon(self._watch_idle, reader)
-                    await self._read_loop(nursery)
+                try:
+                    with trio.CancelScope() as reader:
+                        if math.isfinite(self.idle_timeout_s):
+                            nursery.start_soon(self._watch_idle, reader)
+                        await self._read_loop(nursery)
+                finally:
+                    await self._drain_deferred()
                 nursery.cancel_scope.cancel()
         finally:
             self._closed = True
@@ -302,7 +318,11 @@ class Channel:
         if reply is not None and not isinstance(reply, RemotingCommand):
             if limit is not None:
                 limit.pending += 1
-            nursery.start_soon(self._respond_later, request, reply)
+            if isinstance(reply, Deferred):
+                self._deferred += 1
+                reply.on_resolved(functools.partial(self._answer_deferred, request, nursery))
+            else:
+                nursery.start_soon(self._respond_later, request, reply)
             return
         try:
             await self._respond(request, reply)
@@ -327,6 +347,87 @@ class Channel:
             self._in_flight -= 1
             if self._limit is not None:
                 self._limit.pending -= 1
+
+    def _answer_deferred(
+        self, request: RemotingCommand, nursery: trio.Nursery, response: Response
+    ) -> None:
+        """Send a deferred reply's response, from the callback that resolved it (often an
+        event-loop callback: nothing here may raise or wait). A write that cannot be done at
+        once is finished by a task in ``nursery``."""
+        try:
+            later = self._send_response_now(request, response)
+        except Exception:
+            log.exception("cannot answer request code %s from %s", request.code, self.remote_addr)
+            later = None
+        if later is None:
+            self._deferred_answered()
+            return
+        try:
+            nursery.start_soon(self._finish_deferred, later)
+        except RuntimeError:  # the channel ended meanwhile (not reached: it closes first)
+            log.debug("response to %s lost: channel ended", self.remote_addr)
+            self._deferred_answered()
+
+    def _send_response_now(
+        self, request: RemotingCommand, response: Response
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Write the response at once if possible; else what a task must await to send it."""
+        if response is None or request.is_oneway or self.closed:
+            return None
+        flag = response.flag | _RESPONSE_FLAG
+        if response.opaque != request.opaque or response.flag != flag:
+            response = response.with_opaque(request.opaque, flag)
+        try:
+            rest = self.connection.send_now(response)
+        except RemotingSendRequestError:
+            log.debug("response to %s lost: connection closed", self.remote_addr)
+            return None
+        except LocalProtocolError:
+            return functools.partial(self._respond, request, response)  # answers SYSTEM_ERROR
+        if rest is False:  # another sender holds the connection: queue behind it
+            return functools.partial(self._respond, request, response)
+        self._activity += 1
+        if self._poll_frames is not None:
+            self._poll_frames.touch()
+        if rest is None:
+            return None
+        return functools.partial(self._send_rest, rest)
+
+    async def _send_rest(self, rest: memoryview) -> None:
+        try:
+            await self.connection.send_rest(rest)
+        except RemotingSendRequestError:
+            log.debug("response to %s lost: connection closed", self.remote_addr)
+
+    async def _finish_deferred(self, send: Callable[[], Awaitable[None]]) -> None:
+        """Finish answering a deferred reply in a task (see :meth:`_answer_deferred`)."""
+        try:
+            await send()
+        finally:
+            self._deferred_answered()
+
+    def _deferred_answered(self) -> None:
+        self._deferred -= 1
+        self._in_flight -= 1
+        if self._limit is not None:
+            self._limit.pending -= 1
+        if self._deferred == 0 and self._deferred_drained is not None:
+            self._deferred_drained.set()
+
+    async def _drain_deferred(self) -> None:
+        """Wait (shielded, at most ``DEFERRED_DRAIN_S``) until every deferred answer owed
+        was sent or given up (see the module rules)."""
+        if self._deferred == 0:
+            return
+        self._deferred_drained = trio.Event()
+        with trio.move_on_after(DEFERRED_DRAIN_S, shield=True) as waited:
+            await self._deferred_drained.wait()
+        if waited.cancelled_caught:
+            log.warning(
+                "%s: closing with %d deferred answer(s) still owed",
+                self.remote_addr,
+                self._deferred,
+            )
 
     async def _reject_busy(self, request: RemotingCommand, limit: PendingLimit) -> None:
         """Answer SYSTEM_BUSY (see the module rules)."""

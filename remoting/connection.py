@@ -6,8 +6,11 @@ Rules:
   ``next_command()`` -> ``None`` -> ``receive_some()`` -> ``receive_data()`` (h11's
   ``TrioHTTPWrapper``).
 - :meth:`Connection.send` encodes first (so a :class:`LocalProtocolError` leaves the stream
-  untouched) and then writes the whole frame while holding a ``trio.Lock``, so concurrent senders
-  never interleave bytes (trio-websocket's ``_send``).
+  untouched) and then writes the whole frame while holding the connection's send gate, so
+  concurrent senders never interleave bytes (trio-websocket's ``_send``). The gate is a FIFO
+  mutex like ``trio.Lock`` but not owned by a task, so a frame begun outside any task (a
+  deferred reply answered from an event-loop callback: :meth:`Connection.send_now`) can be
+  finished by a task (:meth:`Connection.send_rest`).
 - A frame, once its first byte is written, is always written whole: the caller's cancellation
   is honoured before the write starts (while waiting for the lock, say) but the write itself is
   shielded, bounded by ``SEND_TIMEOUT_S`` or the caller's own deadline
@@ -39,7 +42,7 @@ import logging
 import math
 import os
 import socket
-from typing import Final
+from typing import Final, Literal
 
 import trio
 
@@ -83,6 +86,31 @@ def peer_address(stream: trio.abc.Stream) -> str:
     return "?"
 
 
+class _SendGate:
+    """A FIFO mutex for writing frames (``trio.Lock`` without an owning task; see the module).
+
+    ``held`` is taken by setting it when it is False; :meth:`wait_turn` waits for a
+    :meth:`release` to hand it over (it stays held meanwhile, so nobody can slip in).
+    """
+
+    __slots__ = ("_lot", "held")
+
+    def __init__(self) -> None:
+        self.held = False
+        self._lot = trio.lowlevel.ParkingLot()
+
+    async def wait_turn(self) -> None:
+        """Wait until a release hands the gate to us (call only while it is held)."""
+        await self._lot.park()
+
+    def release(self) -> None:
+        """Hand the gate to the next waiter, or open it."""
+        if self._lot:
+            self._lot.unpark()
+        else:
+            self.held = False
+
+
 class Connection:
     """Frames over a :class:`trio.abc.Stream`: ``send`` a command, ``receive`` the next one."""
 
@@ -97,7 +125,7 @@ class Connection:
         self.remote_addr = remote_addr if remote_addr is not None else peer_address(stream)
         self.max_frame_size = max_frame_size
         self._decoder = FrameDecoder(max_frame_size)
-        self._send_lock = trio.Lock()
+        self._gate = _SendGate()
         self._closed = False
         self._raw = _raw_socket(stream)
         self._receives_without_yield = 0
@@ -125,14 +153,14 @@ class Connection:
         whose handler ran): no cancellation point, at no cost on the uncontended path.
         """
         frame = encode_frame(cmd, max_frame_size=self.max_frame_size)
-        lock = self._send_lock
-        try:
-            lock.acquire_nowait()  # uncontended: no trip through the scheduler
-        except trio.WouldBlock:
+        gate = self._gate
+        if gate.held:
             with trio.CancelScope(deadline=start_by, shield=not cancellable) as waiting:
-                await lock.acquire()
+                await gate.wait_turn()
             if waiting.cancelled_caught:
                 raise trio.TooSlowError from None
+        else:
+            gate.held = True  # uncontended: no trip through the scheduler
         try:
             if self._closed:
                 raise RemotingSendRequestError(self.remote_addr)
@@ -144,7 +172,38 @@ class Connection:
             if sent < len(frame):
                 await self._send_rest(memoryview(frame)[sent:], finish_by)
         finally:
-            lock.release()
+            gate.release()
+
+    def send_now(self, cmd: RemotingCommand) -> memoryview | Literal[False] | None:
+        """Write ``cmd`` as one frame without waiting, from anywhere (no task needed).
+
+        Returns None when the kernel took the whole frame; False when nothing was written
+        because another sender holds the connection (send it with :meth:`send` instead);
+        otherwise the part of the frame not yet written, with the connection held for it:
+        pass it to :meth:`send_rest` (in a task), which finishes the frame and lets the next
+        sender in. Raises :class:`RemotingSendRequestError` once the connection is closed and
+        :class:`LocalProtocolError` for a command that cannot be encoded (nothing written).
+        """
+        if self._closed:
+            raise RemotingSendRequestError(self.remote_addr)
+        frame = encode_frame(cmd, max_frame_size=self.max_frame_size)
+        gate = self._gate
+        if gate.held:
+            return False
+        gate.held = True
+        sent = self._send_now(frame)
+        if sent == len(frame):
+            gate.release()
+            return None
+        return memoryview(frame)[sent:]
+
+    async def send_rest(self, rest: memoryview) -> None:
+        """Finish the frame :meth:`send_now` began (bounded as :meth:`send` is, not
+        cancellable) and let the next sender in; raise RemotingSendRequestError if it fails."""
+        try:
+            await self._send_rest(rest, math.inf)
+        finally:
+            self._gate.release()
 
     def _send_now(self, frame: bytes) -> int:
         """Bytes of ``frame`` the kernel took at once (0 without the fast path)."""

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from common.deferred import Deferred
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.reply import Reply
@@ -107,8 +108,8 @@ RawHandler = Callable[[RemotingCommand, "Channel"], Reply]
 def guarded(fn: RawHandler) -> Handler:
     """Wrap ``fn`` so it never raises: bad requests and failures become SYSTEM_ERROR.
 
-    A reply that is ready stays ready (the channel answers it inline); an awaitable one is
-    guarded when it is awaited.
+    A reply that is ready stays ready (the channel answers it inline), a deferred one deferred;
+    an awaitable one is guarded when it is awaited.
     """
 
     def handler(request: RemotingCommand, channel: Channel) -> Reply:
@@ -116,8 +117,8 @@ def guarded(fn: RawHandler) -> Handler:
             reply = fn(request, channel)
         except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
             return failure_response(request, channel.remote_addr, exc)
-        if reply is None or isinstance(reply, RemotingCommand):
-            return reply
+        if reply is None or isinstance(reply, (RemotingCommand, Deferred)):
+            return reply  # a deferred's resolver guards itself (common.deferred)
         return _guarded_later(request, channel, reply)
 
     return handler

@@ -7,7 +7,10 @@
     └─ serve_listeners          one task per accepted connection
        └─ Channel.run           reader; answers ready replies inline; per-connection nursery
           ├─ _watch_idle        closes the connection after idle_timeout_s without traffic
-          └─ _respond_later     one task per reply that must be awaited (long polls, ...)
+          ├─ _respond_later     one task per reply that must be awaited (long polls, ...)
+          └─ _finish_deferred   a deferred reply's write the kernel did not take whole
+                                (deferred replies are otherwise answered from the callback
+                                that resolves them: SYNC_FLUSH sends, no task)
 
 Rules:
 

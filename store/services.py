@@ -11,6 +11,7 @@ GroupCommitService, FlushConsumeQueueService and CleanCommitLogService)::
     ├─ flush_commitlog_loop  ASYNC_FLUSH: every flushIntervalCommitLog; SYNC_FLUSH: runs the
     │                      group-commit thread (store.group_commit), which flushes as soon as
     │                      a put waits and hands each flushed offset back to the loop
+    ├─ expire_flush_waiters  SYNC_FLUSH: answers puts still unflushed after syncFlushTimeout
     ├─ flush_logics_loop   consume queues + index + checkpoint, every flushIntervalConsumeQueue
     ├─ clean_loop          retention, every cleanResourceInterval (a failed pass is logged;
     │                      stopping ends its pauses between deletions)
@@ -20,19 +21,30 @@ GroupCommitService, FlushConsumeQueueService and CleanCommitLogService)::
 Every disk wait runs in a worker thread (``trio.to_thread.run_sync``), never on the event loop.
 On cancellation the loops drain what they can under a shielded, bounded scope; ``store.close()``
 (synchronous) does the final flush and checkpoint.
+
+A ``SYNC_FLUSH`` put waits for the flush that covers it in one of two ways: awaited
+(:meth:`StoreServices.put_messages`, :meth:`StoreServices.wait_flushed`), or as a
+:class:`~common.deferred.Deferred` (:meth:`StoreServices.put_messages_deferred`), which the
+group commit's hand-back resolves on the event loop with no task per put: the broker's send
+path, where a task, an event and a timeout per request were most of what ``SYNC_FLUSH``
+added. Both kinds are flush waiters in one list, answered when a flush covers them, when
+``syncFlushTimeout`` passes (not flushed: ``FLUSH_DISK_TIMEOUT``), when flushing fails, and
+when the services stop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import threading
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from common.deferred import Deferred
 from common.record import MessageRecord
 from store.config import FlushDiskType
 from store.errors import MappedFileCreateError
@@ -92,6 +104,17 @@ class _Wakeup:
         self._event = trio.Event()
 
 
+@dataclasses.dataclass(slots=True)
+class _FlushWaiter:
+    """A put waiting for the commitlog to be durable up to ``offset``."""
+
+    offset: int
+    deadline: float
+    """trio time after which it is answered as not flushed (syncFlushTimeout)."""
+    done: Callable[[bool], None]
+    """Called once, on the event loop, with whether the flush covered it; must not raise."""
+
+
 class StoreServices:
     """Runs a :class:`MessageStore`'s background loops and offers awaitable puts."""
 
@@ -112,7 +135,7 @@ class StoreServices:
         self._flush_seconds = 0.0
         self.config = store.config
         self._sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self._flush_waiters: list[tuple[int, trio.Event]] = []
+        self._flush_waiters: list[_FlushWaiter] = []  # deadlines in order: appended as made
         self._reput_wakeup: _Wakeup | None = None
         self._flush_wakeup: _Wakeup | None = None
         self._group_commit: GroupCommitWorker | None = None  # SYNC_FLUSH, while running
@@ -143,6 +166,30 @@ class StoreServices:
             return result
         return self._when_flushed(result)
 
+    def put_messages_deferred(
+        self, msgs: Sequence[MessageRecord]
+    ) -> PutResult | Deferred[PutResult]:
+        """:meth:`put_messages_now`, but a put that must wait for its flush (SYNC_FLUSH) comes
+        as a :class:`~common.deferred.Deferred` of its result, resolved on the event loop when
+        a flush covers it (or FLUSH_DISK_TIMEOUT after syncFlushTimeout): no task per put."""
+        result = self.store.put_messages(msgs)
+        if not self._sync_flush or result.status is not PutStatus.PUT_OK:
+            return result
+        if self.store.flushed_offset >= result.end_offset:
+            return result
+        if not self.started:  # nothing would flush it, nor time it out
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            return result
+        pending: Deferred[PutResult] = Deferred()
+
+        def flushed(ok: bool) -> None:
+            if not ok:
+                result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            pending.resolve(result)
+
+        self._await_flush(result.end_offset, flushed)
+        return pending
+
     async def _when_flushed(self, result: PutResult) -> PutResult:
         # shielded (wait_flushed is bounded by syncFlushTimeout): the messages are stored, so
         # a broker that begins to stop still answers the put once the flush covers it
@@ -161,14 +208,19 @@ class StoreServices:
         if self.store.flushed_offset >= offset:
             return True
         event = trio.Event()
-        self._flush_waiters.append((offset, event))
+        self._await_flush(offset, lambda _: event.set())
+        with trio.move_on_after(self.config.sync_flush_timeout / 1000):
+            await event.wait()  # set once flushed, or when flushing failed
+        return self.store.flushed_offset >= offset
+
+    def _await_flush(self, offset: int, done: Callable[[bool], None]) -> None:
+        """Add a flush waiter for ``offset`` and ask for the flush."""
+        deadline = trio.current_time() + self.config.sync_flush_timeout / 1000
+        self._flush_waiters.append(_FlushWaiter(offset, deadline, done))
         if self._group_commit is not None:
             self._group_commit.request(offset)
         elif self._flush_wakeup is not None:
             self._flush_wakeup.set()
-        with trio.move_on_after(self.config.sync_flush_timeout / 1000):
-            await event.wait()  # set once flushed, or when flushing failed
-        return self.store.flushed_offset >= offset
 
     @property
     def commitlog_flushes(self) -> int:
@@ -194,6 +246,8 @@ class StoreServices:
                 nursery.start_soon(self._reput_loop)
                 nursery.start_soon(self._reput_safety_tick)
                 nursery.start_soon(self._flush_commitlog_loop)
+                if self._sync_flush:
+                    nursery.start_soon(self._expire_flush_waiters)
                 nursery.start_soon(self._flush_logics_loop)
                 nursery.start_soon(self._clean_loop)
                 nursery.start_soon(_set_when_cancelled, self.store.retention_stop)
@@ -336,21 +390,45 @@ class StoreServices:
         flushed: FLUSH_DISK_TIMEOUT). Reads go on; a restart recovers and verifies the log."""
         log.error("commitlog flush failed, refusing writes until restarted: %s", exc)
         self.store.flush_error = str(exc)
-        for _, event in self._flush_waiters:
-            event.set()
-        self._flush_waiters = []
+        self._release_waiters()
 
     def _wake_waiters(self, flushed: int) -> None:
-        still: list[tuple[int, trio.Event]] = []
-        for offset, event in self._flush_waiters:
-            if offset <= flushed:
-                event.set()
+        """Answer the waiters that the flush up to ``flushed`` covers (on the event loop)."""
+        waiters = self._flush_waiters
+        if not waiters:
+            return
+        still: list[_FlushWaiter] = []
+        for waiter in waiters:
+            if waiter.offset <= flushed:
+                _answer(waiter, True)
             else:
-                still.append((offset, event))
+                still.append(waiter)
         self._flush_waiters = still
 
+    async def _expire_flush_waiters(self) -> None:
+        """Answer the waiters whose syncFlushTimeout passed (SYNC_FLUSH), checking a few times
+        per timeout: one timer for the loop's life instead of one per put."""
+        timeout = self.config.sync_flush_timeout / 1000
+        tick = max(timeout / 4, 0.001)
+        while True:
+            await trio.sleep(tick)
+            now = trio.current_time()
+            waiters = self._flush_waiters
+            expired = 0
+            while expired < len(waiters) and waiters[expired].deadline <= now:
+                expired += 1
+            if expired:
+                self._flush_waiters = waiters[expired:]
+                flushed = self.store.flushed_offset
+                for waiter in waiters[:expired]:
+                    _answer(waiter, waiter.offset <= flushed)
+
     def _release_waiters(self) -> None:
-        self._wake_waiters(self.store.flushed_offset)
+        """Answer every waiter now: flushed or not (stopping, or flushing failed)."""
+        waiters, self._flush_waiters = self._flush_waiters, []
+        flushed = self.store.flushed_offset
+        for waiter in waiters:
+            _answer(waiter, waiter.offset <= flushed)
 
     async def _flush_logics_loop(self) -> None:
         """Flush consume queues, index and checkpoint every period. A failure (EIO, no
@@ -403,6 +481,15 @@ class StoreServices:
                 continue
             if deleted:
                 log.info("retention removed %d file(s)", deleted)
+
+
+def _answer(waiter: _FlushWaiter, flushed: bool) -> None:
+    """Call a waiter's ``done``; an exception there is logged, never raised to the caller
+    (often the group commit's hand-back on the event loop, where it would be fatal)."""
+    try:
+        waiter.done(flushed)
+    except Exception:
+        log.exception("answering a put waiting for its flush failed")
 
 
 async def _stop_when_cancelled(worker: GroupCommitWorker) -> None:

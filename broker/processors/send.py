@@ -46,6 +46,8 @@ import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple
 
+import trio
+
 from broker.config import BrokerConfig
 from broker.processors.send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM, create_topic_in_send_back
 from broker.processors.send_checks import (
@@ -59,6 +61,7 @@ from broker.schedule import delay_level_of
 from broker.status_codes import put_response_code
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from common.deferred import Deferred
 from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import offset_msg_id_of_packed
@@ -78,12 +81,14 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.headers import (
     error,
+    failure_response,
     guarded,
     header_str,
     opt_bool,
     opt_int,
     opt_str,
 )
+from remoting.reply import Reply, Response
 from store import MessageStore
 from store.services import StoreServices
 from store.status import PutResult
@@ -182,6 +187,22 @@ class _SendHeader(NamedTuple):
         return cls(topic, queue_id, sys_flag, born, flag, props, reconsume, batch)
 
 
+async def _resolved(answer: Deferred[Response]) -> Response:
+    """Wait for a deferred answer from a task (a send that also waited for a registration).
+    Not cancellable: the messages are stored, and the store answers within syncFlushTimeout."""
+    done = trio.Event()
+    box: list[Response] = []
+
+    def got(response: Response) -> None:
+        box.append(response)
+        done.set()
+
+    answer.on_resolved(got)
+    with trio.CancelScope(shield=True):
+        await done.wait()
+    return box[0]
+
+
 def _queue_nums(request: RemotingCommand) -> int | None:
     """The producer's ``defaultTopicQueueNums`` (V1 or V2 name), when an int."""
     raw = request.ext_fields.get("d", request.ext_fields.get("defaultTopicQueueNums"))
@@ -241,14 +262,13 @@ class SendProcessor:
         counter = self._round_robin.setdefault(config.topic_name, itertools.count())
         return next(counter) % config.write_queue_nums
 
-    def send(
-        self, request: RemotingCommand, channel: Channel
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def send(self, request: RemotingCommand, channel: Channel) -> Reply:
         """Handle SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
 
         The answer comes at once (the channel sends it inline) unless the send must wait: for
-        the name servers to learn of a topic it created, or for the flush covering its messages
-        under SYNC_FLUSH. Then it is an awaitable of the answer.
+        the flush covering its messages under SYNC_FLUSH it is a deferred answer, resolved
+        from the group commit's hand-back (no task); for the name servers to learn of a topic
+        it created, an awaitable of the answer.
         """
         header = _header_of(request)
         topic = header.topic
@@ -281,10 +301,12 @@ class SendProcessor:
         channel: Channel,
         header: _SendHeader,
         config: TopicConfig,
-    ) -> RemotingCommand:
+    ) -> Response:
         assert self.on_topic_created is not None
         await self.on_topic_created()
         answer = self._send_to(request, channel, header, config)
+        if isinstance(answer, Deferred):
+            return await _resolved(answer)
         return answer if isinstance(answer, RemotingCommand) else await answer
 
     def _send_to(
@@ -293,7 +315,7 @@ class SendProcessor:
         channel: Channel,
         header: _SendHeader,
         config: TopicConfig | None,
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Awaitable[RemotingCommand] | Deferred[Response]:
         """Validate against the topic's config, store, and answer (see :meth:`send`)."""
         topic, queue_id, sys_flag, born_ts, flag, raw_props, reconsume, batch = header
         if config is None:
@@ -372,10 +394,10 @@ class SendProcessor:
             return refused
         if dead_letter is not None and dead_letter[1] and self.on_topic_created is not None:
             return self._store_after_registering(request, msgs, queue_id)
-        put = self.services.put_messages_now(msgs)
+        put = self.services.put_messages_deferred(msgs)
         if isinstance(put, PutResult):
             return self._answer(request, msgs, queue_id, put)
-        return self._answer_when_stored(request, msgs, queue_id, put)
+        return self._answer_when_flushed(request, channel, msgs, queue_id, put)
 
     def _dead_letter_target(
         self,
@@ -416,14 +438,23 @@ class SendProcessor:
         result = put if isinstance(put, PutResult) else await put
         return self._answer(request, msgs, queue_id, result)
 
-    async def _answer_when_stored(
+    def _answer_when_flushed(
         self,
         request: RemotingCommand,
+        channel: Channel,
         msgs: list[MessageRecord],
         queue_id: int,
-        put: Awaitable[PutResult],
-    ) -> RemotingCommand:
-        return self._answer(request, msgs, queue_id, await put)
+        put: Deferred[PutResult],
+    ) -> Deferred[Response]:
+        """The answer to a put waiting for its flush, once it is flushed (or timed out)."""
+
+        def answer(result: PutResult) -> Response:
+            return self._answer(request, msgs, queue_id, result)
+
+        def failed(result: PutResult, exc: Exception) -> Response:
+            return failure_response(request, channel.remote_addr, exc)
+
+        return put.map(answer, failed)
 
     def _answer(
         self,

@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 
+from common.deferred import Deferred
 from store import FlushDiskType, MessageStore, PutResult, PutStatus, StoreConfig
 from store.services import StoreServices
 from tests.conftest import make_msg
@@ -419,3 +420,66 @@ async def test_a_few_puts_close_together_are_not_a_stream(
         nursery.cancel_scope.cancel()
     store.close()
     assert services.put_rate < services.dispatch_coalesce_rate / 5
+
+
+# ------------------------------------------------------------------ deferred SYNC_FLUSH puts
+
+
+def resolved_into(d: Deferred[PutResult], results: list[PutResult]) -> None:
+    d.on_resolved(results.append)
+
+
+async def test_a_deferred_sync_flush_put_is_resolved_once_flushed(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """The broker's send path: the put comes back as a deferred that the group commit's
+    hand-back resolves on the event loop, with no task waiting for it."""
+    store = open_store(small_config(flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    services = StoreServices(store)
+    results: list[PutResult] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            put = services.put_messages_deferred([make_msg(body=b"durable")])
+            assert isinstance(put, Deferred)
+            resolved_into(put, results)
+            await wait_until(lambda: bool(results))
+            assert results[0].status is PutStatus.PUT_OK
+            assert store.flushed_offset >= results[0].end_offset
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_deferred_puts_time_out_while_the_disk_stalls_and_are_answered_at_stop(
+    small_config: Callable[..., StoreConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stalled disk: a deferred put is answered FLUSH_DISK_TIMEOUT once syncFlushTimeout
+    passes (stored all the same), and one still owed when the services stop is answered
+    then, flushed or not, so no connection waits for it for ever."""
+    config = small_config(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=200)
+    store = open_store(config)
+    services = StoreServices(store)
+    timed_out: list[PutResult] = []
+    at_stop: list[PutResult] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(services.run)
+            first = await services.put_message(make_msg(body=b"before"))  # the file exists
+            await wait_until(lambda: store.flushed_offset >= first.end_offset)
+            release = stall_commitlog_flushes(store, monkeypatch.setattr)
+            put = services.put_messages_deferred([make_msg(body=b"stalled")])
+            assert isinstance(put, Deferred)
+            resolved_into(put, timed_out)
+            await wait_until(lambda: bool(timed_out))
+            assert timed_out[0].status is PutStatus.FLUSH_DISK_TIMEOUT
+            owed = services.put_messages_deferred([make_msg(body=b"owed at stop")])
+            assert isinstance(owed, Deferred)
+            resolved_into(owed, at_stop)
+            nursery.cancel_scope.cancel()
+            release.set()  # the stop waits for the flush under way, then answers the rest
+        assert len(at_stop) == 1
+        assert at_stop[0].status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+        assert store.commitlog.max_offset == at_stop[0].end_offset
+    finally:
+        store.close()
