@@ -23,6 +23,19 @@ async def send(namesrv: str, n: int, prefix: str = "m") -> None:
             await producer.send(Message(TOPIC, f"{prefix}{i}".encode(), tags="T"))
 
 
+def collecting_consumer(namesrv: str) -> tuple[PushConsumer, list[ReceivedMessage]]:
+    """Push consumer ``cg`` on TOPIC from the first offset, and the list it collects into."""
+    got: list[ReceivedMessage] = []
+
+    def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        got.extend(msgs)
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer("cg", namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+    consumer.subscribe(TOPIC, "*", handle)
+    return consumer, got
+
+
 async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
         n = ("-n", c.namesrv)
@@ -164,14 +177,7 @@ async def test_update_and_delete_sub_group(tmp_path: Path) -> None:
 async def test_reset_offset_by_time_on_a_live_push_group(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
         n = ("-n", c.namesrv)
-        got: list[ReceivedMessage] = []
-
-        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
-            got.extend(msgs)
-            return ConsumeResult.SUCCESS
-
-        consumer = PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
-        consumer.subscribe(TOPIC, "*", handle)
+        consumer, got = collecting_consumer(c.namesrv)
         async with consumer:
             await send(c.namesrv, 30)
             await wait_until(lambda: len(got) == 30, "first pass")
@@ -437,14 +443,7 @@ async def test_reset_one_queue_to_an_offset(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
         n = ("-n", c.namesrv, "-g", "cg", "-t", TOPIC)
         broker_a = c.brokers["broker-a"]
-        got: list[ReceivedMessage] = []
-
-        def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
-            got.extend(msgs)
-            return ConsumeResult.SUCCESS
-
-        consumer = PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
-        consumer.subscribe(TOPIC, "*", handle)
+        consumer, got = collecting_consumer(c.namesrv)
         async with consumer, Producer("pg", c.namesrv) as producer:
             for i in range(6):
                 for queue in (

@@ -75,6 +75,18 @@ class FailThird:
         return ConsumeResult.RECONSUME_LATER
 
 
+async def start_three_messages(
+    nursery: trio.Nursery, tmp_path: Path, namesrv: str, topic: str, group: str
+) -> Broker:
+    """broker-a behind a FaultProxy, with ``topic`` holding 3 messages and the group's retry
+    topic write-only (a send-back can be stored, nothing is redelivered)."""
+    a: Broker = await nursery.start(run_broker, tmp_path / "broker-a", namesrv, "broker-a", True)
+    await create_topic(a.addr, topic, perm=6)
+    await create_topic(a.addr, retry_topic(group), perm=2)  # write-only
+    await send(namesrv, topic, 3)
+    return a
+
+
 @pytest.mark.parametrize("give_up", ["rebalance", "close"])
 async def test_a_queue_given_up_during_a_send_back_records_the_pulls_successes(
     tmp_path: Path, give_up: str
@@ -84,14 +96,9 @@ async def test_a_queue_given_up_during_a_send_back_records_the_pulls_successes(
     handle = FailThird()
     with trio.fail_after(90):
         async with running_namesrv() as namesrv, trio.open_nursery() as nursery:
-            a: Broker = await nursery.start(
-                run_broker, tmp_path / "broker-a", namesrv, "broker-a", True
-            )
+            a = await start_three_messages(nursery, tmp_path, namesrv, topic, group)
             proxy = a.proxy
             assert proxy is not None
-            await create_topic(a.addr, topic, perm=6)
-            await create_topic(a.addr, retry_topic(group), perm=2)  # write-only
-            await send(namesrv, topic, 3)
             instance = ClientInstance(ClientConfig.create(namesrv, request_timeout_s=HELD_S))
             consumer = PushConsumer(
                 group,

@@ -28,15 +28,12 @@ import trio
 from client.aio import ClientConfig, ClientInstance, ConsumeFrom, MessageQueue, PushConsumer
 from client.consume_service import ConsumeResult
 from client.message import ReceivedMessage
-from common.topic import retry_topic
 from tests.broker.inprocess import running_namesrv, wait_until
-from tests.client.test_partition import Broker, run_broker
-from tests.client.test_push_close_abandon import send
 from tests.client.test_push_drop_during_send_back import (
     committed_at_broker,
-    create_topic,
     idle,
     sent_back,
+    start_three_messages,
 )
 
 HELD_S = 6 * 3600.0
@@ -97,14 +94,9 @@ async def test_a_queue_given_up_during_a_timeout_take_over_records_the_pulls_suc
     mq = MessageQueue(topic, "broker-a", 0)
     handle = LateThird(second)
     async with running_namesrv() as namesrv, trio.open_nursery() as nursery:
-        a: Broker = await nursery.start(
-            run_broker, tmp_path / "broker-a", namesrv, "broker-a", True
-        )
+        a = await start_three_messages(nursery, tmp_path, namesrv, topic, group)
         proxy = a.proxy
         assert proxy is not None
-        await create_topic(a.addr, topic, perm=6)
-        await create_topic(a.addr, retry_topic(group), perm=2)  # write-only
-        await send(namesrv, topic, 3)
         instance = ClientInstance(ClientConfig.create(namesrv, request_timeout_s=HELD_S))
         consumer = PushConsumer(
             group,
