@@ -75,6 +75,19 @@ class FailThird:
         return ConsumeResult.RECONSUME_LATER
 
 
+async def run_until(
+    instance: ClientInstance,
+    consumer: PushConsumer,
+    close: trio.Event,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``instance`` and ``consumer`` (started once both are) until ``close`` is set."""
+    async with instance, consumer:
+        task_status.started()
+        await close.wait()
+
+
 async def start_three_messages(
     nursery: trio.Nursery, tmp_path: Path, namesrv: str, topic: str, group: str
 ) -> Broker:
@@ -110,14 +123,8 @@ async def test_a_queue_given_up_during_a_send_back_records_the_pulls_successes(
             )
             consumer.subscribe(topic, "*", handle.handle)
             close = trio.Event()
-
-            async def run_consumer(*, task_status: trio.TaskStatus[None]) -> None:
-                async with instance, consumer:
-                    task_status.started()
-                    await close.wait()
-
             try:
-                await nursery.start(run_consumer)
+                await nursery.start(run_until, instance, consumer, close)
                 await wait_until(
                     lambda: handle.seen == [0, 1, 2] and idle(consumer), "offset 2 in the handler"
                 )

@@ -32,6 +32,7 @@ from tests.broker.inprocess import running_namesrv, wait_until
 from tests.client.test_push_drop_during_send_back import (
     committed_at_broker,
     idle,
+    run_until,
     sent_back,
     start_three_messages,
 )
@@ -109,15 +110,9 @@ async def test_a_queue_given_up_during_a_timeout_take_over_records_the_pulls_suc
         )
         consumer.subscribe(topic, "*", handle.handle)
         close = trio.Event()
-
-        async def run_consumer(*, task_status: trio.TaskStatus[None]) -> None:
-            async with instance, consumer:
-                task_status.started()
-                await close.wait()
-
         try:
             started = trio.current_time()
-            await nursery.start(run_consumer)
+            await nursery.start(run_until, instance, consumer, close)
             await wait_until(
                 lambda: handle.seen == [0, 1, 2] and idle(consumer), "offset 2 in the handler"
             )
