@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from broker.long_polling import MAX_SUSPEND_MS, SHORT_POLLING_MS
 from common.digits import parse_uint
 from common.net import primary_ipv4
 from common.properties import convert_value, format_entry, load_properties
@@ -203,6 +204,11 @@ class BrokerConfig:
         default=120_000, metadata=_meta("channelExpiredTimeout", int)
     )
     long_polling_enable: bool = field(default=True, metadata=_meta("longPollingEnable", bool))
+    short_polling_time_ms: int = field(
+        default=SHORT_POLLING_MS, metadata=_meta("shortPollingTimeMills", int)
+    )
+    """With ``longPollingEnable=false``, how long an empty pull is held, whatever its suspend
+    time (RocketMQ's short polling); at most :data:`broker.long_polling.MAX_SUSPEND_MS`."""
     message_delay_level: str = field(
         default=DEFAULT_MESSAGE_DELAY_LEVEL, metadata=_meta("messageDelayLevel", str)
     )
@@ -330,6 +336,11 @@ class BrokerConfig:
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be > 0 ms, got {value}")
+        if not 0 < self.short_polling_time_ms <= MAX_SUSPEND_MS:
+            raise ValueError(
+                f"shortPollingTimeMills must be in [1, {MAX_SUSPEND_MS}] ms (no pull is held "
+                f"longer than a long poll), got {self.short_polling_time_ms}"
+            )
 
     def _check_store_settings(self) -> None:
         known = set(STORE_KEYS.values())

@@ -260,6 +260,7 @@ class BrokerController:
                 self.topics,
                 self.holds,
                 long_polling=self.config.long_polling_enable,
+                short_polling_ms=self.config.short_polling_time_ms,
                 check_interval_s=self.hold_check_interval_s,
                 groups=self.groups,
                 broker_config=self.config,

@@ -17,10 +17,21 @@ Rules:
   unparks in ``finally``: a closed connection or a shutdown cancels the request task, which
   drops the parked pull.
 - :func:`short_poll` is the waiting side with ``longPollingEnable=false`` (RocketMQ's short
-  polling): the pull is held for :data:`SHORT_POLLING_MS` whatever the client asked, then read
-  once. An arrival does not wake it (RocketMQ's store notifies arrivals only with long polling
-  on; its hold service then re-checks every ``shortPollingTimeMills``). It is parked, so
+  polling): the pull is held for the broker's ``shortPollingTimeMills`` (default
+  :data:`SHORT_POLLING_MS`) whatever the client asked, then read once. An arrival does not
+  wake it (RocketMQ's store notifies arrivals only with long polling on; its hold service then
+  re-checks every ``shortPollingTimeMills``). It is parked, so
   :meth:`PullHoldTable.parked_count` counts it, but :meth:`PullHoldTable.notify` skips it.
+
+RocketMQ's ``PullRequestHoldService`` checks every held pull on one shared tick (every 5 s with
+long polling, every ``shortPollingTimeMills`` without); here each held pull has its own timer
+(its deadline, and with long polling a re-check :data:`CHECK_INTERVAL_S` after parking and
+after each wake-up). The bounds users see are the same: a missed arrival is found within 5 s,
+and a short-polled pull's message waits at most ``shortPollingTimeMills`` after it arrived
+(RocketMQ answers it at the next tick, minimq at the end of that pull's hold; with pulls held
+back to back both waits are spread evenly over the period). Only an empty short poll differs:
+it is answered after exactly ``shortPollingTimeMills``, where RocketMQ's tick answers it after
+1 to 2 periods.
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ CHECK_INTERVAL_S: Final = 5.0
 MAX_SUSPEND_MS: Final = 120_000
 """Upper bound of any client's ``suspendTimeoutMillis`` (RocketMQ's client default is 15 s)."""
 SHORT_POLLING_MS: Final = 1000
-"""Hold time when ``longPollingEnable=false`` (RocketMQ's ``shortPollingTimeMills`` default)."""
+"""Default hold time when ``longPollingEnable=false`` (RocketMQ's ``shortPollingTimeMills``)."""
 
 T = TypeVar("T")
 
@@ -95,14 +106,16 @@ class PullHoldTable:
         return sum(len(p) for (t, _), p in self._parked.items() if topic in (None, t))
 
 
-def suspend_seconds(suspend_ms: int, *, long_polling: bool) -> float:
+def suspend_seconds(
+    suspend_ms: int, *, long_polling: bool, short_polling_ms: int = SHORT_POLLING_MS
+) -> float:
     """The hold time granted to a request asking for ``suspend_ms`` (0 = do not hold): at most
-    :data:`MAX_SUSPEND_MS` with long polling, else :data:`SHORT_POLLING_MS` whatever was asked
+    :data:`MAX_SUSPEND_MS` with long polling, else ``short_polling_ms`` whatever was asked
     (RocketMQ's ``PullMessageProcessor`` replaces the suspend time by ``shortPollingTimeMills``)."""
     if suspend_ms <= 0:
         return 0.0
     if not long_polling:
-        return SHORT_POLLING_MS / 1000
+        return short_polling_ms / 1000
     return min(suspend_ms, MAX_SUSPEND_MS) / 1000
 
 

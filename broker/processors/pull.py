@@ -37,9 +37,9 @@ bit and whose ``suspendTimeoutMillis`` > 0 is parked until a matching message ar
 queue or the suspend time elapses; then, as RocketMQ re-runs the whole request, the group and
 topic checks above are made again (a topic deleted or made unreadable meanwhile is answered
 with its refusal) and the read is re-run and answered. With ``longPollingEnable=false`` such a
-pull is held for RocketMQ's ``shortPollingTimeMills`` (1 s) instead, whatever its suspend time,
-and answered then: an arrival does not end it early (RocketMQ's short polling, see
-:func:`broker.long_polling.short_poll`).
+pull is held for the broker's ``shortPollingTimeMills`` (default 1 s) instead, whatever its
+suspend time, and answered then: an arrival does not end it early (RocketMQ's short polling,
+see :func:`broker.long_polling.short_poll`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import (
     CHECK_INTERVAL_S,
+    SHORT_POLLING_MS,
     PullHoldTable,
     hold,
     short_poll,
@@ -94,6 +95,7 @@ class PullProcessor:
         holds: PullHoldTable | None = None,
         *,
         long_polling: bool = True,
+        short_polling_ms: int = SHORT_POLLING_MS,
         check_interval_s: float = CHECK_INTERVAL_S,
         groups: SubscriptionGroupManager | None = None,
         broker_config: BrokerConfig | None = None,
@@ -109,6 +111,9 @@ class PullProcessor:
         self.holds = PullHoldTable() if holds is None else holds
         """Parked pulls; the owner wires ``holds.notify`` to ``store.arrival_listener``."""
         self.long_polling = long_polling
+        self.short_polling_ms = short_polling_ms
+        """How long an empty pull is held when ``long_polling`` is off
+        (``shortPollingTimeMills``)."""
         self.check_interval_s = check_interval_s
 
     def pull(
@@ -151,7 +156,9 @@ class PullProcessor:
             self.offsets.commit_offset(
                 group, topic, queue_id, self._within_queue(topic, queue_id, commit_offset)
             )
-        suspend_s = suspend_seconds(suspend_ms, long_polling=self.long_polling)
+        suspend_s = suspend_seconds(
+            suspend_ms, long_polling=self.long_polling, short_polling_ms=self.short_polling_ms
+        )
         if code == ResponseCode.PULL_NOT_FOUND and suspend_s > 0:
             return self._answer_when_held(request, group, topic, queue_id, suspend_s, read)
         return _pull_response(request, code, result)
@@ -450,6 +457,7 @@ def make_pull_handlers(
     holds: PullHoldTable | None = None,
     *,
     long_polling: bool = True,
+    short_polling_ms: int = SHORT_POLLING_MS,
     check_interval_s: float = CHECK_INTERVAL_S,
     groups: SubscriptionGroupManager | None = None,
     broker_config: BrokerConfig | None = None,
@@ -466,6 +474,7 @@ def make_pull_handlers(
         topics,
         holds,
         long_polling=long_polling,
+        short_polling_ms=short_polling_ms,
         check_interval_s=check_interval_s,
         groups=groups,
         broker_config=broker_config,

@@ -374,6 +374,31 @@ def test_register_period_has_a_floor_also_at_runtime() -> None:
         dataclasses.replace(config, register_name_server_period_ms=0)
 
 
+# --------------------------------------------------------------------- shortPollingTimeMills
+
+
+def test_short_polling_time_is_a_broker_key(tmp_path: Path) -> None:
+    """RocketMQ's ``shortPollingTimeMills`` (default 1000): printed by ``-p``, set by a ``-c``
+    file and overridden by ``--shortPollingTimeMills``; 0 (RocketMQ's hold service would spin)
+    and more than a long poll's 120 s cap are refused, naming the key and the value."""
+    conf = tmp_path / "short.conf"
+    conf.write_text("longPollingEnable=false\nshortPollingTimeMills=500\n", encoding="utf-8")
+    assert BrokerConfig().short_polling_time_ms == 1000
+    assert BrokerConfig.load(conf, None, {}, {}).short_polling_time_ms == 500
+    assert printed()["shortPollingTimeMills"] == "1000"
+    assert printed("-c", str(conf))["shortPollingTimeMills"] == "500"
+    overridden = printed("-c", str(conf), "--shortPollingTimeMills", "2500")
+    assert overridden["shortPollingTimeMills"] == "2500"
+    for bad, rule in (("0", "got 0"), ("120001", "got 120001"), ("-1", "got -1")):
+        out = cli("broker", "-p", "--shortPollingTimeMills", bad)
+        assert out.returncode == 1
+        assert "shortPollingTimeMills must be in [1, 120000] ms" in out.stderr
+        assert out.stderr.rstrip().endswith(rule)
+    out = cli("broker", "-p", "--shortPollingTimeMills", "1s")
+    assert out.returncode == 1
+    assert "property 'shortPollingTimeMills': expected an integer, got '1s'" in out.stderr
+
+
 # --------------------------------------------------------------------------- messages
 
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from broker.controller import BrokerController
-from broker.long_polling import SHORT_POLLING_MS, PullHoldTable, hold
+from broker.long_polling import SHORT_POLLING_MS, PullHoldTable, hold, suspend_seconds
 from common.message import PULL_FLAG_SUSPEND
 from common.record import decode_records
 from common.route import TopicConfig
@@ -306,10 +306,10 @@ SHORT_POLLING_S = SHORT_POLLING_MS / 1000
 
 @asynccontextmanager
 async def short_polling_broker(
-    tmp_path: Path,
+    tmp_path: Path, overrides: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[BrokerController, str, RemotingClient]]:
-    """A broker with ``longPollingEnable=false``, its topic, and a client."""
-    overrides = {"longPollingEnable": "false"}
+    """A broker with ``longPollingEnable=false`` (and ``overrides``), its topic, and a client."""
+    overrides = {"longPollingEnable": "false", **(overrides or {})}
     async with (
         running_broker(tmp_path, overrides=overrides) as (broker, addr),
         RemotingClient(default_timeout_s=CALL_TIMEOUT_S) as client,
@@ -347,6 +347,30 @@ async def test_short_polling_holds_for_its_time_whatever_the_suspend_time(
             resp = await client.invoke(addr, pull_req(suspend="200"))
             assert trio.current_time() - start >= SHORT_POLLING_S
             assert resp.code == ResponseCode.PULL_NOT_FOUND
+            assert broker.holds.parked_count() == 0
+
+
+async def test_short_polling_holds_for_the_configured_short_polling_time(
+    tmp_path: Path,
+) -> None:
+    """``shortPollingTimeMills`` (RocketMQ's BrokerConfig key) is the short-poll hold: with
+    2500 ms, a pull asking for 200 ms is held 2.5 s, not the default 1 s, and is answered
+    with the message that arrived meanwhile. Measured from before the pull was sent."""
+    assert suspend_seconds(200, long_polling=False, short_polling_ms=2500) == 2.5
+    assert suspend_seconds(0, long_polling=False, short_polling_ms=2500) == 0.0
+    overrides = {"shortPollingTimeMills": "2500"}
+    with trio.fail_after(30):
+        async with short_polling_broker(tmp_path, overrides) as (broker, addr, client):
+            start = trio.current_time()
+
+            async def send_while_held() -> None:
+                await send(client, addr, b"during")
+
+            held = pull_req(suspend="200")
+            resp = await answer_of_held_pull(broker, addr, client, send_while_held, held)
+            assert trio.current_time() - start >= 2.5
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            assert [r.body for r in decode_records(resp.body)] == [b"during"]
             assert broker.holds.parked_count() == 0
 
 
