@@ -9,10 +9,15 @@ Rules:
   ``{"offsetTable": {"topic@group": {"0": 12, ...}}}``; :meth:`load` falls back to the ``.bak``.
 - :attr:`dirty` is set by every change and cleared by persist, so the periodic flush
   (``flushConsumerOffsetInterval``) can skip unchanged state.
+- Pull offsets (RocketMQ's ``pullOffsetTable``): the ``nextBeginOffset`` of the last pull the
+  broker answered for a group's queue, in memory only (never persisted, not :attr:`dirty`);
+  dropped with the group's or topic's committed offsets. ``pullOffset - consumerOffset`` is the
+  queue's ``#Inflight`` in ``mqadmin consumerProgress``: pulled, not yet committed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,7 @@ class ConsumerOffsetManager:
     def __init__(self, config_dir: Path) -> None:
         self.config_dir = Path(config_dir)
         self._table: dict[str, dict[int, int]] = {}
+        self._pulled: dict[str, dict[int, int]] = {}
         self.dirty = False
         self.load()
 
@@ -71,6 +77,18 @@ class ConsumerOffsetManager:
         """The committed offset, or -1 when there is none."""
         return self._table.get(_key(topic, group), {}).get(queue_id, -1)
 
+    def commit_pull_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` (a pull's ``nextBeginOffset``) as where the group's pulls of
+        ``topic``/``queue_id`` got to (RocketMQ's ``commitPullOffset``); in memory only."""
+        self._pulled.setdefault(_key(topic, group), {})[queue_id] = offset
+
+    def query_pull_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Where the group's pulls of the queue got to; the committed offset (-1 when none)
+        when the broker answered no pull of it since it started (RocketMQ's
+        ``queryPullOffset``)."""
+        pulled = self._pulled.get(_key(topic, group), {}).get(queue_id)
+        return self.query_offset(group, topic, queue_id) if pulled is None else pulled
+
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         """A copy of ``{queue_id: offset}`` for the group on the topic (empty when none)."""
         return dict(self._table.get(_key(topic, group), {}))
@@ -92,6 +110,7 @@ class ConsumerOffsetManager:
         ]
         for key in doomed:
             del self._table[key]
+        self._forget_pulls(lambda t, g: g == group and (topic is None or t == topic))
         if doomed:
             self.dirty = True
         return len(doomed)
@@ -102,9 +121,15 @@ class ConsumerOffsetManager:
         doomed = [key for key in self._table if _split(key)[0] == topic]
         for key in doomed:
             del self._table[key]
+        self._forget_pulls(lambda t, _: t == topic)
         if doomed:
             self.dirty = True
         return len(doomed)
+
+    def _forget_pulls(self, matches: Callable[[str, str], bool]) -> None:
+        """Drop the pull offsets of every ``topic@group`` key that ``matches(topic, group)``."""
+        for key in [k for k in self._pulled if matches(*_split(k))]:
+            del self._pulled[key]
 
     def clone_offset(self, src_group: str, dst_group: str, topic: str) -> bool:
         """Copy ``src_group``'s offsets on ``topic`` to ``dst_group``; False if it had none.

@@ -6,7 +6,9 @@ carrying ``topic``/``brokerName``/``queueId`` next to the values:
 - GET_TOPIC_STATS_INFO response (``TopicStatsTable``): ``{"offsetTable": [{"topic",
   "brokerName", "queueId", "minOffset", "maxOffset", "lastUpdateTimestamp"}]}``.
 - GET_CONSUME_STATS response (``ConsumeStats``): ``{"offsetTable": [{"topic", "brokerName",
-  "queueId", "brokerOffset", "consumerOffset", "lastTimestamp"}], "consumeTps"}``.
+  "queueId", "brokerOffset", "consumerOffset", "pullOffset", "lastTimestamp"}], "consumeTps"}``
+  (a row without ``pullOffset``, from an older broker, reads as -1: unknown, nothing in
+  flight).
 - GET_CONSUMER_CONNECTION_LIST response (``ConsumerConnection``): ``{"connectionSet":
   [{"clientId", "clientAddr", "language", "version"}], "subscriptionTable": {topic:
   {"topic", "subString", ...}}, "consumeType", "messageModel", "consumeFromWhere"}``.
@@ -126,11 +128,20 @@ class QueueConsumeStats:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    pull_offset: int = -1
+    """Where the group's pulls got to (RocketMQ's ``OffsetWrapper.pullOffset``; a broker
+    gives at least the consumer offset); -1 (the default) when unknown."""
 
     @property
     def diff(self) -> int:
         """Messages not consumed yet (``brokerOffset - consumerOffset``)."""
         return self.broker_offset - self.consumer_offset
+
+    @property
+    def inflight(self) -> int:
+        """Messages pulled and not committed yet (``pullOffset - consumerOffset``, RocketMQ
+        5's ``#Inflight``); 0 when the pull offset is unknown."""
+        return max(0, self.pull_offset - self.consumer_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +163,7 @@ def encode_consume_stats(stats: ConsumeStats) -> bytes:
                     "queueId": r.queue_id,
                     "brokerOffset": r.broker_offset,
                     "consumerOffset": r.consumer_offset,
+                    "pullOffset": r.pull_offset,
                     "lastTimestamp": r.last_timestamp,
                 }
                 for r in stats.rows
@@ -173,6 +185,7 @@ def decode_consume_stats(body: bytes) -> ConsumeStats:
             _get(r, "brokerOffset", int, what),
             _get(r, "consumerOffset", int, what),
             _get(r, "lastTimestamp", int, what, 0),
+            _get(r, "pullOffset", int, what, -1),
         )
         for r in _rows(wire, "offsetTable", what)
     )

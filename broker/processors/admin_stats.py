@@ -26,7 +26,8 @@ Rules:
   topic none of them subscribes to is left out (RocketMQ's ``getConsumeStats``: its offsets
   are left-overs, not a backlog), so the stats may be empty. A queue without a committed
   offset shows consumer offset 0; ``lastTimestamp`` is the store time of the last consumed
-  message.
+  message; ``pullOffset`` is where the group's pulls of the queue got to since the broker
+  started (at least the consumer offset; RocketMQ's ``queryPullOffset``).
   ``consumeTps`` is not measured and is always 0.
 - UPDATE_BROKER_CONFIG applies only :data:`LIVE_KEYS` (in memory: they take effect at once and
   are lost at restart); any other key, or a bad value, is refused and nothing is changed.
@@ -207,6 +208,7 @@ class AdminStatsProcessor:
                         self.store.get_max_offset_in_queue(t, qid),
                         consumer,
                         self._store_time(t, qid, consumer - 1) if consumer > 0 else 0,
+                        max(consumer, self.offsets.query_pull_offset(group, t, qid)),
                     )
                 )
         body = encode_consume_stats(ConsumeStats(tuple(rows)))

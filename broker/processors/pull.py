@@ -40,6 +40,10 @@ with its refusal) and the read is re-run and answered. With ``longPollingEnable=
 pull is held for the broker's ``shortPollingTimeMills`` (default 1 s) instead, whatever its
 suspend time, and answered then: an arrival does not end it early (RocketMQ's short polling,
 see :func:`broker.long_polling.short_poll`).
+
+Each read a pull is answered from (and a held pull's first read) records its ``nextBeginOffset``
+as the group's pull offset of the queue (RocketMQ's ``commitPullOffset``, in memory), whatever
+the status: ``mqadmin consumerProgress`` shows ``pullOffset - consumerOffset`` as ``#Inflight``.
 """
 
 from __future__ import annotations
@@ -151,6 +155,7 @@ class PullProcessor:
             return self.store.get_messages(topic, queue_id, offset, max_msgs, tag_codes=codes)
 
         result = read()
+        self.offsets.commit_pull_offset(group, topic, queue_id, result.next_begin_offset)
         code = pull_response_code(result.status, offset)
         if commit_offset >= 0:
             self.offsets.commit_offset(
@@ -192,6 +197,7 @@ class PullProcessor:
         refused = self._refusal(request, group, topic, queue_id)
         if refused is not None:
             return refused
+        self.offsets.commit_pull_offset(group, topic, queue_id, result.next_begin_offset)
         return _pull_response(request, pull_response_code(result.status, offset), result)
 
     def _refusal(

@@ -116,6 +116,15 @@ def delete_sub_group(
 # ---------------------------------------------------------------------- progress
 
 
+LMQ_CLUSTER_HELP = (
+    "Cluster name or LMQ parent topic (RocketMQ 5.3's -c): RocketMQ looks up the route of an "
+    "LMQ topic (%LMQ%...) or rmq_sys_wheel_timer with it and ignores it for any other topic; "
+    "minimq has neither, so it changes nothing (the same brokers are asked)."
+)
+"""``-c`` of consumerProgress and resetOffsetByTime: accepted, so RocketMQ's command lines run
+unchanged, and unused."""
+
+
 async def connection(admin: AdminClient, group: str) -> ConsumerConnection | None:
     """The group's members as every broker sees them (merged), or None when offline."""
     merged: ConsumerConnection | None = None
@@ -203,9 +212,11 @@ async def _progress_of_group(admin: AdminClient, group: str, topic: str) -> dict
                 "queueId": r.queue_id,
                 "brokerOffset": r.broker_offset,
                 "consumerOffset": r.consumer_offset,
+                "pullOffset": max(r.pull_offset, r.consumer_offset),
                 "clientId": owner,
                 "clientIp": owner.split("@")[0] if owner else "",
                 "diff": r.diff,
+                "inflight": r.inflight,
                 "lastTimestamp": r.last_timestamp,
             }
         )
@@ -214,6 +225,7 @@ async def _progress_of_group(admin: AdminClient, group: str, topic: str) -> dict
         "queues": queues,
         "consumeTps": 0.0,
         "diffTotal": sum(r.diff for r in rows),
+        "inflightTotal": sum(r.inflight for r in rows),
     }
 
 
@@ -265,10 +277,17 @@ def _kind(consume_type: str) -> str:
     show_default=True,
     help="With -g: the #Client IP column, the member that consumes each queue.",
 )
+@click.option("-c", "--cluster", "cluster", help=LMQ_CLUSTER_HELP)
 def consumer_progress(
-    namesrv: str | None, as_json: bool, group: str | None, topic: str, show_client_ip: bool
+    namesrv: str | None,
+    as_json: bool,
+    group: str | None,
+    topic: str,
+    show_client_ip: bool,
+    cluster: str | None,
 ) -> None:
-    """Query consumer's progress: per queue broker offset, consumer offset and diff."""
+    """Query consumer's progress: per queue broker offset, consumer offset, diff and
+    inflight (pulled, not committed yet)."""
 
     async def body(admin: AdminClient) -> Any:
         if group:
@@ -299,20 +318,25 @@ def consumer_progress(
 
 
 def _print_group_progress(result: dict[str, Any], show_client_ip: bool) -> None:
-    """``consumerProgress -g``'s table and totals; ``#Client IP`` only with ``-s true`` (as
-    RocketMQ's)."""
+    """``consumerProgress -g``'s table and totals, RocketMQ 5's; ``#Client IP`` only with
+    ``-s true`` (as RocketMQ's)."""
     queues = result["queues"]
     headers = ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset"]
     headers += ["#Client IP"] if show_client_ip else []
-    headers += ["#Diff", "#LastTime"]
+    headers += ["#Diff", "#Inflight", "#LastTime"]
     rows = []
     for q in queues:
         row = [q["topic"], q["brokerName"], q["queueId"], q["brokerOffset"], q["consumerOffset"]]
         row += [q["clientIp"] or "N/A"] if show_client_ip else []
-        row += [q["diff"], fmt_time(q["lastTimestamp"])]
+        row += [q["diff"], q["inflight"], fmt_time(q["lastTimestamp"])]
         rows.append(row)
     table(headers, rows)
-    lines("", f"Consume TPS: {result['consumeTps']:.2f}", f"Diff Total: {result['diffTotal']}")
+    lines(
+        "",
+        f"Consume TPS: {result['consumeTps']:.2f}",
+        f"Consume Diff Total: {result['diffTotal']}",
+        f"Consume Inflight Total: {result['inflightTotal']}",
+    )
 
 
 @admin_command("consumerConnection")
@@ -423,6 +447,7 @@ def producer_connection(namesrv: str | None, as_json: bool, group: str, topic: s
     show_default=True,
     help="Also move offsets forwards.",
 )
+@click.option("-c", "--cluster", "cluster", help=LMQ_CLUSTER_HELP)
 @click.option("-b", "--broker", help="With -q: the broker address (host:port) of that queue.")
 @click.option("-q", "--queue", "queue_id", type=click.IntRange(min=0), help="With -b: one queue.")
 @click.option(
@@ -438,6 +463,7 @@ def reset_offset_by_time(
     topic: str,
     when: str,
     force: bool,
+    cluster: str | None,
     broker: str | None,
     queue_id: int | None,
     offset: int | None,

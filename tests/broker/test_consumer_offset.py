@@ -30,6 +30,27 @@ def test_commit_and_query(tmp_path: Path) -> None:
         manager.commit_offset("g1", "T", 0, -5)
 
 
+def test_pull_offsets_are_kept_in_memory_and_dropped_with_the_group(tmp_path: Path) -> None:
+    manager = ConsumerOffsetManager(tmp_path)
+    manager.commit_offset("g1", "T", 0, 3)
+    assert manager.query_pull_offset("g1", "T", 0) == 3  # no pull yet: the committed offset
+    assert manager.query_pull_offset("g1", "T", 1) == -1
+    manager.persist()
+    manager.commit_pull_offset("g1", "T", 0, 9)
+    manager.commit_pull_offset("g1", "U", 0, 4)
+    manager.commit_pull_offset("g2", "T", 0, 5)
+    assert not manager.dirty  # nothing to persist
+    assert manager.query_pull_offset("g1", "T", 0) == 9
+    assert manager.to_wire() == {"offsetTable": {"T@g1": {"0": 3}}}
+    manager.remove_group("g1", "T")
+    assert manager.query_pull_offset("g1", "T", 0) == -1
+    assert manager.query_pull_offset("g1", "U", 0) == 4
+    manager.remove_topic("T")
+    assert manager.query_pull_offset("g2", "T", 0) == -1
+    manager.remove_group("g1")
+    assert manager.query_pull_offset("g1", "U", 0) == -1
+
+
 def test_which_topics_and_groups(tmp_path: Path) -> None:
     manager = ConsumerOffsetManager(tmp_path)
     manager.commit_offset("g1", "T1", 0, 1)
