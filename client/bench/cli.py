@@ -257,7 +257,8 @@ def _terminate_as_interrupt(signum: int, frame: object) -> None:
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """minimq benchmarks: clients against a cluster (produce, consume, latency, backlog, push,
-    rebalance); the message store alone (store ...); py-spy profile summaries (stacks)."""
+    rebalance, tx, spark-read); the message store alone (store ...); py-spy profile summaries
+    (stacks)."""
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     signal.signal(signal.SIGHUP, _terminate_as_interrupt)
 

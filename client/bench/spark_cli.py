@@ -3,7 +3,9 @@
 Fills the topic (untimed), pulls it once with the plain pull consumer (``mqbench consume``'s
 worker) for the reference rate, then reads it with ``spark.read.format("minimq")...count()`` on
 ``local[<cores>]`` after one small untimed warm-up query, ``--reads`` times in the same
-session (the first of them still pays for the JVM compiling its Arrow and count paths).
+session (the first of them still pays for the JVM compiling its Arrow and count paths). Like
+the plain pull, Spark reads only the offsets the fill wrote (``startingOffsets`` and
+``endingOffsets``), so a topic that already held messages (``--namesrv``) counts right.
 Needs the ``spark`` extra and Java. Imported only when the command runs (pyspark is
 optional).
 """
@@ -14,12 +16,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from client.bench import stats
 from client.bench.cli import Session, _bench_errors, _config, _consume_run, _fill, common_options
+from client.bench.protocol import QueueRanges
+from client.spark.offsets import QueueKey, to_nested
 
 WARMUP_PER_QUEUE = 1000
 
@@ -50,10 +55,33 @@ def _session(master: str) -> Any:
     return spark
 
 
-def _spark_count(spark: Any, namesrv: str, topic: str, ending: str | None) -> tuple[int, float]:
+def fill_offsets(
+    topic: str,
+    filled: QueueRanges,
+    bounds: Mapping[QueueKey, tuple[int, int]],
+    per_queue: int | None = None,
+) -> tuple[str, str]:
+    """``startingOffsets`` and ``endingOffsets`` (JSON) that read what the fill wrote and nothing
+    else (at most ``per_queue`` messages of each queue when given): messages the topic held
+    before, on a ``--namesrv`` cluster, are not read, and a queue the fill did not write is read
+    from its max offset to itself. Every end lies within its queue, however few messages it
+    got."""
+    start: dict[QueueKey, int] = {}
+    end: dict[QueueKey, int] = {}
+    for key, (_, max_offset) in bounds.items():
+        if key[0] != topic:
+            continue
+        first, stop = filled.get((key[1], key[2]), (max_offset, max_offset))
+        start[key] = first
+        end[key] = stop if per_queue is None else min(stop, first + per_queue)
+    return json.dumps(to_nested(start)), json.dumps(to_nested(end))
+
+
+def _spark_count(
+    spark: Any, namesrv: str, topic: str, offsets: tuple[str, str]
+) -> tuple[int, float]:
     reader = spark.read.format("minimq").option("namesrv", namesrv).option("topic", topic)
-    if ending is not None:
-        reader = reader.option("endingOffsets", ending)
+    reader = reader.option("startingOffsets", offsets[0]).option("endingOffsets", offsets[1])
     t0 = time.perf_counter()
     n = int(reader.load().count())
     return n, time.perf_counter() - t0
@@ -83,13 +111,14 @@ def spark_read_command(**kw: Any) -> None:
         try:
             from client.blocking import SharedInstance
             from client.spark import brokers
-            from client.spark.offsets import to_nested
 
+            topic = kw["topic"]
             with SharedInstance(namesrv) as client:
-                bounds = client.call(brokers.queue_bounds, [kw["topic"]], timeout=30)
-            warm = to_nested({k: lo + WARMUP_PER_QUEUE for k, (lo, _) in bounds.items()})
-            _spark_count(spark, namesrv, kw["topic"], json.dumps(warm))
-            reads = [_spark_count(spark, namesrv, kw["topic"], None) for _ in range(kw["reads"])]
+                bounds = client.call(brokers.queue_bounds, [topic], timeout=30)
+            warm = fill_offsets(topic, ranges, bounds, WARMUP_PER_QUEUE)
+            _spark_count(spark, namesrv, topic, warm)
+            full = fill_offsets(topic, ranges, bounds)
+            reads = [_spark_count(spark, namesrv, topic, full) for _ in range(kw["reads"])]
         finally:
             spark.stop()
     total = sum(e - b for b, e in ranges.values())
