@@ -31,7 +31,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from types import TracebackType
@@ -142,6 +142,9 @@ class ClientInstance:
         self._producer_groups: dict[str, int] = {}
         self._consumers: dict[str, Callable[[], ConsumerData]] = {}
         self._transaction_checkers: dict[str, TransactionCheckHandler] = {}
+        self.published_topics: list[Callable[[], Iterable[str]]] = []
+        """One per running producer: the topics it has sent to, whose routes
+        :meth:`refresh_routes` keeps (a consumer's topics come from its heartbeat data)."""
         self._heartbeat_wakeup = trio.Event()
         self._stop_requested = trio.Event()
         self.stopped = trio.Event()
@@ -374,10 +377,25 @@ class ClientInstance:
             self.heartbeat_soon()
 
     def forget_route(self, topic: str) -> None:
-        """Drop a cached route (the topic no longer exists)."""
+        """Drop a cached route (the topic no longer exists, or nobody here uses it)."""
         self._routes.pop(topic, None)
         self._publish.pop(topic, None)
         self._rebuild_broker_addrs()
+
+    def cached_topics(self) -> list[str]:
+        """The topics whose routes are cached now, sorted."""
+        return sorted(self._routes)
+
+    def topics_in_use(self) -> set[str]:
+        """What this instance's clients use (RocketMQ's ``updateTopicRouteInfoFromNameServer``
+        set): the topics its consumers subscribe to or are assigned (retry topics included) and
+        those its running producers have sent to."""
+        topics = {
+            sub.topic for describe in self._consumers.values() for sub in describe().subscriptions
+        }
+        for published in self.published_topics:
+            topics.update(published())
+        return topics
 
     def _rebuild_broker_addrs(self) -> None:
         """Each broker's addresses from the newest route naming it (routes are kept oldest
@@ -436,12 +454,24 @@ class ClientInstance:
         return sorted({a for addrs in self._broker_addrs.values() for a in addrs.values()})
 
     async def refresh_routes(self) -> None:
-        """Ask again for every cached topic's route; a vanished topic keeps its old route."""
+        """Ask again for the route of every cached topic in use (:meth:`topics_in_use`); a
+        vanished topic keeps its old route. The routes of topics no client here uses any more
+        (a closed consumer's retry topic, a closed producer's topics) are forgotten, not asked
+        for again for the instance's lifetime: they are fetched anew if needed."""
+        self._forget_unused_routes()
         for topic in list(self._routes):
             try:
                 await self.topic_route(topic, refresh=True)
             except MQClientError as exc:
                 log.warning("refreshing the route of %s failed: %s", topic, exc)
+
+    def _forget_unused_routes(self) -> None:
+        in_use = self.topics_in_use()
+        for topic in [t for t in self._routes if t not in in_use]:
+            self.forget_route(topic)
+        for topic, lock in list(self._route_locks.items()):
+            if topic not in self._routes and not lock.locked():
+                del self._route_locks[topic]
 
     async def inner_producer(self) -> Producer:
         """The instance's own producer (group ``CLIENT_INNER_PRODUCER``; RocketMQ's

@@ -35,6 +35,7 @@ Rules (``sendDefaultImpl``):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -137,6 +138,8 @@ class Producer:
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
         self._fault = MQFaultStrategy(enabled=latency_fault_tolerance)
         self._selectors: dict[str, RoundRobinSelector] = {}
+        self._topics: set[str] = set()
+        """The topics this producer has asked queues of (their routes stay refreshed)."""
         self._running = False
         self._async_sends = 0
         self._async_idle = trio.Event()
@@ -151,8 +154,13 @@ class Producer:
         if self._own_instance:
             await self._instance.__aenter__()
         self._instance.register_producer(self.group)
+        self._instance.published_topics.append(self.topics)
         self._running = True
         return self
+
+    def topics(self) -> frozenset[str]:
+        """The topics this producer has sent to (or looked up the queues of)."""
+        return frozenset(self._topics)
 
     async def __aexit__(
         self,
@@ -166,6 +174,8 @@ class Producer:
                 await self._async_idle.wait()
         finally:
             self._running = False
+            with contextlib.suppress(ValueError):
+                self._instance.published_topics.remove(self.topics)
             last_of_group = self._instance.unregister_producer(self.group)
             if self._own_instance:
                 await self._instance.__aexit__(exc_type, exc, tb)
@@ -191,6 +201,7 @@ class Producer:
 
     async def _queues(self, topic: str) -> list[MessageQueue]:
         """Writable queues; the auto-create route's brokers for a topic nobody knows yet."""
+        self._topics.add(topic)
         try:
             queues = await self._instance.publish_queues(topic)
         except TopicRouteError as exc:
