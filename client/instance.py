@@ -467,8 +467,12 @@ class ClientInstance:
 
     def _forget_unused_routes(self) -> None:
         in_use = self.topics_in_use()
-        for topic in [t for t in self._routes if t not in in_use]:
-            self.forget_route(topic)
+        unused = [t for t in self._routes if t not in in_use]
+        for topic in unused:
+            self._routes.pop(topic, None)
+            self._publish.pop(topic, None)
+        if unused:
+            self._rebuild_broker_addrs()  # once, not once per forgotten route
         for topic, lock in list(self._route_locks.items()):
             if topic not in self._routes and not lock.locked():
                 del self._route_locks[topic]
