@@ -15,7 +15,8 @@
           │                      registerNameServerPeriod ms (first round before started());
           │                      topic admin requests also run a round at once (register_now)
           ├─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
-          ├─ stats_loop          samples message totals every second (broker.stats: putTps)
+          ├─ stats_loop          samples message totals every second (broker.stats: putTps);
+          │                      with metrics on, counts the trio tasks every few seconds
           ├─ scan_loop           drops clients silent for channelExpiredTimeout ms (every 10 s)
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
           ├─ schedule.run        delayed-message delivery, one task per delay level, plus
@@ -66,7 +67,7 @@ from broker.client_manager import ClientManager
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable
-from broker.metrics import BrokerMetrics
+from broker.metrics import TASK_COUNT_INTERVAL_S, BrokerMetrics, count_trio_tasks
 from broker.processors.admin import AdminProcessor
 from broker.processors.admin_stats import AdminStatsProcessor
 from broker.processors.client import ClientService
@@ -74,7 +75,7 @@ from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.group_admin import GroupAdminProcessor
 from broker.processors.lock import LockProcessor
 from broker.processors.pull import make_pull_handlers
-from broker.processors.send import make_send_handlers
+from broker.processors.send import SendProcessor
 from broker.processors.send_back import RETRY_PERM, SendBackProcessor, create_topic_in_send_back
 from broker.rebalance_lock import RebalanceLockManager
 from broker.schedule import ScheduleMessageService
@@ -144,6 +145,11 @@ class BrokerController:
         """Prometheus metrics, served on ``metricsPort`` (None when it is unset or 0)."""
         self.stats = StoreStats()
         """Samples behind ``putTps`` / ``getTransferedTps`` (:mod:`broker.stats`)."""
+        self.trio_tasks: int | None = None
+        """Live trio tasks at the last count (``minimq_trio_tasks``; counted only with
+        metrics on, by :meth:`stats_loop`)."""
+        self.send_processor: SendProcessor | None = None
+        """The send handlers' processor while the broker serves."""
 
     @property
     def broker_addr(self) -> str:
@@ -242,18 +248,19 @@ class BrokerController:
             rates=self._rates,
             flow=self._flow_figures,
             offsets=self.offsets,
-            on_topic_deleted=self.metrics.forget_topic if self.metrics is not None else None,
+            on_topic_deleted=self._topic_deleted,
+        )
+        self.send_processor = SendProcessor(
+            self.store,
+            services,
+            self.topics,
+            self.config,
+            self.register_now,
+            _send_transform(schedule),
+            self.groups,
         )
         handlers = {
-            **make_send_handlers(
-                self.store,
-                services,
-                self.topics,
-                self.config,
-                self.register_now,
-                _send_transform(schedule),
-                self.groups,
-            ),
+            **self.send_processor.handlers(),
             **make_pull_handlers(
                 self.store,
                 self.offsets,
@@ -277,7 +284,9 @@ class BrokerController:
                 on_permission_changed=self._permission_changed,
             ).handlers(),
             **send_back.handlers(),
-            **GroupAdminProcessor(self.groups).handlers(),
+            **GroupAdminProcessor(
+                self.groups, self.metrics.forget_group if self.metrics is not None else None
+            ).handlers(),
             **LockProcessor(self.locks).handlers(),
             **schedule.handlers(),
             **EndTransactionProcessor(self.transactions).handlers(),
@@ -334,6 +343,14 @@ class BrokerController:
                 self.store.arrival_listener = previous_listener
                 if registering:
                     await self.unregister_all()
+
+    def _topic_deleted(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_BROKER hook: drop what the send path and the metrics keep per topic
+        (RocketMQ's ``BrokerStatsManager.onTopicDeleted``)."""
+        if self.send_processor is not None:
+            self.send_processor.forget_topic(topic)
+        if self.metrics is not None:
+            self.metrics.forget_topic(topic)
 
     async def _consumer_group_seen(self, consumer: ConsumerData) -> None:
         """Heartbeat hook: the group's config and retry topic exist afterwards (when allowed).
@@ -492,9 +509,14 @@ class BrokerController:
         return self.stats.runtime_fields(self._totals())
 
     async def stats_loop(self) -> None:
-        """Sample the store's totals every ``STATS_SAMPLE_S`` (see :mod:`broker.stats`)."""
+        """Sample the store's totals every ``STATS_SAMPLE_S`` (see :mod:`broker.stats`); with
+        metrics on, count the trio tasks at once and then every ``TASK_COUNT_INTERVAL_S``."""
+        next_count = trio.current_time()
         while True:
             self.stats.sample(self._totals())
+            if self.metrics is not None and trio.current_time() >= next_count:
+                self.trio_tasks = count_trio_tasks()  # on the loop: its task tree holds still
+                next_count = trio.current_time() + TASK_COUNT_INTERVAL_S
             await trio.sleep(STATS_SAMPLE_S)
 
     async def persist_loop(self) -> None:

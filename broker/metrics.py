@@ -18,7 +18,9 @@ brokerName, as RocketMQ 5's native metrics do):
 - ``rocketmq_messages_out_total{topic,consumer_group}``,
   ``rocketmq_throughput_out_total{topic,consumer_group}`` (records and bytes of FOUND pulls);
 - ``rocketmq_consumer_lag_messages{topic,consumer_group}``: computed at scrape time, the sum over
-  the group's committed queues of ``max(0, max offset - committed offset)``;
+  the group's committed queues of ``max(0, max offset - committed offset)``, for groups with a
+  subscription group config (RocketMQ's ``ConsumerLagCalculator`` walks that table, so a
+  deleted group's committed offsets, which stay, are not exported);
 - ``minimq_busy_poll_steps_total`` and ``minimq_busy_poll_spells_skipped_total`` (event-loop
   passes spent busy polling, and spells of it sat out; ``busyPollMicros``) and
   ``minimq_busy_poll_hit_ratio`` (the moving share of spells that saw a frame arrive), so the
@@ -30,6 +32,11 @@ brokerName, as RocketMQ 5's native metrics do):
   sends), ``minimq_requests_rejected_busy_total`` (answered ``SYSTEM_BUSY`` past
   ``serverMaxPendingRequests[PerConnection]``) and ``minimq_connections_refused_total``
   (closed at once past ``serverMaxConnections``);
+- ``minimq_pull_requests_held`` (pulls parked by long polling, or held by short polling, now:
+  RocketMQ's ``PullRequestHoldService`` table, which it does not export) and
+  ``minimq_trio_tasks`` (live tasks of the broker's trio event loop, counted on the loop by the
+  broker's once-a-second sampling task every :data:`TASK_COUNT_INTERVAL_S`, never at scrape
+  time);
 - ``rocketmq_producer_connections`` (producer clients, all groups),
   ``rocketmq_consumer_connections{consumer_group}``, ``rocketmq_topic_number``,
   ``rocketmq_consumer_group_number`` (subscription group configs), and
@@ -42,6 +49,10 @@ Rules:
 - Everything runs on the broker's event loop thread (requests and scrapes alike), so the
   counters need no lock.
 - Counters start at zero when the broker starts (Prometheus handles resets).
+- A deleted topic's series go (:meth:`BrokerMetrics.forget_topic`), and so do a deleted
+  group's (:meth:`BrokerMetrics.forget_group`), as RocketMQ's ``BrokerStatsManager``
+  ``onTopicDeleted`` / ``onGroupDeleted``: churn does not grow the tables, and a topic or group
+  created again under the name starts at zero.
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ from prometheus_client.registry import Collector
 
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
+from broker.long_polling import PullHoldTable
 from broker.processors.client import ClientService
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
@@ -89,6 +101,9 @@ MAX_HEAD_BYTES = 8192
 """Longest accepted HTTP request head."""
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 """The blank line ending a request head (CRLF or bare LF line ends)."""
+TASK_COUNT_INTERVAL_S = 5.0
+"""How often the broker counts its trio tasks for ``minimq_trio_tasks`` (a walk of the task
+tree: cheap, but not done per scrape)."""
 
 _SEND_CODES = (
     RequestCode.SEND_MESSAGE,
@@ -110,6 +125,9 @@ class MetricsSource(Protocol):
     busy_poll: BusyPoll | None
     services: StoreServices | None
     server: RemotingServer | None
+    holds: PullHoldTable
+    trio_tasks: int | None
+    """Live trio tasks at the last count (None before the first)."""
 
     @property
     def broker_addr(self) -> str:
@@ -125,6 +143,21 @@ def _plain_counters(
         counter = CounterMetricFamily(name, doc, labels=names)
         counter.add_metric(values, number)
         yield counter
+
+
+def count_trio_tasks() -> int:
+    """Live tasks of the running trio loop, its root task included: a walk from
+    ``trio.lowlevel.current_root_task()`` through every task's child nurseries. Call it on the
+    loop's own thread (a task of it), never from another thread."""
+    root = trio.lowlevel.current_root_task()
+    stack = [] if root is None else [root]
+    count = 0
+    while stack:
+        task = stack.pop()
+        count += 1
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return count
 
 
 def count_records(body: bytes) -> int:
@@ -216,6 +249,13 @@ class BrokerMetrics(Collector):
             for key in [k for k in table if k[0] == topic]:
                 del table[key]
 
+    def forget_group(self, group: str) -> None:
+        """Drop a deleted subscription group's series (RocketMQ's ``onGroupDeleted``); a group
+        created again under the name starts its counters at zero."""
+        for table in (self.messages_out, self.bytes_out):
+            for key in [k for k in table if k[1] == group]:
+                del table[key]
+
     # ------------------------------------------------------------------ collecting
 
     def _base(self) -> tuple[list[str], list[str]]:
@@ -237,7 +277,25 @@ class BrokerMetrics(Collector):
         yield from self._busy_poll(names, values)
         yield from self._flushes(names, values)
         yield from self._flow_control(names, values)
+        yield from self._event_loop(names, values)
         yield self._lag(names, values)
+
+    def _event_loop(self, names: list[str], values: list[str]) -> Iterator[Metric]:
+        held = GaugeMetricFamily(
+            "minimq_pull_requests_held",
+            "Pull requests held by long (or short) polling, waiting for a message.",
+            labels=names,
+        )
+        held.add_metric(values, self.source.holds.parked_count())
+        yield held
+        tasks = self.source.trio_tasks
+        if tasks is None:  # not counted yet
+            return
+        gauge = GaugeMetricFamily(
+            "minimq_trio_tasks", "Live tasks of the broker's trio event loop.", labels=names
+        )
+        gauge.add_metric(values, tasks)
+        yield gauge
 
     def _flow_control(self, names: list[str], values: list[str]) -> Iterator[Metric]:
         server = self.source.server
@@ -367,11 +425,13 @@ class BrokerMetrics(Collector):
             "Messages not yet consumed (max offset - committed offset).",
             labels=[*names, "topic", "consumer_group"],
         )
-        store, offsets = self.source.store, self.source.offsets
-        if store is None or offsets is None:
+        store, offsets, groups = self.source.store, self.source.offsets, self.source.groups
+        if store is None or offsets is None or groups is None:
             return family
         for key, queues in offsets.to_wire()["offsetTable"].items():
             topic, _, group = key.rpartition("@")
+            if group not in groups:  # deleted (its offsets stay): as RocketMQ, not exported
+                continue
             lag = sum(
                 max(0, store.get_max_offset_in_queue(topic, int(qid)) - committed)
                 for qid, committed in queues.items()

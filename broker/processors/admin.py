@@ -18,11 +18,12 @@ Rules:
   once the caller has the response.
 - Deleting a topic removes its config, its consume queues (``MessageStore.delete_topic``: its
   records stay in the commitlog until retention, but never reach a queue again) and every
-  group's committed offsets on it, as RocketMQ's ``deleteTopic`` does, and its metric series
-  (``on_topic_deleted``); sends to the topic afterwards start again at queue offset 0. A
-  topic with no config and nothing in the store (never created, or deleted already) is
-  answered SUCCESS with no deletion recorded (RocketMQ's ``deleteTopics`` skips a topic
-  without consume queues).
+  group's committed offsets on it, as RocketMQ's ``deleteTopic`` does, and what the broker
+  keeps per topic in memory (``on_topic_deleted``: its metric series and the send path's
+  round-robin position, as RocketMQ's ``onTopicDeleted``); sends to the topic afterwards
+  start again at queue offset 0. A topic with no config and nothing in the store (never
+  created, or deleted already) is answered SUCCESS with no deletion recorded (RocketMQ's
+  ``deleteTopics`` skips a topic without consume queues).
 """
 
 from __future__ import annotations

@@ -10,12 +10,16 @@
     DELETE_SUBSCRIPTIONGROUP             207  groupName -> SUCCESS (also when absent)
 
 A bad body (not msgpack, not a map, a wrong value type, an invalid group name) answers
-SYSTEM_ERROR naming the problem. Changes are persisted at once by the manager.
+SYSTEM_ERROR naming the problem. Changes are persisted at once by the manager. Deleting a
+group also drops its metric series (``on_group_deleted``, RocketMQ's
+``BrokerStatsManager.onGroupDeleted``); its committed offsets stay, as RocketMQ's without
+``cleanOffset``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import msgpack
 
@@ -37,8 +41,14 @@ def encode_subscription_group(config: SubscriptionGroupConfig) -> bytes:
 class GroupAdminProcessor:
     """Create, list and delete subscription group configs."""
 
-    def __init__(self, groups: SubscriptionGroupManager) -> None:
+    def __init__(
+        self,
+        groups: SubscriptionGroupManager,
+        on_group_deleted: Callable[[str], None] | None = None,
+    ) -> None:
         self.groups = groups
+        self.on_group_deleted = on_group_deleted
+        """Called with the group's name after DELETE_SUBSCRIPTIONGROUP (its statistics go)."""
 
     async def update_and_create(
         self, request: RemotingCommand, channel: Channel
@@ -65,6 +75,8 @@ class GroupAdminProcessor:
         group = header_str(request, "groupName")
         if self.groups.delete(group) is None:
             log.warning("delete subscription group %s: not found", group)
+        if self.on_group_deleted is not None:
+            self.on_group_deleted(group)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def handlers(self) -> dict[int, Handler]:

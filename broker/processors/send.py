@@ -262,6 +262,15 @@ class SendProcessor:
         counter = self._round_robin.setdefault(config.topic_name, itertools.count())
         return next(counter) % config.write_queue_nums
 
+    def round_robin_topics(self) -> int:
+        """How many topics have a round-robin position (sends without a queue id)."""
+        return len(self._round_robin)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's round-robin position, so topic churn does not grow the
+        table; sends to a topic created again under the name start over at queue 0."""
+        self._round_robin.pop(topic, None)
+
     def send(self, request: RemotingCommand, channel: Channel) -> Reply:
         """Handle SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
 

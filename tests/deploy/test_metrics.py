@@ -12,8 +12,13 @@ from prometheus_client.samples import Sample
 from broker.metrics import count_records
 from client.aio import ConsumeFromWhere, Producer, PullConsumer
 from client.message import Message, MessageQueue
+from common.message import PULL_FLAG_SUSPEND
 from common.record import MessageRecord, encode_record
-from tests.broker.inprocess import running_broker, running_namesrv, wait_until
+from common.route import TopicConfig
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from tests.broker.inprocess import req, running_broker, running_namesrv, send_req, wait_until
 from tests.deploy.netutil import free_port, http_get, samples
 
 TOPIC = "MetricsTopic"
@@ -141,6 +146,58 @@ async def test_group_commits_are_counted(tmp_path: Path) -> None:
         flushes = value(found, "minimq_commitlog_flushes_total") - before
         assert 1 <= flushes <= 6
         assert value(found, "minimq_commitlog_flush_seconds_total") > 0
+
+
+async def test_held_pulls_gauge_follows_a_parked_pull(tmp_path: Path) -> None:
+    """``minimq_pull_requests_held`` is 1 while a long-polling pull waits at the broker and 0
+    once a message has answered it."""
+    port = free_port()
+    topic = "HeldTopic"
+    async with (
+        running_broker(tmp_path, overrides={"metricsPort": str(port)}) as (broker, addr),
+        RemotingClient(default_timeout_s=20) as client,
+    ):
+        assert broker.topics is not None
+        broker.topics.create_or_update(TopicConfig(topic, 1, 1))
+        assert value(await scrape(port), "minimq_pull_requests_held") == 0
+        answers: list[RemotingCommand] = []
+        pull = req(
+            RequestCode.PULL_MESSAGE,
+            consumerGroup="held-cg",
+            topic=topic,
+            queueId="0",
+            queueOffset="0",
+            maxMsgNums="32",
+            sysFlag=str(PULL_FLAG_SUSPEND),
+            suspendTimeoutMillis="60000",
+        )
+
+        async def pull_held() -> None:
+            answers.append(await client.invoke(addr, pull, timeout_s=70))
+
+        async def held(count: int) -> bool:
+            return value(await scrape(port), "minimq_pull_requests_held") == count
+
+        with trio.fail_after(40):  # the pull's answer must come from the arrival
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pull_held)
+                await wait_until(lambda: held(1), "the gauge to show the parked pull")
+                sent = await client.invoke(addr, send_req(topic, b"wakes it"))
+                assert sent.code == ResponseCode.SUCCESS
+        assert answers[0].code == ResponseCode.SUCCESS
+        assert await held(0)
+
+
+async def test_trio_tasks_gauge(tmp_path: Path) -> None:
+    """``minimq_trio_tasks`` counts the live tasks of the broker's event loop."""
+    port = free_port()
+    async with running_broker(tmp_path, overrides={"metricsPort": str(port)}):
+
+        async def counted() -> bool:
+            return any(s.name == "minimq_trio_tasks" for s in await scrape(port))
+
+        await wait_until(counted, "the first task count")
+        assert value(await scrape(port), "minimq_trio_tasks") > 0
 
 
 async def test_other_paths_and_methods(tmp_path: Path) -> None:
