@@ -28,6 +28,9 @@ Rules:
 - Once serving (and after the first registration round), one line goes to stdout, flushed:
   ``The broker[<brokerName>, <brokerIP1>:<port>] boot success. serializeType=MSGPACK and name
   server is <namesrvAddr>``.
+- Before serving, the soft ``RLIMIT_NOFILE`` is raised to the hard limit, as the JVM running
+  RocketMQ does (``-XX:+MaxFDLimit``), logged at INFO as old -> new; the connection cap
+  (half the soft limit, :func:`remoting.server.default_max_connections`) is computed after.
 - SIGTERM or SIGINT runs the ordered shutdown and exits 0. A failure to start (bind, locked
   store) prints one line to stderr and exits 1. Logs go to stderr (and to
   ``--logFile`` if given).
@@ -51,6 +54,7 @@ from common.process import (
     fail,
     log_level_option,
     print_config_option,
+    raise_open_files_limit,
     serve_until_signal,
     setup_logging,
     tune_gc,
@@ -149,6 +153,7 @@ def main(
         fail(PROGRAM, f"cannot open log file: {exc}")
     for warning in [*config.clamped_settings(), *config.compat_warnings()]:
         log.warning("%s", warning)
+    raise_open_files_limit(log)  # before the server computes its connection cap from it
     try:
         tune_gc()
         trio.run(_serve, config)

@@ -9,6 +9,9 @@ Rules:
 - Servers tune Python's cycle collector before serving (:func:`tune_gc`): by default it runs
   every 700 net new container objects, and took 5-13 % of the time per message in the store's
   put benchmark (`mqbench store put`).
+- The broker raises its soft ``RLIMIT_NOFILE`` to the hard limit before serving
+  (:func:`raise_open_files_limit`), as the JVM running RocketMQ does (``-XX:+MaxFDLimit``, on
+  by default on Linux): its connection cap and its store's files share what the OS allows.
 - Servers log to stderr (:func:`setup_logging`), and also to a file with ``--logFile PATH``
   (appended, same format); a failure to start is one line on stderr and exit code 1
   (:func:`fail`).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -88,6 +92,23 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*SERVER_GC_THRESHOLDS)
+
+
+def raise_open_files_limit(log: logging.Logger) -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit (the JVM's ``-XX:+MaxFDLimit``);
+    return the soft limit in force afterwards. Logs old -> new at INFO; a refusal by the OS
+    is logged as a WARNING and the limit stays. Call once, before serving; a library never
+    calls this on its user's behalf."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, exc)
+        return soft
+    log.info("open files limit (RLIMIT_NOFILE) raised from %d to %d", soft, hard)
+    return hard
 
 
 def setup_logging(level: str, log_file: str | None = None) -> None:

@@ -88,6 +88,8 @@ class IndexFile:
                 self.hash_slot_count,
                 self.index_count,
             ) = _HEADER.unpack_from(self.file.mm, 0)
+            if self.is_write_full:
+                self.file.release_descriptor()  # opened again only if recovery cuts it
 
     @property
     def path(self) -> Path:
@@ -416,13 +418,16 @@ class IndexFile:
         then catch the header of a batch without its slots. The generation is read before the
         sync and bumped only once a change is complete, so such a half-caught batch is synced
         again by the next flush. The header is never written here: only the writing thread
-        writes it, so a flush cannot put back an older one.
+        writes it, so a flush cannot put back an older one. A full file synced as of its
+        last change keeps only its mapping's descriptor (:class:`store.mapped_file.MappedFile`).
         """
         generation = self._generation
         if generation == self._flushed_generation:
             return
         self.file.sync()
         self._flushed_generation = generation
+        if self.is_write_full and generation == self._generation:
+            self.file.release_descriptor()  # full and synced whole: written no more
 
     def close(self) -> None:
         """Release the numpy view and unmap."""

@@ -10,6 +10,13 @@ Rules:
 - ``wrote_position`` is the end of valid data; ``flushed_position`` what a flush covered.
 - A new file's first flush also syncs its directory, so that the name survives a power loss as
   well as the data (``fdatasync`` on the file does not make a new directory entry durable).
+- Descriptors: CPython 3.11's ``mmap`` keeps a private duplicate of the descriptor it maps, so
+  a file would hold two. Ours is closed once the file will not be written again (the flush
+  that covers its whole size, or :meth:`MappedFile.release_descriptor`): a full file holds
+  only the mapping's, as RocketMQ's holds one ``FileChannel``. Whatever needs ours later (a
+  flush after recovery cut the file back, :meth:`MappedFile.sync`, :meth:`MappedFile.zero_from`)
+  opens the file again by its path; ``fdatasync`` through any descriptor of the file syncs all
+  of its dirty pages, so durability does not depend on which one.
 """
 
 from __future__ import annotations
@@ -64,17 +71,18 @@ class MappedFile:
         self._closed = False
         self._address: int | None = None
         self._entry_synced = not create  # a file found on disk is named durably already
-        if create:
-            self.fd = _create_allocated(self.path, file_size)
-        else:
-            self.fd = os.open(self.path, os.O_RDWR)
+        fd = _create_allocated(self.path, file_size) if create else os.open(self.path, os.O_RDWR)
+        self._fd: int | None = fd
         try:
-            self.mm = mmap.mmap(
-                self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
-            )
+            self.mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
-            os.close(self.fd)
+            os.close(fd)
             raise
+
+    @property
+    def fd(self) -> int | None:
+        """Our descriptor of the file; None once released (see the module docstring)."""
+        return self._fd
 
     @property
     def is_full(self) -> bool:
@@ -134,8 +142,10 @@ class MappedFile:
         with self._lock:
             if self._closed:
                 return self.flushed_position
-            os.fdatasync(self.fd)
+            os.fdatasync(self._descriptor())
             self._sync_entry()
+            if target >= self.file_size:  # full and now durable: written no more
+                self._close_descriptor()
         self.flushed_position = max(self.flushed_position, target)
         return self.flushed_position
 
@@ -143,8 +153,32 @@ class MappedFile:
         """``fdatasync`` the whole file, whatever the positions say (for files written in place)."""
         with self._lock:
             if not self._closed:
-                os.fdatasync(self.fd)
+                os.fdatasync(self._descriptor())
                 self._sync_entry()
+
+    def release_descriptor(self) -> None:
+        """Close our descriptor of a file that will not be written again: only the mapping's
+        stays. A later flush, sync or zeroing opens the file again (module docstring)."""
+        with self._lock:
+            self._close_descriptor()
+
+    def release_descriptor_if_complete(self) -> None:
+        """:meth:`release_descriptor` when everything up to the file's end is flushed."""
+        if self.flushed_position >= self.file_size:
+            self.release_descriptor()
+
+    def _descriptor(self) -> int:
+        """Our descriptor, opened again by path if it was released; the caller holds the lock
+        on an open file."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR)
+        return self._fd
+
+    def _close_descriptor(self) -> None:
+        """Close our descriptor if it is open; the caller holds the lock."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def _sync_entry(self) -> None:
         """Sync the directory once after creation, so the file's name is durable too; and
@@ -168,7 +202,9 @@ class MappedFile:
         :meth:`_data_ranges`), so a mostly empty gigabyte file costs next to nothing."""
         zeros = bytes(chunk)
         changed = False
-        for start, stop in self._data_ranges(pos):
+        with self._lock:  # a flush in another thread may close the descriptor meanwhile
+            ranges = list(self._data_ranges(pos))
+        for start, stop in ranges:
             while start < stop:
                 end = min(start + chunk, stop)
                 if self.mm[start:end] != zeros[: end - start]:
@@ -180,11 +216,16 @@ class MappedFile:
     def _data_ranges(self, pos: int) -> Iterator[tuple[int, int]]:
         """The ranges from ``pos`` on that may hold data: holes and never-written (fallocated)
         extents are skipped with ``SEEK_DATA``/``SEEK_HOLE``, which count pages still in the
-        page cache as data; where the file system cannot tell, the whole rest."""
+        page cache as data; where the file system cannot tell, the whole rest. The caller
+        holds the lock."""
+        if self._closed:
+            yield pos, self.file_size
+            return
+        fd = self._descriptor()
         while pos < self.file_size:
             try:
-                start = os.lseek(self.fd, pos, os.SEEK_DATA)
-                stop = os.lseek(self.fd, start, os.SEEK_HOLE)
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+                stop = os.lseek(fd, start, os.SEEK_HOLE)
             except OSError as exc:
                 if exc.errno != errno_mod.ENXIO:  # ENXIO: no data from ``pos`` on
                     yield pos, self.file_size
@@ -196,11 +237,11 @@ class MappedFile:
 
     def last_modified(self) -> float:
         """The file's modification time (seconds since the epoch). Read through the path once
-        the descriptor is closed (a destroyed file whose unlink failed: its number may be
-        another file's by now)."""
+        the descriptor is closed or released (a destroyed file whose unlink failed: its number
+        may be another file's by now)."""
         with self._lock:
-            if not self._closed:
-                return os.stat(self.fd).st_mtime
+            if not self._closed and self._fd is not None:
+                return os.stat(self._fd).st_mtime
         return os.stat(self.path).st_mtime
 
     def close(self) -> None:
@@ -210,7 +251,7 @@ class MappedFile:
                 return
             self._closed = True
             self.mm.close()
-            os.close(self.fd)
+            self._close_descriptor()
 
     def destroy(self) -> None:
         """Delete the file and close its descriptor; the mapping goes with the last reference.
@@ -222,7 +263,7 @@ class MappedFile:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                os.close(self.fd)
+                self._close_descriptor()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 

@@ -27,7 +27,8 @@ class MappedFileQueue:
         """Map the existing files; return False if the sequence has a gap (files after it dropped).
 
         A last file of the wrong size (a crash during creation before minimq made creation
-        atomic) is removed; any other wrong size is a :class:`CorruptFileError`.
+        atomic) is removed; any other wrong size is a :class:`CorruptFileError`. Every file
+        but the last is complete: it keeps only its mapping's descriptor.
         """
         if not self.directory.is_dir():
             return True
@@ -45,6 +46,8 @@ class MappedFileQueue:
             if self.files and int(name) != self.files[-1].file_from_offset + self.file_size:
                 contiguous = False
                 break
+            if self.files:
+                self.files[-1].release_descriptor()
             mf = MappedFile(path, self.file_size, create=False)
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
@@ -103,13 +106,19 @@ class MappedFileQueue:
 
     # -- growth ----------------------------------------------------------------------------
     def create_file(self, start_offset: int) -> MappedFile:
-        """Create, allocate and map the file starting at ``start_offset``, as the new last file."""
+        """Create, allocate and map the file starting at ``start_offset``, as the new last file.
+
+        The file before it, if already flushed to its end (a full last file found on disk),
+        keeps only its mapping's descriptor from now on.
+        """
         if start_offset % self.file_size:
             raise ValueError(f"{start_offset} is not a multiple of {self.file_size}")
         if self.files and start_offset != self.files[-1].file_from_offset + self.file_size:
             raise ValueError(f"file at {start_offset} would not follow {self.files[-1]}")
         self.directory.mkdir(parents=True, exist_ok=True)
         mf = MappedFile(self.directory / offset_to_name(start_offset), self.file_size, create=True)
+        if self.files:
+            self.files[-1].release_descriptor_if_complete()
         self.files.append(mf)
         return mf
 
@@ -135,6 +144,7 @@ class MappedFileQueue:
         doomed: list[MappedFile] = []
         for mf in self.files:
             if mf.file_from_offset + self.file_size <= offset:
+                mf.release_descriptor_if_complete()  # a full last file found on disk
                 keep.append(mf)
             elif mf.file_from_offset <= offset:
                 pos = offset - mf.file_from_offset

@@ -10,10 +10,13 @@
 from __future__ import annotations
 
 import itertools
+import re
+import resource
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import msgpack
 import trio
 
 from broker.config import BrokerConfig
@@ -28,8 +31,10 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.route_bodies import decode_cluster_info_body, decode_route_body
 from tests.processes import (
     BROKER_BOOT,
+    console_script,
     read_log,
     run_cli,
+    start_command,
     start_namesrv,
     start_process,
     stop_process,
@@ -258,3 +263,58 @@ def test_unknown_override_exits_one() -> None:
     assert out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1
     assert "noSuchKey" in out.stderr
+
+
+LOWERED_SOFT_NOFILE = 256
+
+
+def open_files_limits(pid: int) -> tuple[int, int]:
+    """The soft and hard "Max open files" of process ``pid``, from ``/proc/<pid>/limits``."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError(f"no open files limit for {pid}")
+
+
+async def test_broker_raises_its_open_files_limit_to_the_hard_limit(tmp_path: Path) -> None:
+    """Started with a low soft ``RLIMIT_NOFILE`` (``ulimit -Sn`` in its own shell), ``mqbroker``
+    raises it to the hard limit, as the JVM running RocketMQ does, before its server sizes
+    the connection cap from it (half the soft limit, two descriptors a connection)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard <= LOWERED_SOFT_NOFILE:
+        return  # nothing to raise to here
+    stderr_path = tmp_path / "stderr.log"
+    argv = [
+        "/bin/sh",
+        "-c",
+        f'ulimit -Sn {LOWERED_SOFT_NOFILE} && exec "$0" "$@"',
+        console_script("mqbroker"),
+        "-n",
+        "",
+        "--bindAddress",
+        "127.0.0.1",
+        "--listenPort",
+        "0",
+        "--brokerIP1",
+        "127.0.0.1",
+        "--storePathRootDir",
+        str(tmp_path / "store"),
+        "--diskMaxUsedSpaceRatio",
+        "95",
+        *itertools.chain.from_iterable((f"--{k}", v) for k, v in SMALL_STORE.items()),
+    ]
+    boot = re.compile(r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\..*")
+    broker, match = await start_command(argv, stderr_path, boot)
+    try:
+        assert open_files_limits(broker.pid) == (hard, hard)
+        assert f"raised from {LOWERED_SOFT_NOFILE} to {hard}" in read_log(stderr_path)
+        with trio.fail_after(LIMIT):
+            async with RemotingClient() as client:
+                addr = f"127.0.0.1:{match[1]}"
+                resp = await client.invoke(addr, req(RequestCode.GET_BROKER_RUNTIME_INFO))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        table = msgpack.unpackb(resp.body)["table"]
+        assert table["connections"] == f"1 of {hard // 4}"
+    finally:
+        await stop_process(broker)
