@@ -7,11 +7,12 @@
 - :class:`LocalFileOffsetStore` (``BROADCASTING``): every member keeps its own offsets in
   ``<dir>/<client id>/<group>/offsets.json`` (written atomically, with a ``.bak``), because
   each member reads every message. The consumer opens it at start (RocketMQ's ``load()``):
-  it claims the directory with an ``flock`` on ``offsets.lock`` (a second live member with the
-  same path, here or in another process, is refused; a forked child closes its copy of the
-  descriptor, so the lock is the parent's alone) and reads the table, so a file that
-  cannot be read fails the start. A table never loaded is never written, and a failed write
-  is logged and retried at the next persist (the offsets stay in memory), as RocketMQ does.
+  it claims the directory with a POSIX lock (``lockf``) on ``offsets.lock`` (a second live
+  member with the same path, here or in another process, is refused; the lock belongs to the
+  process, so a forked child never holds it: the parent's ``close()`` releases the directory
+  whatever its children do) and reads the table, so a file that cannot be read fails the
+  start. A table never loaded is never written, and a failed write is logged and retried at
+  the next persist (the offsets stay in memory), as RocketMQ does.
 
 ``update(mq, offset, increase_only=True)`` never moves an offset backwards unless told to
 (a reset does).
@@ -22,7 +23,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import weakref
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, Protocol
@@ -199,22 +200,36 @@ def _decode_table(doc: object) -> dict[MessageQueue, int]:
     return decoded
 
 
-_OPEN_STORES: weakref.WeakSet[LocalFileOffsetStore] = weakref.WeakSet()
-"""Stores holding their directory's lock (their descriptors are closed in a forked child)."""
+LOCK_FILE_NAME: Final = "offsets.lock"
+"""The file in a group's offsets directory whose lock marks the directory in use."""
+
+_held: dict[str, LocalFileOffsetStore] = {}
+"""The directories this process's stores hold (resolved paths): a POSIX lock never refuses
+its own process, so a second store here is refused by this table."""
+_held_lock = threading.Lock()
 
 
-def _drop_locks_in_child() -> None:
-    """After a fork, in the child: close the inherited lock descriptors (without unlocking:
-    the lock belongs to the parent's open file description, which an unlock would release)."""
-    for store in list(_OPEN_STORES):
+def _forget_locks_in_child() -> None:
+    """After a fork, in the child: the parent's stores hold nothing here (a POSIX lock is not
+    inherited); close their copied descriptors. The table lock may have been held by another
+    thread of the parent at the fork: start afresh."""
+    global _held_lock
+    stores = list(_held.values())
+    _held.clear()
+    _held_lock = threading.Lock()
+    for store in stores:
         store.forget_lock()
 
 
-os.register_at_fork(after_in_child=_drop_locks_in_child)
+os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
-LOCK_FILE_NAME: Final = "offsets.lock"
-"""The file in a group's offsets directory whose ``flock`` marks the directory in use."""
+def _in_use(directory: Path, where: str) -> MQClientError:
+    return MQClientError(
+        CLIENT_ERROR,
+        f"the broadcasting offsets in {directory} are in use by another consumer of this group "
+        f"{where}; give each member its own instance_name",
+    )
 
 
 class LocalFileOffsetStore:
@@ -229,6 +244,8 @@ class LocalFileOffsetStore:
         self._written: dict[MessageQueue, int] | None = None
         """The table as last written (None: not written by this store yet)."""
         self._lock_fd: int | None = None
+        self._held_key: str | None = None
+        """The directory's key in ``_held`` while this store holds it."""
         self._write_lock = trio.Lock()
 
     def open(self) -> None:
@@ -240,22 +257,15 @@ class LocalFileOffsetStore:
         directory = self.path.parent
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(directory / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            key = os.path.realpath(directory)
         except OSError as exc:
-            raise MQClientError(
-                CLIENT_ERROR, f"cannot use the broadcasting offsets directory {directory}: {exc}"
-            ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise MQClientError(
-                CLIENT_ERROR,
-                f"the broadcasting offsets in {directory} are in use by another consumer of "
-                "this group on this host; give each member its own instance_name",
-            ) from None
-        self._lock_fd = fd
-        _OPEN_STORES.add(self)
+            raise self._unusable(exc) from exc
+        with _held_lock:
+            if key in _held:
+                raise _in_use(directory, "in this process")
+            _held[key] = self  # before the lock file is opened: see _lock
+            self._held_key = key
+        self._lock()
         try:
             self.load()
         except (OSError, ValueError) as exc:
@@ -264,14 +274,46 @@ class LocalFileOffsetStore:
                 CLIENT_ERROR, f"cannot load the broadcasting offsets: {exc}"
             ) from exc
 
+    def _lock(self) -> None:
+        """Take the POSIX lock of the directory's lock file (``lockf``). Such a lock belongs to
+        the process: a forked child does not share it, so the parent's :meth:`close` releases
+        the directory whatever its children do. Closing any descriptor of the file releases the
+        process's lock, so only the store in ``_held`` ever opens it."""
+        directory = self.path.parent
+        try:
+            fd = os.open(directory / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self._release_key()
+            raise self._unusable(exc) from exc
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            self._release_key()
+            raise _in_use(directory, "on this host") from None
+        self._lock_fd = fd
+
+    def _unusable(self, exc: OSError) -> MQClientError:
+        return MQClientError(
+            CLIENT_ERROR,
+            f"cannot use the broadcasting offsets directory {self.path.parent}: {exc}",
+        )
+
+    def _release_key(self) -> None:
+        """Give the directory up in this process's table."""
+        key, self._held_key = self._held_key, None
+        with _held_lock:
+            if key is not None and _held.get(key) is self:
+                del _held[key]
+
     def close(self) -> None:
         """Release the directory (idempotent)."""
-        self.forget_lock()  # closing the last descriptor of the lock drops the flock
+        self.forget_lock()  # closing the descriptor releases the process's lock
+        self._release_key()  # after: a store opened here meanwhile would lose its lock
 
     def forget_lock(self) -> None:
         """Close this process's descriptor of the directory lock."""
         fd, self._lock_fd = self._lock_fd, None
-        _OPEN_STORES.discard(self)
         if fd is not None:
             os.close(fd)
 

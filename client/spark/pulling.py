@@ -2,7 +2,8 @@
 
 Runs in Spark's Python worker processes. The connection is the process's shared client
 instance (:class:`client.blocking.SharedInstance`, opened on first use and kept for the
-worker's life, so a reused worker does not reconnect per task). Pulls never wait on the broker
+worker's life, so a reused worker does not reconnect per task; a process forked from it opens
+its own). Pulls never wait on the broker
 (``suspendTimeoutMillis`` 0). Without a tag filter the offsets of the next pulls are known, so
 several pulls are kept in flight; a short answer discards the guesses after it. Records are
 decoded straight into Arrow columns (:mod:`client.spark.columns`, no per-message objects).
@@ -18,6 +19,7 @@ import collections
 import concurrent.futures
 import logging
 import math
+import os
 import threading
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
@@ -63,6 +65,19 @@ STOP_TIMEOUT_S = 10.0
 
 _instances: dict[str, SharedInstance] = {}
 _instances_lock = threading.Lock()
+
+
+def _forget_instances_after_fork() -> None:
+    """In a forked child (a ``multiprocessing`` fork pool's worker): the cached instances'
+    loop threads stayed in the parent, so every pull through them would fail, and the lock
+    may have been held by another thread of the parent at the fork. Start afresh: the child
+    opens its own instance on first use."""
+    global _instances_lock
+    _instances.clear()
+    _instances_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_instances_after_fork)
 
 
 def shared_instance(namesrv: str) -> SharedInstance:

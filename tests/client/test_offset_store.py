@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -190,3 +195,96 @@ def test_a_forked_child_does_not_keep_the_directory_locked(tmp_path: Path) -> No
         os.waitpid(pid, 0)
         for fd in (read, write, ready_read, ready_write):
             os.close(fd)
+
+
+def _fork_without_python_hooks() -> int:
+    """``fork()`` called from C, as a C extension would: the child runs none of Python's
+    at-fork handlers (and is the same as any forked child before it has run them). The GIL
+    stays held (``PyDLL``), so the child, which only pauses, needs no other thread."""
+    libc = ctypes.PyDLL(None)
+    pid: int = libc.fork()
+    if pid == 0:
+        libc.pause()
+        os._exit(0)
+    return pid
+
+
+def test_a_child_forked_outside_pythons_hooks_does_not_keep_the_directory_locked(
+    tmp_path: Path,
+) -> None:
+    """The lock used to be an flock, shared by a forked child until its at-fork handler closed
+    its copy: a close and reopen right after ``Process.start()`` (the child not past its
+    handlers yet), or a fork while another thread opened a store, left the directory locked
+    for the child's life. The lock belongs to the process now: a child never holds it."""
+    store = LocalFileOffsetStore("c", "g", tmp_path)
+    store.open()
+    pid = _fork_without_python_hooks()
+    try:
+        store.close()
+        again = LocalFileOffsetStore("c", "g", tmp_path)
+        again.open()  # refused while the child's copy held the flock
+        again.close()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_fork_pool_child_does_not_hold_the_directory_after_the_parent_closes(
+    tmp_path: Path,
+) -> None:
+    """A worker of a ``multiprocessing`` fork pool, started while the consumer runs."""
+    store = LocalFileOffsetStore("c", "g", tmp_path)
+    store.open()
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()
+    try:
+        store.close()
+        again = LocalFileOffsetStore("c", "g", tmp_path)
+        again.open()
+        again.close()
+    finally:
+        child.kill()
+        child.join(10)
+
+
+def _open_in_another_process(directory: Path) -> str:
+    """Try to open the store ``c``/``g`` of ``directory`` in a new interpreter."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from client.errors import MQClientError\n"
+        "from client.offset_store import LocalFileOffsetStore\n"
+        "try:\n"
+        "    LocalFileOffsetStore('c', 'g', Path(sys.argv[1])).open()\n"
+        "except MQClientError as exc:\n"
+        "    print('refused', exc)\n"
+        "else:\n"
+        "    print('opened')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    return done.stdout
+
+
+def test_a_refused_second_store_in_the_process_leaves_the_first_ones_lock(
+    tmp_path: Path,
+) -> None:
+    """A POSIX lock is released when the process closes any descriptor of the file: the
+    second store here is refused before it opens the lock file, so another process is still
+    kept out."""
+    first = LocalFileOffsetStore("c", "g", tmp_path)
+    first.open()
+    try:
+        with pytest.raises(MQClientError, match=r"in this process.*instance_name"):
+            LocalFileOffsetStore("c", "g", tmp_path).open()
+        assert _open_in_another_process(tmp_path).startswith("refused")
+        assert "on this host" in _open_in_another_process(tmp_path)
+    finally:
+        first.close()
+    assert _open_in_another_process(tmp_path) == "opened\n"

@@ -3,6 +3,7 @@ client's loop thread builds the Arrow batches, the reading thread takes them one
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -115,3 +116,20 @@ def test_data_loss_surfaces_from_the_generator(filled: SharedInstance) -> None:
     rows = RangePuller(filled, past_end, fail_on_data_loss=False).batches()
     got = pa.Table.from_batches(list(rows)).column("queue_offset").to_pylist()
     assert got == list(range(COUNT - 10, COUNT))
+
+
+def _rows_of_first_ten(namesrv: str) -> int:
+    """In a forked worker: the rows ``read_range`` returns for offsets 0-9."""
+    return sum(batch.num_rows for batch in pulling.read_range(namesrv, _range(0, 10)))
+
+
+def test_a_forked_worker_reads_through_an_instance_of_its_own(
+    cluster: SyncCluster, filled: SharedInstance
+) -> None:
+    """The process's cached instance used to be inherited by a ``multiprocessing`` fork
+    pool's workers, whose every pull then failed ("its loop thread did not follow the fork:
+    make the client again", which they cannot: the cache is the module's)."""
+    assert shared_instance(cluster.namesrv) is filled  # cached in this process
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        rows = pool.apply_async(_rows_of_first_ten, (cluster.namesrv,)).get(timeout=60)
+    assert rows == 10
