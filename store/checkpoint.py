@@ -48,8 +48,13 @@ class StoreCheckpoint:
             if os.fstat(fd).st_size < PAGE:
                 os.posix_fallocate(fd, 0, PAGE)
             self.mm = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd
+        """Kept for :meth:`flush`: ``fdatasync`` releases the GIL, ``mmap.flush`` (``msync``)
+        does not in CPython 3.11, so it would stop the event loop for the length of a disk
+        sync each time the flush thread records the checkpoint."""
         self.physic_msg_timestamp: int
         self.logics_msg_timestamp: int
         self.index_msg_timestamp: int
@@ -98,12 +103,12 @@ class StoreCheckpoint:
         return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
 
     def flush(self) -> None:
-        """Write the fields and msync the page (safe from several threads: the fields are read
-        and written in one step, so the page never ends up with older values than the last
-        call read)."""
+        """Write the fields and ``fdatasync`` the page (safe from several threads: the fields
+        are read and written in one step, so the page never ends up with older values than the
+        last call read)."""
         with self._pack_lock:
             self._pack()
-        self.mm.flush()
+        os.fdatasync(self._fd)
 
     def _pack(self) -> None:
         _FIELDS.pack_into(
@@ -122,7 +127,15 @@ class StoreCheckpoint:
         )
 
     def close(self) -> None:
-        """Flush and unmap."""
+        """Flush, unmap and close the descriptor."""
         if not self.mm.closed:
-            self.flush()
+            try:
+                self.flush()
+            finally:
+                self.abandon()
+
+    def abandon(self) -> None:
+        """Unmap and close the descriptor without flushing (what a killed process leaves)."""
+        if not self.mm.closed:
             self.mm.close()
+            os.close(self._fd)

@@ -107,7 +107,7 @@ def abandon(store: Any) -> None:
         cq.close()
     store.index.close()
     store.commitlog.queue.close()
-    store.checkpoint.mm.close()
+    store.checkpoint.abandon()
     store._release_lock()
 
 

@@ -142,14 +142,14 @@ def test_a_checkpoint_from_older_code_gets_the_index_mark_at_open(
     cfg = small_config()
     blank = StoreCheckpoint(cfg.checkpoint_path)
     assert blank.index_mark == IndexMark(NO_INDEX_FILE, 0, -1)
-    blank.mm.close()
+    blank.abandon()
     with MessageStore(cfg) as store:
         store.put_message(make_msg(keys="k"))
     older = StoreCheckpoint(cfg.checkpoint_path)
     older.index_mark = None  # as an older minimq wrote it
     older.flush()
     assert older.index_mark is None
-    older.mm.close()
+    older.abandon()
     with MessageStore(cfg) as store:
         newest = store.index.files[-1]
         mark = IndexMark(int(newest.path.name), newest.index_count, newest.end_phy_offset)
@@ -633,4 +633,4 @@ def test_the_checkpoint_counts_the_flushed_consume_queue_units(
         store.close()
     read_back = StoreCheckpoint(cfg.checkpoint_path)  # from disk
     assert (read_back.logics_unit_count, read_back.index_mark) == (7, mark)
-    read_back.mm.close()
+    read_back.abandon()
