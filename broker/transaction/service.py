@@ -27,12 +27,19 @@ State and its rules (keys: see :mod:`broker.transaction.messages`):
 - ``half_progress``: every half record below it is done (decided, superseded by a later copy
   of its key, or discarded). It never passes a pending record, so a restart checks again
   everything still pending.
-- ``floor``: the smallest key of any half record at or after ``half_progress`` (or the half
-  queue's end). It never decreases. A key below it is decided; ops for keys below it are
-  forgotten and the op progress moves past them. (A half message inside its immunity keeps
-  its key, so it holds the floor, not the progress, until it is decided.)
-- ``decided``: keys with an op (commit / rollback / discard) at or above ``floor``. A key is
-  decided at most once: a second END_TRANSACTION, or one racing a discard, is ignored.
+- ``half_read_end`` and ``window_keys``: the half queue's end when the last round (or the
+  load) read it, and the keys of every half record at or after ``half_progress`` (the copies a
+  round re-stored included). A key below ``half_read_end`` and not in ``window_keys`` has no
+  copy left that is not done: it is decided. A pending message, inside its immunity or checked
+  again and again, is re-stored past the progress with its key, so it stays in
+  ``window_keys`` and holds nothing else: ops of the keys decided meanwhile are forgotten and
+  the op progress moves past them (RocketMQ moves its op progress past every op of a half
+  offset below the half progress).
+- ``decided``: keys with an op (commit / rollback / discard) that are still in
+  ``window_keys`` or not below ``half_read_end``; the others are forgotten, with their ops. So
+  it holds what the last round could not pass yet, not what was decided since the oldest
+  pending message. A key is decided at most once: a second END_TRANSACTION, or one racing a
+  discard, is ignored.
 - Both progresses are the consumer offsets of ``CID_SYS_RMQ_TRANS`` on the half and op queues
   (persisted with the other offsets, consistently, by the controller); on start the decisions
   are re-read from the op progress.
@@ -117,11 +124,17 @@ class TransactionService:
         """Applied to a committed message before its put (delay levels, as RocketMQ)."""
         self.clock_ms = clock_ms
         self.decided: dict[int, str] = {}
-        self.floor = 0
+        self.half_read_end = 0
+        """The half queue's end when the last round (or the load) read it."""
+        self.window_keys: set[int] = set()
+        """Keys of the half records at or after :attr:`half_progress` (re-stored copies too)."""
         self.checks_sent = 0
         self.discarded = 0
         self._deciding: set[int] = set()
         self._superseded: set[int] = set()
+        self._unread_copies: dict[int, int] = {}
+        """Queue offset -> key of the copies the rounds re-stored that no round read yet (the
+        consume queue may not list them yet): their keys stay in :attr:`window_keys`."""
         self._op_read = 0
         self._op_log: deque[tuple[int, int]] = deque()
         self._round_robin = itertools.count()
@@ -140,20 +153,21 @@ class TransactionService:
 
     @property
     def op_progress(self) -> int:
-        """Ops below this queue offset concern keys below :attr:`floor`."""
+        """Ops below this queue offset concern keys decided and passed by the rounds."""
         return self._progress(TRANS_OP_HALF_TOPIC)
 
     def _commit(self, topic: str, offset: int) -> None:
         self.offsets.commit_offset(tx.SYS_TRANS_GROUP, topic, 0, offset)
 
     def load(self) -> None:
-        """Re-read the decisions from the op progress and the floor from the half window."""
+        """Re-read the decisions from the op progress and the window keys from the half
+        progress."""
         self.decided.clear()
         self._op_log.clear()
         self._op_read = self.op_progress
         self._read_ops()
-        window, end = self._read_half(self.half_progress)
-        self.floor = min([tx.key_of(rec) for _, rec in window] + [end])
+        window, self.half_read_end = self._read_half(self.half_progress)
+        self.window_keys = {tx.key_of(rec) for _, rec in window}
 
     # ------------------------------------------------------------------ reading queues
 
@@ -247,7 +261,11 @@ class TransactionService:
 
     def is_decided(self, key: int) -> bool:
         """True when ``key`` is settled (or being settled right now)."""
-        return key < self.floor or key in self.decided or key in self._deciding
+        return key in self.decided or key in self._deciding or self._passed(key)
+
+    def _passed(self, key: int) -> bool:
+        """True when every copy of ``key`` lies below the half progress: it is done."""
+        return key < self.half_read_end and key not in self.window_keys
 
     # ------------------------------------------------------------------ END_TRANSACTION
 
@@ -322,7 +340,6 @@ class TransactionService:
         latest = {tx.key_of(rec): offset for offset, rec in window}
         now = self.clock_ms()
         progress = end
-        renewed_keys: list[int] = []
         for index, (offset, rec) in enumerate(window):
             if index % READ_STEP == READ_STEP - 1:
                 await trio.lowlevel.checkpoint()
@@ -332,22 +349,24 @@ class TransactionService:
             if not await self._check_one(offset, rec, now):
                 progress = offset  # too young: this one and everything after wait
                 break
-            # even when decided meanwhile (a commit landing during the re-store): the
-            # re-stored copy lies past the progress, so the floor must not pass its key
-            renewed_keys.append(key)
         progress = max(start, progress)
-        keys = [tx.key_of(rec) for offset, rec in window if offset >= progress]
-        self._advance(progress, min([*keys, *renewed_keys, max(end, progress)]))
+        keys = {tx.key_of(rec) for offset, rec in window if offset >= progress}
+        self._advance(progress, max(end, progress), keys)
 
-    def _advance(self, half_progress: int, floor: int) -> None:
-        """Move the half progress and the floor; forget what falls below the floor."""
+    def _advance(self, half_progress: int, read_end: int, window_keys: set[int]) -> None:
+        """Move the half progress and the window; forget the decisions (and pass the ops) of
+        the keys it passed."""
         self._commit(TRANS_HALF_TOPIC, half_progress)
         self._superseded = {o for o in self._superseded if o >= half_progress}
-        if floor > self.floor:
-            self.floor = floor
-            for key in [k for k in self.decided if k < floor]:
-                del self.decided[key]
-        while self._op_log and self._op_log[0][1] < self.floor:
+        self.half_read_end = max(self.half_read_end, read_end)
+        # a re-stored copy lies past the progress, even when its key was decided meanwhile (a
+        # commit landing during the re-store): its key stays until a round passes the copy
+        unread = {o: k for o, k in self._unread_copies.items() if o >= self.half_read_end}
+        self._unread_copies = unread
+        self.window_keys = window_keys.union(unread.values())
+        for key in [k for k in self.decided if self._passed(k)]:
+            del self.decided[key]
+        while self._op_log and self._passed(self._op_log[0][1]):
             self._commit(TRANS_OP_HALF_TOPIC, self._op_log.popleft()[0] + 1)
         if not self._op_log:
             self._commit(TRANS_OP_HALF_TOPIC, self._op_read)
@@ -396,6 +415,7 @@ class TransactionService:
         if not result.status.ok:
             raise PutFailedError(result)
         self._superseded.add(offset)
+        self._unread_copies[result.queue_offsets[0]] = tx.key_of(copy)
         return result
 
     def _pick_producer(self, group: str) -> Channel | None:

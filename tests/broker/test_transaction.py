@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from broker.client_manager import ClientManager
+from broker.consumer_offset import ConsumerOffsetManager
 from broker.processors.send import encode_batch_body
-from broker.transaction import SYS_TRANS_GROUP
+from broker.transaction import SYS_TRANS_GROUP, EndOutcome, TransactionService, to_half_message
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord, decode_record
 from common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -18,7 +20,8 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.transaction_bodies import HalfMessage, decode_half_messages
-from store import PutResult
+from store import MessageStore, PutResult
+from store.services import StoreServices
 from tests.broker.inprocess import LIMIT, running_broker, wait_until
 from tests.broker.txn_helpers import (
     COMMIT,
@@ -37,6 +40,7 @@ from tests.broker.txn_helpers import (
     queue_records,
     send_half,
 )
+from tests.conftest import ManualClock
 
 NO_CHECKS = {"transactionCheckInterval": "3600000"}
 
@@ -284,7 +288,7 @@ async def test_progress_waits_for_the_oldest_pending_and_then_forgets_old_ops(
         assert offsets.query_offset(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0) == 4
         assert offsets.query_offset(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0) == 4
         assert service.decided == {}
-        assert service.floor == 4
+        assert (service.half_read_end, service.window_keys) == (4, set())
         for old in sent:  # decided long ago: still ignored
             again = await end_tx(client, addr, end_fields(old, COMMIT))
             assert again.remark == "already decided"
@@ -549,3 +553,103 @@ async def test_a_round_reads_a_long_half_queue_in_steps_without_holding_the_even
         await service.check_once()
         assert await ticks_during(list_all) >= 1
         assert [h.key for h in listed] == [40]
+
+
+@pytest.mark.parametrize("pending_kind", ["immune", "checked"])
+async def test_a_long_pending_half_message_keeps_no_decisions_of_later_transactions(
+    tmp_path: Path, pending_kind: str
+) -> None:
+    """One half message pending for long (inside a 3600 s CHECK_IMMUNITY_TIME_IN_SECONDS, or
+    checked round after round with nobody to answer) must not make the broker keep every later
+    decision and hold the op progress: what is remembered, and re-read on a restart, is bounded
+    by what is pending, as in RocketMQ. Its decision still comes once, late or not."""
+    overrides = {**NO_CHECKS, "transactionTimeOut": "0"}
+    extra = (
+        {MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: "3600"} if pending_kind == "immune" else {}
+    )
+    committed = 0
+    async with (
+        running_broker(tmp_path, overrides=overrides) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        service, store = broker.transactions, broker.store
+        assert service is not None
+        assert store is not None
+        first = await send_half(client, addr, b"pending", extra=extra)
+        for round_ in range(3):
+            for _ in range(20):
+                sent = await send_half(client, addr, f"c{committed}".encode())
+                await end_tx(client, addr, end_fields(sent, COMMIT))
+                committed += 1
+            ops = committed
+            await wait_until(lambda: len(queue_records(broker, TRANS_OP_HALF_TOPIC)) == ops, "ops")  # noqa: B023
+            await wait_until(
+                lambda: store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0) >= ops + 1 + round_,  # noqa: B023
+                "the half messages",
+            )
+            await service.check_once()
+            assert service.decided == {}, f"round {round_}"
+            assert service.op_progress == ops, f"round {round_}"
+            assert service.is_decided(0) is False
+        await wait_until(lambda: [h.key for h in service.pending()] == [0], "still pending")
+    async with (
+        running_broker(tmp_path, overrides=overrides) as (broker, addr),
+        RemotingClient(default_timeout_s=LIMIT) as client,
+    ):
+        service = broker.transactions
+        assert service is not None
+        assert (service.op_progress, service.decided) == (committed, {})  # nothing to re-read
+        assert [h.key for h in service.pending()] == [0]
+        resp = await end_tx(client, addr, end_fields(first, COMMIT))  # the first copy's offsets
+        assert (resp.code, resp.remark) == (ResponseCode.SUCCESS, "")
+        await wait_until(lambda: len(queue_records(broker, TOPIC)) == committed + 1, "commit")
+        await service.check_once()
+        again = await end_tx(client, addr, end_fields(first, COMMIT))
+        assert again.remark == "already decided"
+        assert service.pending() == []
+        bodies = sorted(m.body for m in queue_records(broker, TOPIC))
+        assert bodies == sorted([b"pending", *(f"c{i}".encode() for i in range(committed))])
+
+
+async def test_a_re_stored_copy_not_yet_in_the_consume_queue_keeps_its_transaction_pending(
+    store: MessageStore, manual_clock: ManualClock, tmp_path: Path
+) -> None:
+    """A round may read the half queue before the copy the last round re-stored is dispatched
+    to the consume queue (here dispatch runs only when the test says so): the transaction is
+    still pending, not taken as decided, so a commit still lands and the copy is checked."""
+    service = TransactionService(
+        store,
+        StoreServices(store),  # its loops are not started: nothing dispatches behind our back
+        ConsumerOffsetManager(tmp_path / "config"),
+        ClientManager(),
+        timeout_ms=0,
+        clock_ms=manual_clock,
+    )
+    props = {MessageConst.PGROUP: GROUP, MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: "60"}
+    prepared = MessageRecord(
+        TOPIC,
+        b"pay 10",
+        properties=props,
+        sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+        born_timestamp=manual_clock.now,
+    )
+    assert to_half_message(prepared)
+    put = store.put_messages([prepared])
+    assert put.status.ok
+    store.dispatch_pending()
+    await service.check_once()  # inside its immunity: re-stored, the copy not dispatched yet
+    await service.check_once()  # reads the half queue without that copy
+    assert not service.is_decided(0)
+    store.dispatch_pending()
+    manual_clock.advance(61_000)
+    await service.check_once()  # immunity over: checked (nobody to ask), re-stored again
+    store.dispatch_pending()
+    [listed] = service.pending()
+    assert (listed.key, listed.check_times) == (0, 1)
+    first = store.lookup_message_by_offset(put.phys_offsets[0])  # a late answer to the first
+    assert first is not None
+    assert await service.end_transaction(decode_record(first), COMMIT) == EndOutcome.COMMITTED
+    assert store.get_max_offset_in_queue(TOPIC, 0) == 0
+    store.dispatch_pending()
+    assert store.get_max_offset_in_queue(TOPIC, 0) == 1
+    assert service.pending() == []
