@@ -16,6 +16,8 @@ Rules:
 - The name server reads no environment variable (``NAMESRV_ADDR`` is for brokers and clients).
 - Once serving, one line goes to stdout (flushed):
   ``The Name Server boot success. listening on <host>:<port>`` with the bound port.
+- Before serving, the soft ``RLIMIT_NOFILE`` is raised to the hard limit, as the JVM running
+  RocketMQ does (``-XX:+MaxFDLimit``), logged at INFO as old -> new.
 - SIGTERM or SIGINT stops the server and exits 0. A bad config file or a failure to bind prints
   one line to stderr and exits 1; click's usage errors keep exit code 2. Logs go to stderr (and to
   ``--logFile`` if given).
@@ -34,6 +36,7 @@ from common.process import (
     fail,
     log_level_option,
     print_config_option,
+    raise_open_files_limit,
     serve_until_signal,
     setup_logging,
     tune_gc,
@@ -111,6 +114,7 @@ def main(
         setup_logging(log_level, log_file)
     except OSError as exc:
         fail(PROGRAM, f"cannot open log file: {exc}")
+    raise_open_files_limit(log)  # before the server computes its connection cap from it
     try:
         tune_gc()
         trio.run(_serve, config)

@@ -100,3 +100,22 @@ async def stop_process(proc: trio.Process) -> None:
         await proc.wait()
         if proc.stdout is not None:
             await proc.stdout.aclose()
+
+
+LOWERED_SOFT_NOFILE = 256
+"""A soft ``RLIMIT_NOFILE`` to start a server under (``ulimit -Sn`` in its own shell)."""
+
+
+def open_files_limits(pid: int) -> tuple[int, int]:
+    """The soft and hard "Max open files" of process ``pid``, from ``/proc/<pid>/limits``."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError(f"no open files limit for {pid}")
+
+
+def with_lowered_soft_nofile(argv: list[str]) -> list[str]:
+    """``argv`` run through a shell that first lowers its soft ``RLIMIT_NOFILE`` to
+    :data:`LOWERED_SOFT_NOFILE`."""
+    return ["/bin/sh", "-c", f'ulimit -Sn {LOWERED_SOFT_NOFILE} && exec "$0" "$@"', *argv]

@@ -31,13 +31,16 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.route_bodies import decode_cluster_info_body, decode_route_body
 from tests.processes import (
     BROKER_BOOT,
+    LOWERED_SOFT_NOFILE,
     console_script,
+    open_files_limits,
     read_log,
     run_cli,
     start_command,
     start_namesrv,
     start_process,
     stop_process,
+    with_lowered_soft_nofile,
 )
 
 LIMIT = 20.0
@@ -265,18 +268,6 @@ def test_unknown_override_exits_one() -> None:
     assert "noSuchKey" in out.stderr
 
 
-LOWERED_SOFT_NOFILE = 256
-
-
-def open_files_limits(pid: int) -> tuple[int, int]:
-    """The soft and hard "Max open files" of process ``pid``, from ``/proc/<pid>/limits``."""
-    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
-        if line.startswith("Max open files"):
-            soft, hard = line.split()[3:5]
-            return int(soft), int(hard)
-    raise AssertionError(f"no open files limit for {pid}")
-
-
 async def test_broker_raises_its_open_files_limit_to_the_hard_limit(tmp_path: Path) -> None:
     """Started with a low soft ``RLIMIT_NOFILE`` (``ulimit -Sn`` in its own shell), ``mqbroker``
     raises it to the hard limit, as the JVM running RocketMQ does, before its server sizes
@@ -286,9 +277,6 @@ async def test_broker_raises_its_open_files_limit_to_the_hard_limit(tmp_path: Pa
         return  # nothing to raise to here
     stderr_path = tmp_path / "stderr.log"
     argv = [
-        "/bin/sh",
-        "-c",
-        f'ulimit -Sn {LOWERED_SOFT_NOFILE} && exec "$0" "$@"',
         console_script("mqbroker"),
         "-n",
         "",
@@ -305,7 +293,7 @@ async def test_broker_raises_its_open_files_limit_to_the_hard_limit(tmp_path: Pa
         *itertools.chain.from_iterable((f"--{k}", v) for k, v in SMALL_STORE.items()),
     ]
     boot = re.compile(r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\..*")
-    broker, match = await start_command(argv, stderr_path, boot)
+    broker, match = await start_command(with_lowered_soft_nofile(argv), stderr_path, boot)
     try:
         assert open_files_limits(broker.pid) == (hard, hard)
         assert f"raised from {LOWERED_SOFT_NOFILE} to {hard}" in read_log(stderr_path)
