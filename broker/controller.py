@@ -285,7 +285,9 @@ class BrokerController:
             ).handlers(),
             **send_back.handlers(),
             **GroupAdminProcessor(
-                self.groups, self.metrics.forget_group if self.metrics is not None else None
+                self.groups,
+                self.metrics.forget_group if self.metrics is not None else None,
+                offsets=self.offsets,
             ).handlers(),
             **LockProcessor(self.locks).handlers(),
             **schedule.handlers(),

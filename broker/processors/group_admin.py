@@ -7,13 +7,18 @@
                                               -> SUCCESS
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG     201  -> body msgpack of
                                               SubscriptionGroupManager.to_wire()
-    DELETE_SUBSCRIPTIONGROUP             207  groupName -> SUCCESS (also when absent)
+    DELETE_SUBSCRIPTIONGROUP             207  groupName [cleanOffset] -> SUCCESS (also when
+                                              absent)
 
 A bad body (not msgpack, not a map, a wrong value type, an invalid group name) answers
 SYSTEM_ERROR naming the problem. Changes are persisted at once by the manager. Deleting a
 group also drops its metric series (``on_group_deleted``, RocketMQ's
-``BrokerStatsManager.onGroupDeleted``); its committed offsets stay, as RocketMQ's without
-``cleanOffset``.
+``BrokerStatsManager.onGroupDeleted``). Its committed offsets stay unless the header
+``cleanOffset`` is true (``mqadmin deleteSubGroup -r true``): then every offset of the group
+goes, its ``%RETRY%`` topic's included, with the pull offsets kept in memory for
+``consumerProgress``'s ``#Inflight`` (RocketMQ's ``ConsumerOffsetManager#removeOffset``). A
+member still online commits its offsets again, and its next pull or heartbeat re-creates the
+group's config while ``autoCreateSubscriptionGroup`` is on, as in RocketMQ.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from collections.abc import Callable
 
 import msgpack
 
+from broker.consumer_offset import ConsumerOffsetManager
 from broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import error, guarded, header_str
+from remoting.headers import error, guarded, header_str, opt_bool
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +51,11 @@ class GroupAdminProcessor:
         self,
         groups: SubscriptionGroupManager,
         on_group_deleted: Callable[[str], None] | None = None,
+        offsets: ConsumerOffsetManager | None = None,
     ) -> None:
         self.groups = groups
+        self.offsets = offsets
+        """The committed offsets that DELETE_SUBSCRIPTIONGROUP with ``cleanOffset`` removes."""
         self.on_group_deleted = on_group_deleted
         """Called with the group's name after DELETE_SUBSCRIPTIONGROUP (its statistics go)."""
 
@@ -71,10 +80,14 @@ class GroupAdminProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def delete(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        """DELETE_SUBSCRIPTIONGROUP."""
+        """DELETE_SUBSCRIPTIONGROUP (see the module rules)."""
         group = header_str(request, "groupName")
+        clean_offset = opt_bool(request, "cleanOffset")
         if self.groups.delete(group) is None:
             log.warning("delete subscription group %s: not found", group)
+        if clean_offset and self.offsets is not None:
+            removed = self.offsets.remove_group(group)
+            log.info("deleted subscription group %s: its offsets on %d topic(s) go", group, removed)
         if self.on_group_deleted is not None:
             self.on_group_deleted(group)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)

@@ -207,9 +207,10 @@ class AdminClient:
         body: bytes = msgpack.packb(dict(config), use_bin_type=True)
         await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
 
-    async def delete_sub_group(self, addr: str, group: str) -> None:
-        """DELETE_SUBSCRIPTIONGROUP."""
-        await self.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+    async def delete_sub_group(self, addr: str, group: str, *, clean_offset: bool = False) -> None:
+        """DELETE_SUBSCRIPTIONGROUP (``clean_offset``: the group's committed offsets go too)."""
+        fields: dict[str, ExtValue] = {"groupName": group, "cleanOffset": str(clean_offset).lower()}
+        await self.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, fields)
 
     async def consume_stats(self, addr: str, group: str, topic: str = "") -> bodies.ConsumeStats:
         """GET_CONSUME_STATS."""

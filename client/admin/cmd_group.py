@@ -23,10 +23,11 @@ from client.admin.base import (
     run,
     table,
 )
+from client.admin.cmd_topic import delete_topic_everywhere
 from client.allocate import AllocateMessageQueueAveragely
 from client.errors import MQClientError, TopicRouteError
 from client.message import MessageQueue
-from common.topic import RETRY_GROUP_TOPIC_PREFIX
+from common.topic import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from remoting.admin_bodies import ConsumerConnection, QueueConsumeStats, QueueOffset
 from remoting.codes import ResponseCode
 
@@ -92,25 +93,92 @@ def update_sub_group(
 
 @admin_command("deleteSubGroup")
 @click.option("-b", "--brokerAddr", "broker", help="On this broker.")
-@click.option("-c", "--clusterName", "cluster", help="On every broker of this cluster.")
+@click.option(
+    "-c",
+    "--clusterName",
+    "cluster",
+    help="On every broker of this cluster; the group's %RETRY% and %DLQ% topics go too "
+    "(from the cluster's brokers and the name servers).",
+)
 @click.option("-g", "--groupName", "group", required=True, help="Consumer group name.")
+@click.option(
+    "-r",
+    "--removeOffset",
+    "remove_offset",
+    type=click.BOOL,
+    default=False,
+    show_default=True,
+    help="Also remove the group's committed offsets on the brokers.",
+)
 def delete_sub_group(
-    namesrv: str | None, as_json: bool, broker: str | None, cluster: str | None, group: str
+    namesrv: str | None,
+    as_json: bool,
+    broker: str | None,
+    cluster: str | None,
+    group: str,
+    remove_offset: bool,
 ) -> None:
-    """Delete subscription group from broker."""
+    """Delete subscription group from broker.
+
+    As RocketMQ's: with -c (and no -b) the group's %RETRY% and %DLQ% topics are deleted from
+    the cluster and the name servers too; with -r true its committed offsets go as well.
+    """
     if broker is None and cluster is None:
         fail("give -b brokerAddr or -c clusterName")
+    whole_cluster = cluster if broker is None else None
 
-    async def body(admin: AdminClient) -> list[str]:
+    async def body(admin: AdminClient) -> dict[str, Any]:
         targets = await admin.masters(cluster=cluster, broker_addr=broker)
-        done = await on_each_broker(targets, lambda addr: admin.delete_sub_group(addr, group))
-        return [addr for addr, _ in done]
+        done = await on_each_broker(
+            targets,
+            lambda addr: admin.delete_sub_group(addr, group, clean_offset=remove_offset),
+        )
+        brokers = [addr for addr, _ in done]
+        topics = []
+        if whole_cluster is not None:
+            topics = await _delete_group_topics(admin, group, whole_cluster, brokers)
+        return {
+            "groupName": group,
+            "clusterName": whole_cluster,
+            "removeOffset": remove_offset,
+            "brokers": brokers,
+            "topicsDeleted": topics,
+        }
 
     done = run(namesrv, body)
     if as_json:
-        emit_json({"groupName": group, "brokers": done})
+        emit_json(done)
         return
-    lines(*(f"delete subscription group [{group}] from broker [{a}] success." for a in done))
+    where = f" in cluster [{whole_cluster}]" if whole_cluster is not None else ""
+    lines(
+        *(
+            f"delete subscription group [{group}] from broker [{a}]{where} success."
+            for a in done["brokers"]
+        ),
+        *(
+            f"delete topic [{t}] from cluster [{whole_cluster}] and NameServer success."
+            for t in done["topicsDeleted"]
+        ),
+    )
+
+
+async def _delete_group_topics(
+    admin: AdminClient, group: str, cluster: str, brokers: Sequence[str]
+) -> list[str]:
+    """Delete ``group``'s ``%RETRY%`` and ``%DLQ%`` topics from ``cluster`` and the name servers
+    (RocketMQ's ``deleteSubGroup -c``); the topics deleted. MQClientError when one could not be,
+    saying that the group itself is gone from ``brokers``."""
+    topics = [retry_topic(group), dlq_topic(group)]
+    for topic in topics:
+        try:
+            await delete_topic_everywhere(admin, topic, cluster)
+        except MQClientError as exc:
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR,
+                f"subscription group [{group}] deleted from broker(s) {', '.join(brokers)}, "
+                f"but not its topic {topic}: {exc}",
+            ) from None
+    return topics
 
 
 # ---------------------------------------------------------------------- progress

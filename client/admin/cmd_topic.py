@@ -158,6 +158,22 @@ def update_topic(
     lines(java_object("TopicConfig", config.to_wire()))
 
 
+async def delete_topic_everywhere(
+    admin: AdminClient, topic: str, cluster: str | None = None
+) -> list[str]:
+    """Delete ``topic`` from the master brokers hosting it (``cluster``'s masters when given),
+    then from the name servers (only ``cluster``'s part of its route when given), as
+    RocketMQ's ``deleteTopic``; the addresses of the brokers it was deleted from."""
+    if cluster is not None:
+        targets = await admin.masters(cluster=cluster)
+    else:
+        targets = await admin.topic_masters(topic)
+    # the name servers forget the topic only once every broker has deleted it
+    done = await on_each_broker(targets, lambda addr: admin.delete_topic_in_broker(addr, topic))
+    await admin.delete_topic_in_namesrv(topic, cluster)
+    return [addr for addr, _ in done]
+
+
 @admin_command("deleteTopic")
 @click.option(
     "-c",
@@ -170,14 +186,7 @@ def delete_topic(namesrv: str | None, as_json: bool, cluster: str | None, topic:
     """Delete topic from broker and NameServer."""
 
     async def body(admin: AdminClient) -> list[str]:
-        if cluster is not None:
-            targets = await admin.masters(cluster=cluster)
-        else:
-            targets = await admin.topic_masters(topic)
-        # the name servers forget the topic only once every broker has deleted it
-        done = await on_each_broker(targets, lambda addr: admin.delete_topic_in_broker(addr, topic))
-        await admin.delete_topic_in_namesrv(topic, cluster)
-        return [addr for addr, _ in done]
+        return await delete_topic_everywhere(admin, topic, cluster)
 
     done = run(namesrv, body)
     if as_json:
