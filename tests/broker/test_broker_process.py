@@ -56,6 +56,26 @@ SMALL_STORE = {
 }
 
 
+def small_broker_args(namesrv: str, store: Path) -> list[str]:
+    """``mqbroker`` options for a broker on 127.0.0.1 and a free port with a small store in
+    ``store``, registering with ``namesrv`` (with none when it is empty)."""
+    return [
+        "-n",
+        namesrv,
+        "--bindAddress",
+        "127.0.0.1",
+        "--listenPort",
+        "0",
+        "--brokerIP1",
+        "127.0.0.1",
+        "--storePathRootDir",
+        str(store),
+        "--diskMaxUsedSpaceRatio",
+        "95",
+        *itertools.chain.from_iterable((f"--{k}", v) for k, v in SMALL_STORE.items()),
+    ]
+
+
 def req(code: int, body: bytes = b"", **ext: ExtValue) -> RemotingCommand:
     return RemotingCommand.request(code, ext, body, opaque=next(_opaque))
 
@@ -190,20 +210,7 @@ async def test_broker_process_sigterm_and_restart(tmp_path: Path) -> None:
     try:
         ns, ns_addr = await start_namesrv(stderr_path)
         procs.append(ns)
-        broker_args = [
-            "broker",
-            "-n",
-            ns_addr,
-            "--bindAddress",
-            "127.0.0.1",
-            "--listenPort",
-            "0",
-            "--brokerIP1",
-            "127.0.0.1",
-            "--storePathRootDir",
-            str(store),
-            *itertools.chain.from_iterable((f"--{k}", v) for k, v in SMALL_STORE.items()),
-        ]
+        broker_args = ["broker", *small_broker_args(ns_addr, store)]
 
         broker, match = await start_process(broker_args, stderr_path, BROKER_BOOT)
         procs.append(broker)
@@ -276,22 +283,7 @@ async def test_broker_raises_its_open_files_limit_to_the_hard_limit(tmp_path: Pa
     if hard == resource.RLIM_INFINITY or hard <= LOWERED_SOFT_NOFILE:
         return  # nothing to raise to here
     stderr_path = tmp_path / "stderr.log"
-    argv = [
-        console_script("mqbroker"),
-        "-n",
-        "",
-        "--bindAddress",
-        "127.0.0.1",
-        "--listenPort",
-        "0",
-        "--brokerIP1",
-        "127.0.0.1",
-        "--storePathRootDir",
-        str(tmp_path / "store"),
-        "--diskMaxUsedSpaceRatio",
-        "95",
-        *itertools.chain.from_iterable((f"--{k}", v) for k, v in SMALL_STORE.items()),
-    ]
+    argv = [console_script("mqbroker"), *small_broker_args("", tmp_path / "store")]
     boot = re.compile(r"The broker\[broker-a, 127\.0\.0\.1:(\d+)\] boot success\..*")
     broker, match = await start_command(with_lowered_soft_nofile(argv), stderr_path, boot)
     try:
