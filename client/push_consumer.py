@@ -10,7 +10,8 @@ Task tree (``async with PushConsumer(group=..., namesrv=...) as consumer:``)::
        ├─ persist_loop          offsets to the brokers (or the local file) every 5 s
        ├─ lock_loop             orderly only: renew the broker-side queue locks every 20 s
        ├─ consume service       concurrent: a pool of consume_thread_max workers
-       └─ per assigned queue    a pull task (long polling, flow control); orderly: a consume task
+       └─ per assigned queue    a pull task (long polling, flow control, ``pull_interval_ms``
+                                after a pull that brought messages); orderly: a consume task
 
 Rebalance (seed 000): for each subscribed topic, the readable queues (from the cached route)
 and the group's client ids (asked of a broker) are sorted and given to the allocation strategy
@@ -97,7 +98,7 @@ from client.process_queue import ProcessQueue
 from client.send_back import send_to_retry_topic
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
-from common.topic import retry_topic
+from common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from remoting.codes import RequestCode
 
@@ -131,6 +132,7 @@ DROP_WAIT_S = 1.0
 FLOW_CONTROL_RANGES: dict[str, tuple[int, int]] = {
     "consume_message_batch_max_size": (1, 1024),
     "pull_batch_size": (1, 1024),
+    "pull_interval_ms": (0, 65535),
     "pull_threshold_for_queue": (1, 65535),
     "pull_threshold_size_for_queue_mib": (1, 1024),
     "pull_threshold_for_topic": (1, 6553500),
@@ -153,6 +155,49 @@ def check_flow_control(**options: int) -> None:
             allowed = f"[{low}, {high}]"
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ValueError(f"{name} must be in {allowed}, got {value!r}")
+
+
+def check_consume_options(
+    *,
+    consume_from: object,
+    consume_timestamp_ms: object,
+    message_model: object,
+    orderly: object,
+) -> None:
+    """ValueError for a ``consume_from`` that is not a :class:`ConsumeFromWhere`, a
+    ``message_model`` that is not a :class:`MessageModel`, an ``orderly`` that is not a bool,
+    or a ``consume_timestamp_ms`` that is not None or a whole number of milliseconds >= 0.
+
+    A name given as a string (``"CONSUME_FROM_FIRST_OFFSET"``, ``"CLUSTERING"``) used to be
+    taken: the start offset fell back to the last offset, a ``"CLUSTERING"`` string meant
+    broadcasting, and the first heartbeat crashed the consumer; a float timestamp was refused
+    by the broker at every rebalance, and RocketMQ's ``yyyyMMddHHmmss`` string was read as
+    milliseconds (far in the future: nothing consumed)."""
+    if not isinstance(consume_from, ConsumeFromWhere):
+        names = ", ".join(f"ConsumeFromWhere.{m.name}" for m in ConsumeFromWhere)
+        raise ValueError(f"consume_from must be one of {names}, got {consume_from!r}")
+    if not isinstance(message_model, MessageModel):
+        names = ", ".join(f"MessageModel.{m.name}" for m in MessageModel)
+        raise ValueError(f"message_model must be one of {names}, got {message_model!r}")
+    if not isinstance(orderly, bool):
+        raise ValueError(f"orderly must be True or False, got {orderly!r}")
+    if consume_timestamp_ms is not None and (
+        isinstance(consume_timestamp_ms, bool)
+        or not isinstance(consume_timestamp_ms, int)
+        or consume_timestamp_ms < 0
+    ):
+        raise ValueError(
+            "consume_timestamp_ms must be a whole number of milliseconds since the epoch "
+            f"(>= 0; RocketMQ's yyyyMMddHHmmss string is not taken), got {consume_timestamp_ms!r}"
+        )
+
+
+def check_intervals(**seconds: float) -> None:
+    """ValueError naming the first interval that is not a number of seconds > 0 (0 made a
+    loop that never waits, a negative one crashed the consumer once started)."""
+    for name, value in seconds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
 
 
 @dataclass(eq=False)
@@ -197,6 +242,7 @@ class PushConsumer:
         consume_thread_max: int = 20,
         consume_message_batch_max_size: int = 1,
         pull_batch_size: int = 32,
+        pull_interval_ms: int = 0,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue_mib: int = 100,
         pull_threshold_for_topic: int = -1,
@@ -226,6 +272,7 @@ class PushConsumer:
         check_flow_control(
             consume_message_batch_max_size=consume_message_batch_max_size,
             pull_batch_size=pull_batch_size,
+            pull_interval_ms=pull_interval_ms,
             pull_threshold_for_queue=pull_threshold_for_queue,
             pull_threshold_size_for_queue_mib=pull_threshold_size_for_queue_mib,
             pull_threshold_for_topic=pull_threshold_for_topic,
@@ -236,6 +283,13 @@ class PushConsumer:
             raise ValueError(
                 f"suspend_current_queue_ms must be >= 0, got {suspend_current_queue_ms}"
             )
+        check_consume_options(
+            consume_from=consume_from,
+            consume_timestamp_ms=consume_timestamp_ms,
+            message_model=message_model,
+            orderly=orderly,
+        )
+        check_intervals(persist_interval=persist_interval, rebalance_interval=rebalance_interval)
         self.group = group
         self.consume_from = consume_from
         self.consume_timestamp_ms = default_consume_timestamp_ms(consume_timestamp_ms)
@@ -247,6 +301,7 @@ class PushConsumer:
         self.consume_thread_max = consume_thread_max
         self.batch_max = consume_message_batch_max_size
         self.pull_batch_size = pull_batch_size
+        self.pull_interval_s = pull_interval_ms / 1000
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size = pull_threshold_size_for_queue_mib * 1024 * 1024
         self.pull_threshold_for_topic = pull_threshold_for_topic
@@ -268,15 +323,15 @@ class PushConsumer:
         self.consume_timeout_s = consume_timeout_min * 60.0
         self._own_instance = instance is None
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
+        pause_s = max(PULL_RETRY_DELAY_S, self.pull_interval_s)
         longest_pass_ms = (
-            suspend_timeout_ms
-            + (self._instance.config.request_timeout_s + PULL_RETRY_DELAY_S) * 1000
+            suspend_timeout_ms + (self._instance.config.request_timeout_s + pause_s) * 1000
         )
         if pull_max_idle_ms < 2 * longest_pass_ms:
             raise ValueError(
                 f"pull_max_idle_ms ({pull_max_idle_ms}) must be at least twice the longest pull "
-                f"and retry: suspend_timeout_ms + the request timeout + {PULL_RETRY_DELAY_S} s "
-                f"({longest_pass_ms:.0f} ms)"
+                f"and pause: suspend_timeout_ms + the request timeout + the longer of "
+                f"{PULL_RETRY_DELAY_S} s and pull_interval_ms ({longest_pass_ms:.0f} ms)"
             )
         self._subs: dict[str, tuple[SubscriptionData, Handler | None]] = {}
         self._queues: dict[MessageQueue, _Queue] = {}
@@ -698,12 +753,18 @@ class PushConsumer:
         log.info("%s: consuming %s from offset %d", self.group, mq, offset)
 
     async def _start_offset(self, mq: MessageQueue) -> int:
-        """The stored offset, else where ``consume_from`` says (``computePullFromWhere``)."""
+        """The stored offset, else where ``consume_from`` says (``computePullFromWhere``): a
+        retry topic (``%RETRY%...``) from its start, except under ``CONSUME_FROM_TIMESTAMP``,
+        which takes it from its end, as RocketMQ's ``RebalancePushImpl`` does."""
         stored = await self._offsets.read(mq)
         if stored is not None:
             return stored
-        if mq.topic == retry_topic(self.group):
-            return 0
+        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            if self.consume_from is not ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+                return 0
+            return await offset_from_where(
+                self._instance, mq, ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+            )
         return await offset_from_where(
             self._instance, mq, self.consume_from, self.consume_timestamp_ms
         )
@@ -868,6 +929,8 @@ class PushConsumer:
                 self._concurrent.submit(slot, result.messages)
             else:
                 slot.wakeup.set()
+            if self.pull_interval_s > 0:  # RocketMQ's pullInterval: only after messages came
+                await trio.sleep(self.pull_interval_s)
         elif pq.count == 0:
             self._offsets.update(slot.mq, result.next_begin_offset)
 
