@@ -156,6 +156,27 @@ def default_consume_timestamp_ms(given: int | None) -> int:
     return wall_clock_ms() - CONSUME_TIMESTAMP_BACK_MS if given is None else given
 
 
+def check_start_position(consume_from: object, consume_timestamp_ms: object) -> None:
+    """ValueError for a ``consume_from`` that is not a :class:`ConsumeFromWhere` member, or a
+    ``consume_timestamp_ms`` that is not None or a whole number of milliseconds >= 0.
+
+    A name given as a string (``"CONSUME_FROM_FIRST_OFFSET"``) used to be taken and crash the
+    consumer's first heartbeat; a float timestamp was refused by the broker at every rebalance,
+    and RocketMQ's ``yyyyMMddHHmmss`` string was read as milliseconds (far in the future)."""
+    if not isinstance(consume_from, ConsumeFromWhere):
+        names = ", ".join(f"ConsumeFromWhere.{m.name}" for m in ConsumeFromWhere)
+        raise ValueError(f"consume_from must be one of {names}, got {consume_from!r}")
+    if consume_timestamp_ms is not None and (
+        isinstance(consume_timestamp_ms, bool)
+        or not isinstance(consume_timestamp_ms, int)
+        or consume_timestamp_ms < 0
+    ):
+        raise ValueError(
+            "consume_timestamp_ms must be a whole number of milliseconds since the epoch "
+            f"(>= 0; RocketMQ's yyyyMMddHHmmss string is not taken), got {consume_timestamp_ms!r}"
+        )
+
+
 async def offset_from_where(
     instance: ClientInstance,
     mq: MessageQueue,

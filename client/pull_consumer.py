@@ -62,7 +62,11 @@ from client.config import ClientConfig
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage
-from client.offset_store import default_consume_timestamp_ms, offset_from_where
+from client.offset_store import (
+    check_start_position,
+    default_consume_timestamp_ms,
+    offset_from_where,
+)
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
@@ -146,6 +150,7 @@ class PullConsumer:
             raise ValueError("auto_commit_interval and rebalance_interval must be > 0 seconds")
         if not (pull_retry_delay >= 0 and suspend_timeout_ms >= 0):
             raise ValueError("pull_retry_delay and suspend_timeout_ms must be >= 0")
+        check_start_position(consume_from, consume_timestamp_ms)
         self.group = group
         self.consume_from = consume_from
         self.consume_timestamp_ms = default_consume_timestamp_ms(consume_timestamp_ms)

@@ -91,6 +91,7 @@ from client.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
     RemoteOffsetStore,
+    check_start_position,
     default_consume_timestamp_ms,
     offset_from_where,
 )
@@ -164,32 +165,17 @@ def check_consume_options(
     message_model: object,
     orderly: object,
 ) -> None:
-    """ValueError for a ``consume_from`` that is not a :class:`ConsumeFromWhere`, a
-    ``message_model`` that is not a :class:`MessageModel`, an ``orderly`` that is not a bool,
-    or a ``consume_timestamp_ms`` that is not None or a whole number of milliseconds >= 0.
+    """ValueError for a ``message_model`` that is not a :class:`MessageModel`, an ``orderly``
+    that is not a bool, or a start position :func:`check_start_position` refuses.
 
-    A name given as a string (``"CONSUME_FROM_FIRST_OFFSET"``, ``"CLUSTERING"``) used to be
-    taken: the start offset fell back to the last offset, a ``"CLUSTERING"`` string meant
-    broadcasting, and the first heartbeat crashed the consumer; a float timestamp was refused
-    by the broker at every rebalance, and RocketMQ's ``yyyyMMddHHmmss`` string was read as
-    milliseconds (far in the future: nothing consumed)."""
-    if not isinstance(consume_from, ConsumeFromWhere):
-        names = ", ".join(f"ConsumeFromWhere.{m.name}" for m in ConsumeFromWhere)
-        raise ValueError(f"consume_from must be one of {names}, got {consume_from!r}")
+    A name given as a string (``"CLUSTERING"``) used to be taken: it meant broadcasting, and
+    the first heartbeat crashed the consumer."""
+    check_start_position(consume_from, consume_timestamp_ms)
     if not isinstance(message_model, MessageModel):
         names = ", ".join(f"MessageModel.{m.name}" for m in MessageModel)
         raise ValueError(f"message_model must be one of {names}, got {message_model!r}")
     if not isinstance(orderly, bool):
         raise ValueError(f"orderly must be True or False, got {orderly!r}")
-    if consume_timestamp_ms is not None and (
-        isinstance(consume_timestamp_ms, bool)
-        or not isinstance(consume_timestamp_ms, int)
-        or consume_timestamp_ms < 0
-    ):
-        raise ValueError(
-            "consume_timestamp_ms must be a whole number of milliseconds since the epoch "
-            f"(>= 0; RocketMQ's yyyyMMddHHmmss string is not taken), got {consume_timestamp_ms!r}"
-        )
 
 
 def check_intervals(**seconds: float) -> None:

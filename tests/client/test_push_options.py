@@ -20,6 +20,7 @@ from client.aio import (
     MessageModel,
     MessageQueue,
     Producer,
+    PullConsumer,
     PushConsumer,
     ReceivedMessage,
     SendStatus,
@@ -52,6 +53,19 @@ def test_options_of_the_wrong_kind_are_refused_when_made(
 ) -> None:
     with pytest.raises(ValueError, match=rf"^{expected}.*, got {value!r}$"):
         PushConsumer("cg", NAMESRV, **{option: value})
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("consume_from", "CONSUME_FROM_FIRST_OFFSET"),
+        ("consume_timestamp_ms", 1.7e12),
+        ("consume_timestamp_ms", "20240101000000"),
+    ],
+)
+def test_the_pull_consumer_refuses_the_same_start_positions(option: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=rf"^{option} must be .*, got {value!r}$"):
+        PullConsumer("cg", NAMESRV, **{option: value})
 
 
 def test_the_enum_members_and_their_short_aliases_are_taken() -> None:
