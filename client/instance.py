@@ -144,7 +144,8 @@ class ClientInstance:
         self._transaction_checkers: dict[str, TransactionCheckHandler] = {}
         self.published_topics: list[Callable[[], Iterable[str]]] = []
         """One per running producer: the topics it has sent to, whose routes
-        :meth:`refresh_routes` keeps (a consumer's topics come from its heartbeat data)."""
+        :meth:`refresh_routes` keeps (a consumer's topics come from its heartbeat data); and
+        the Spark source's topics (:class:`client.spark.brokers.KeptRoutes`)."""
         self._heartbeat_wakeup = trio.Event()
         self._stop_requested = trio.Event()
         self.stopped = trio.Event()

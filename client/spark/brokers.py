@@ -12,13 +12,14 @@ naming the brokers, never as a bare trio ``ExceptionGroup``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
 from client import api
-from client.errors import CLIENT_ERROR, MQClientError, TopicRouteError
+from client.errors import CLIENT_ERROR, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from client.spark.offsets import QueueKey
@@ -67,20 +68,67 @@ def _mq(key: QueueKey) -> MessageQueue:
     return MessageQueue(*key)
 
 
+class KeptRoutes:
+    """The topics whose routes a :class:`ClientInstance` keeps while the Spark source reads
+    them (one per instance, in its ``published_topics`` hooks; loop thread only).
+
+    The instance's route loop forgets, every ``pollNameServerInterval`` (30 s), the routes of
+    topics none of its producers or consumers use, which the source's offset requests and
+    pulls are not: without this, a query would need the name servers again 30 s after its
+    last trigger or pull, and the fallback to the held routes during a name-server outage
+    would find none. Kept topics have their routes refreshed by that loop instead, and keep
+    their old route when the name servers do not answer, as a consumer's do."""
+
+    def __init__(self) -> None:
+        self.users: Counter[str] = Counter()
+        """Topics kept by a driver-side reader until it stops (counted per reader)."""
+        self.for_life: set[str] = set()
+        """Topics an executor's pulls read: kept as long as the worker's instance lives."""
+
+    def __call__(self) -> Iterable[str]:
+        """The kept topics (the instance's ``topics_in_use`` asks)."""
+        return self.for_life.union(self.users)
+
+
+def kept_routes(instance: ClientInstance) -> KeptRoutes:
+    """``instance``'s :class:`KeptRoutes`, registered with it on first use (loop thread)."""
+    for hook in instance.published_topics:
+        if isinstance(hook, KeptRoutes):
+            return hook
+    hook = KeptRoutes()
+    instance.published_topics.append(hook)
+    return hook
+
+
+async def keep_routes(instance: ClientInstance, topics: Sequence[str]) -> None:
+    """Keep the routes of ``topics`` in ``instance`` until :func:`release_routes`."""
+    kept_routes(instance).users.update(topics)
+
+
+async def release_routes(instance: ClientInstance, topics: Sequence[str]) -> None:
+    """Undo one :func:`keep_routes` of ``topics``."""
+    users = kept_routes(instance).users
+    users.subtract(topics)
+    for topic in topics:
+        if users[topic] <= 0:
+            del users[topic]
+
+
 async def queues(
     instance: ClientInstance, topics: Sequence[str], *, cached_ok: bool = False
 ) -> list[QueueKey]:
     """Every readable queue of ``topics`` (fresh routes from the name servers), sorted.
 
-    With ``cached_ok``, a topic whose route cannot be refreshed (no name server answered) but
-    that this instance already holds a route for uses that route, with a warning; a topic the
-    name servers say does not exist, or without a cached route, still raises."""
+    With ``cached_ok``, a topic whose route cannot be refreshed but that this instance already
+    holds a route for uses that route, with a warning, as RocketMQ's client keeps its route:
+    when no name server answered, and when they say the topic does not exist (a name server
+    that restarted knows a topic only once its brokers register again, within 30 s; a topic
+    really deleted is then seen by its brokers' offsets, which went back to 0). A topic
+    without a cached route still raises."""
     out: list[QueueKey] = []
     for topic in topics:
         try:
             mqs = await instance.subscribe_queues(topic)
-        except TopicRouteError:
-            raise
         except MQClientError as exc:
             if not cached_ok:
                 raise

@@ -3,7 +3,9 @@
 Runs in Spark's Python worker processes. The connection is the process's shared client
 instance (:class:`client.blocking.SharedInstance`, opened on first use and kept for the
 worker's life, so a reused worker does not reconnect per task; a process forked from it opens
-its own). Pulls never wait on the broker
+its own); it keeps the routes of the topics it pulled for as long
+(:class:`client.spark.brokers.KeptRoutes`), so pulls go on through a name-server outage.
+Pulls never wait on the broker
 (``suspendTimeoutMillis`` 0). Without a tag filter the offsets of the next pulls are known, so
 several pulls are kept in flight; a short answer discards the guesses after it. Records are
 decoded straight into Arrow columns (:mod:`client.spark.columns`, no per-message objects).
@@ -32,6 +34,7 @@ from client.blocking import SharedInstance
 from client.errors import MQBrokerError, MQClientError, RemotingFailedError
 from client.instance import ClientInstance
 from client.message import MessageQueue
+from client.spark.brokers import kept_routes
 from client.spark.columns import ARROW_SCHEMA, QUEUE_OFFSET, record_tag
 from client.spark.columns import Columns as _Columns
 from client.spark.columns import decode_body as _decode
@@ -324,6 +327,7 @@ class RangePuller:
     ) -> None:
         """Pull the range and send its batches (loop thread); pulls are kept in flight as
         tasks, every one of them ended when this returns."""
+        kept_routes(instance).for_life.add(self.mq.topic)  # pulls outlive the route loop
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
             try:

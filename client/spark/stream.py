@@ -65,6 +65,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: SharedInstance | None = None
         self._targets: OffsetMap | None = None
         self._group_checked = False
+        self._available: NestedOffsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -72,14 +73,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "_client": None,
             "_targets": self._targets,
             "_group_checked": False,
+            "_available": None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
     def _c(self) -> SharedInstance:
+        """The driver-side client, opened on first use; it keeps the topics' routes (see
+        :class:`brokers.KeptRoutes`) until :meth:`stop`."""
         if self._client is None:
-            self._client = SharedInstance(self.opts.namesrv).start()
+            client = SharedInstance(self.opts.namesrv).start()
+            try:
+                client.call(brokers.keep_routes, self.opts.topics, timeout=DRIVER_TIMEOUT_S)
+            except BaseException:
+                client.close()
+                raise
+            self._client = client
         return self._client
 
     def _probe(self) -> brokers.Probe:
@@ -164,9 +174,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             base[key] = first
             top = hi if self._targets is None else min(hi, self._targets.get(key, first))
             latest[key] = max(first, top)
+        self._available = to_nested(latest)
         if isinstance(limit, ReadMaxRows):
             latest = split_limit(base, latest, limit.max_rows)
         return to_nested(latest)
+
+    def reportLatestOffset(self) -> NestedOffsets | None:
+        """The offsets available at the last :meth:`latestOffset` (before ``limit`` cut them;
+        availableNow: up to its targets), or None before the first: the query progress's
+        ``latestOffset``, which shows how far the query is behind, as Kafka's source does."""
+        return self._available
 
     def _offsets_went_back(self, key: QueueKey, was: int, lo: int, hi: int) -> int:
         """Report a queue whose max offset ``hi`` is below its start ``was``; its new start."""
@@ -227,7 +244,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
 
     def stop(self) -> None:
-        """Close the driver-side client."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Close the driver-side client (releasing the routes it kept)."""
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.call(brokers.release_routes, self.opts.topics, timeout=DRIVER_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - stopping goes on; the client closes
+                log.warning("minimq source: releasing the topics' routes failed: %s", exc)
+            finally:
+                client.close()

@@ -179,6 +179,36 @@ def test_starting_offsets_latest(spark: Any, cluster: SyncCluster, tmp_path: Pat
     assert sorted(r.msg_id for b in batches for r in b) == sorted(new)
 
 
+def test_progress_reports_the_latest_offset_beyond_the_trigger_limit(
+    spark: Any, cluster: SyncCluster, tmp_path: Path
+) -> None:
+    """The query progress's latestOffset is what the queues hold (reportLatestOffset), not
+    null, while maxOffsetsPerTrigger cuts each micro-batch short of it."""
+    topic = "SparkReportLatest"
+    cluster.create_topic(topic, {"broker-a": 1})
+    produce(cluster.namesrv, topic, {("broker-a", 0): 6})
+    reader = (
+        spark.readStream.format("minimq")
+        .option("namesrv", cluster.namesrv)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "2")
+    )
+    q = (
+        reader.load()
+        .writeStream.foreachBatch(lambda df, _id: df.count())
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(60)
+    assert not q.isActive
+    assert q.exception() is None
+    sources = [p["sources"][0] for p in q.recentProgress if p["numInputRows"]]
+    assert [json.loads(s["endOffset"])[topic]["broker-a"]["0"] for s in sources] == [2, 4, 6]
+    assert {s["latestOffset"] for s in sources} == {json.dumps({topic: {"broker-a": {"0": 6}}})}
+
+
 def test_sink_round_trip_batch_and_streaming(
     spark: Any, cluster: SyncCluster, tmp_path: Path
 ) -> None:

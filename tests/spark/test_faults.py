@@ -16,6 +16,7 @@ import trio
 from client import MessageQueue, PullConsumer
 from client.admin.admin_client import AdminClient
 from client.bench.cluster import stop_process
+from client.instance import ClientInstance
 from tests.spark.cluster import SyncCluster, sync_cluster, wait_for
 from tests.spark.test_connector import produce, read, stream_once
 
@@ -207,6 +208,101 @@ def test_a_name_server_outage_uses_the_cached_routes_and_fails_only_after_the_tr
             _freeze(namesrv, frozen=False)
             running.stop()
             fresh.stop()
+
+
+async def _route_loop_pass(instance: ClientInstance) -> None:
+    """What the instance's route loop does every pollNameServerInterval (30 s)."""
+    await instance.refresh_routes()
+
+
+async def _cached_topics(instance: ClientInstance) -> list[str]:
+    return instance.cached_topics()
+
+
+def test_the_routes_held_for_a_name_server_outage_survive_the_route_loop(tmp_path: Path) -> None:
+    """The instance's route loop forgets the routes of topics no producer or consumer of it
+    uses; the source's driver keeps its topics' routes while the query runs, and an executor
+    those it pulls, so a name-server outage that starts after that loop ran (30 s after the
+    last trigger) still finds them: the trigger and the pulls go on with the held routes."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from client.spark import pulling
+    from client.spark.options import parse_read
+    from client.spark.pulling import QueueRange, read_range, shared_instance
+    from client.spark.stream import StreamReader
+
+    topic = "SparkRoutesKept"
+    with sync_cluster(tmp_path / "c", {"broker-a": {}}) as c:
+        c.create_topic(topic, {"broker-a": 1})
+        produce(c.namesrv, topic, {("broker-a", 0): 5})
+        opts = {"namesrv": c.namesrv, "topic": topic, "startingOffsets": "earliest"}
+        reader = StreamReader(parse_read(opts, streaming=True))
+        namesrv, instance = c.procs[0], shared_instance(c.namesrv)
+        try:
+            end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+            assert end == {topic: {"broker-a": {"0": 5}}}
+            produce(c.namesrv, topic, {("broker-a", 0): 3})
+            instance.call(_route_loop_pass)
+            assert topic in instance.call(_cached_topics)
+            _freeze(namesrv)
+            assert reader.latestOffset(end, ReadAllAvailable()) == {topic: {"broker-a": {"0": 8}}}
+            _freeze(namesrv, frozen=False)
+
+            [part] = reader.partitions(end, {topic: {"broker-a": {"0": 8}}})
+            assert sum(b.num_rows for b in reader.read(part)) == 3  # an executor's pulls
+            reader.stop()  # the driver lets its routes go; the executor's stay
+            instance.call(_route_loop_pass)
+            _freeze(namesrv)
+            rows = list(read_range(c.namesrv, QueueRange(topic, "broker-a", 0, 0, 8)))
+            assert sum(b.num_rows for b in rows) == 8
+        finally:
+            _freeze(namesrv, frozen=False)
+            reader.stop()
+            with pulling._instances_lock:
+                pulling._instances.pop(c.namesrv, None)
+            instance.close()
+
+
+def test_a_restarted_name_server_that_lost_the_topic_keeps_the_query_on_its_held_routes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A name server restarted on its address knows a topic only once the brokers register
+    again (registerNameServerPeriod): until then it says the topic does not exist, and the
+    running query goes on with the route it holds, with a warning, as RocketMQ's client does.
+    A topic really deleted shows in its broker's offsets, which went back: data loss."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from client.bench.cluster import NAMESRV_BOOT, _start, console_script
+    from client.spark.options import parse_read
+    from client.spark.pulling import DataLossError
+    from client.spark.stream import StreamReader
+
+    topic = "SparkNamesrvRestarted"
+    slow_register = {"registerNameServerPeriod": "60000"}  # the name server stays ignorant
+    with sync_cluster(tmp_path / "c", {"broker-a": slow_register}) as c:
+        c.create_topic(topic, {"broker-a": 1})
+        produce(c.namesrv, topic, {("broker-a", 0): 5})
+        opts = {"namesrv": c.namesrv, "topic": topic, "startingOffsets": "earliest"}
+        reader = StreamReader(parse_read(opts, streaming=True))
+        try:
+            end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+            produce(c.namesrv, topic, {("broker-a", 0): 3})
+            stop_process(c.procs[0])
+            argv = [console_script("mqnamesrv"), "--bindAddress", "127.0.0.1"]
+            argv += ["--listenPort", c.namesrv.rsplit(":", 1)[1]]
+            proc, _ = _start(argv, "mqnamesrv", tmp_path / "namesrv2.log", NAMESRV_BOOT)
+            c.procs.append(proc)
+            with caplog.at_level(logging.WARNING, logger="client.spark.brokers"):
+                end = reader.latestOffset(end, ReadAllAvailable())
+            assert end == {topic: {"broker-a": {"0": 8}}}
+            warned = [r.getMessage() for r in caplog.records if r.name == "client.spark.brokers"]
+            assert any("No topic route info" in w and "route from before" in w for w in warned)
+
+            _delete_topic(c, topic, "broker-a")
+            with pytest.raises(DataLossError, match="went back from 8 to 0"):
+                reader.latestOffset(end, ReadAllAvailable())
+        finally:
+            reader.stop()
 
 
 def test_a_worker_pulls_from_a_broker_that_restarted_on_a_new_address(tmp_path: Path) -> None:
