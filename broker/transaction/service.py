@@ -25,8 +25,9 @@
 State and its rules (keys: see :mod:`broker.transaction.messages`):
 
 - ``half_progress``: every half record below it is done (decided, superseded by a later copy
-  of its key, or discarded). It never passes a pending record, so a restart checks again
-  everything still pending.
+  of its key, or discarded). It never passes a pending record, nor one whose decision is
+  being stored while the round reads it (that put may yet fail: the record then stays
+  pending), so a restart checks again everything still pending.
 - ``half_read_end`` and ``window_keys``: the half queue's end when the last round (or the
   load) read it, and the keys of every half record at or after ``half_progress`` (the copies a
   round re-stored included). A key below ``half_read_end`` and not in ``window_keys`` has no
@@ -340,15 +341,22 @@ class TransactionService:
         latest = {tx.key_of(rec): offset for offset, rec in window}
         now = self.clock_ms()
         progress = end
+        being_decided: int | None = None
         for index, (offset, rec) in enumerate(window):
             if index % READ_STEP == READ_STEP - 1:
                 await trio.lowlevel.checkpoint()
             key = tx.key_of(rec)
-            if self.is_decided(key) or latest[key] != offset or offset in self._superseded:
+            if latest[key] != offset or offset in self._superseded:
+                continue
+            if key in self._deciding and being_decided is None:
+                being_decided = offset  # its put may yet fail: the progress must not pass it
+            if self.is_decided(key):
                 continue
             if not await self._check_one(offset, rec, now):
                 progress = offset  # too young: this one and everything after wait
                 break
+        if being_decided is not None:
+            progress = min(progress, being_decided)
         progress = max(start, progress)
         keys = {tx.key_of(rec) for offset, rec in window if offset >= progress}
         self._advance(progress, max(end, progress), keys)

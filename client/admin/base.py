@@ -90,8 +90,44 @@ def main() -> None:
     """
 
 
+JAVA_WHITESPACE: Final = "".join(chr(code) for code in range(0x21))
+"""What Java's ``String.trim()`` removes from either end: every character up to U+0020 (the
+space, tabs, line ends and the other control characters), and nothing else."""
+
+
+def java_trim(text: str) -> str:
+    """``text`` without what Java's ``String.trim()`` removes from either end."""
+    return text.strip(JAVA_WHITESPACE)
+
+
+class TrimmedText(click.types.StringParamType):
+    """Click's text type, trimmed as Java's ``String.trim()``: RocketMQ's mqadmin reads each
+    option with ``commandLine.getOptionValue('x').trim()``, so ``-t " Orders "`` names the
+    topic ``Orders`` and ``-p " hi "`` sends the body ``hi``."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """The text of ``value`` (see :class:`click.types.StringParamType`), trimmed."""
+        return java_trim(super().convert(value, param, ctx))
+
+
+TRIMMED_TEXT: Final = TrimmedText()
+
+
+class AdminCommand(click.Command):
+    """An ``mqadmin`` command: the value of each of its text options is trimmed
+    (:class:`TrimmedText`), whether given on the command line or by its environment variable.
+    Numbers and booleans are read by click's types, which allow spaces around them too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param.type) is click.types.StringParamType:
+                param.type = TRIMMED_TEXT
+
+
 def admin_command(name: str) -> Callable[[F], F]:
-    """Register a command named ``name`` with the shared ``-n`` and ``--json`` options."""
+    """Register a command named ``name`` with the shared ``-n`` and ``--json`` options; its
+    text option values are trimmed as RocketMQ's (:class:`AdminCommand`)."""
 
     def decorate(fn: F) -> F:
         fn = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(
@@ -104,7 +140,7 @@ def admin_command(name: str) -> Callable[[F], F]:
             envvar="NAMESRV_ADDR",
             help="Name server address list, e.g. 127.0.0.1:9876;127.0.0.2:9876.",
         )(fn)
-        main.command(name, context_settings=CONTEXT)(fn)
+        main.command(name, cls=AdminCommand, context_settings=CONTEXT)(fn)
         return fn
 
     return decorate
