@@ -670,7 +670,8 @@ class MessageStore:
             cq.flush()
         if index_on:
             self.index.flush()
-            self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
+            if self.index.last_full_end_timestamp:  # as RocketMQ: 0 until a full file is flushed
+                self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
         with self._dispatch_lock:
             cp = self.checkpoint
             if stamp:
