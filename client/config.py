@@ -21,6 +21,22 @@ from remoting.busy_poll import default_window_us
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
 
 
+def check_intervals(**seconds: float) -> None:
+    """ValueError naming the first interval that is not a number of seconds > 0 (0 made a
+    loop that never waits, a negative one crashed the consumer once started; a string or a
+    bool was taken and failed later, away from the call that gave it)."""
+    for name, value in seconds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+
+
+def check_whole_numbers(low: int, high: int, **values: int) -> None:
+    """ValueError naming the first value that is not a whole number in ``[low, high]``."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
+
+
 def parse_namesrv(namesrv: str | Sequence[str] | None) -> tuple[str, ...]:
     """The name-server addresses; ``NAMESRV_ADDR`` when ``namesrv`` is None or empty."""
     if namesrv is None or not namesrv:

@@ -58,7 +58,7 @@ import trio
 
 from client import api, rebalance
 from client.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
-from client.config import ClientConfig
+from client.config import ClientConfig, check_intervals, check_whole_numbers
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage
@@ -71,6 +71,7 @@ from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from remoting.codes import RequestCode
+from remoting.command import INT32_MAX
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,36 @@ def _now_ms() -> int:
     """Milliseconds on a clock that also runs while the machine is suspended (a suspended
     member is dropped by the brokers as a frozen one is)."""
     return time.clock_gettime_ns(_STALL_CLOCK) // 1_000_000
+
+
+def _check_numbers(
+    *,
+    pull_batch_size: int,
+    pull_threshold_for_queue: int,
+    max_poll_records: int,
+    suspend_timeout_ms: int,
+    pull_retry_delay: float,
+    pull_max_idle_ms: int,
+) -> None:
+    """ValueError naming the first count, delay or timeout out of its range or of the wrong
+    kind (a string used to fail with a bare ``TypeError``, a bool was taken as 0 or 1)."""
+    check_whole_numbers(1, 1024, pull_batch_size=pull_batch_size)
+    check_whole_numbers(
+        1,
+        INT32_MAX,
+        pull_threshold_for_queue=pull_threshold_for_queue,
+        max_poll_records=max_poll_records,
+    )
+    check_whole_numbers(0, INT32_MAX, suspend_timeout_ms=suspend_timeout_ms)
+    check_whole_numbers(2 * STALL_TICK_MS, INT32_MAX, pull_max_idle_ms=pull_max_idle_ms)
+    if (
+        isinstance(pull_retry_delay, bool)
+        or not isinstance(pull_retry_delay, int | float)
+        or not pull_retry_delay >= 0
+    ):
+        raise ValueError(
+            f"pull_retry_delay must be a number of seconds >= 0, got {pull_retry_delay!r}"
+        )
 
 
 @dataclass(eq=False)
@@ -137,19 +168,19 @@ class PullConsumer:
         pull_max_idle_ms: int = 120_000,
     ) -> None:
         validate_group(group)
-        if pull_max_idle_ms < 2 * STALL_TICK_MS:
-            raise ValueError(
-                f"pull_max_idle_ms ({pull_max_idle_ms}) must be at least {2 * STALL_TICK_MS}: "
-                f"twice the {STALL_TICK_MS} ms between the stall watchdog's ticks"
-            )
-        if not 0 < pull_batch_size <= 1024:
-            raise ValueError("pull_batch_size must be in 1..1024")
-        if max_poll_records <= 0 or pull_threshold_for_queue <= 0:
-            raise ValueError("max_poll_records and pull_threshold_for_queue must be > 0")
-        if not (auto_commit_interval > 0 and rebalance_interval > 0):
-            raise ValueError("auto_commit_interval and rebalance_interval must be > 0 seconds")
-        if not (pull_retry_delay >= 0 and suspend_timeout_ms >= 0):
-            raise ValueError("pull_retry_delay and suspend_timeout_ms must be >= 0")
+        _check_numbers(
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            max_poll_records=max_poll_records,
+            suspend_timeout_ms=suspend_timeout_ms,
+            pull_retry_delay=pull_retry_delay,
+            pull_max_idle_ms=pull_max_idle_ms,
+        )
+        check_intervals(
+            auto_commit_interval=auto_commit_interval, rebalance_interval=rebalance_interval
+        )
+        if not isinstance(auto_commit, bool):
+            raise ValueError(f"auto_commit must be True or False, got {auto_commit!r}")
         check_start_position(consume_from, consume_timestamp_ms)
         self.group = group
         self.consume_from = consume_from

@@ -75,7 +75,7 @@ import trio
 
 from client import api, rebalance
 from client.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
-from client.config import ClientConfig
+from client.config import ClientConfig, check_intervals
 from client.consume_service import (
     ConcurrentService,
     Consumption,
@@ -176,14 +176,6 @@ def check_consume_options(
         raise ValueError(f"message_model must be one of {names}, got {message_model!r}")
     if not isinstance(orderly, bool):
         raise ValueError(f"orderly must be True or False, got {orderly!r}")
-
-
-def check_intervals(**seconds: float) -> None:
-    """ValueError naming the first interval that is not a number of seconds > 0 (0 made a
-    loop that never waits, a negative one crashed the consumer once started)."""
-    for name, value in seconds.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
 
 
 @dataclass(eq=False)

@@ -68,6 +68,29 @@ def test_the_pull_consumer_refuses_the_same_start_positions(option: str, value: 
         PullConsumer("cg", NAMESRV, **{option: value})
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("auto_commit_interval", "5", "auto_commit_interval must be a number of seconds > 0"),
+        ("auto_commit_interval", True, "auto_commit_interval must be a number of seconds > 0"),
+        ("rebalance_interval", 0, "rebalance_interval must be a number of seconds > 0"),
+        ("pull_batch_size", "32", r"pull_batch_size must be a whole number in \[1, 1024\]"),
+        ("pull_batch_size", 2000, r"pull_batch_size must be a whole number in \[1, 1024\]"),
+        ("max_poll_records", 0, "max_poll_records must be a whole number in"),
+        ("pull_threshold_for_queue", 1.5, "pull_threshold_for_queue must be a whole number in"),
+        ("suspend_timeout_ms", -5, r"suspend_timeout_ms must be a whole number in \[0, "),
+        ("pull_max_idle_ms", 1999, r"pull_max_idle_ms must be a whole number in \[2000, "),
+        ("pull_retry_delay", "1", "pull_retry_delay must be a number of seconds >= 0"),
+        ("auto_commit", "false", "auto_commit must be True or False"),
+    ],
+)
+def test_the_pull_consumer_refuses_options_of_the_wrong_kind_by_name(
+    option: str, value: Any, expected: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"^{expected}.*, got {value!r}$"):
+        PullConsumer("cg", NAMESRV, **{option: value})
+
+
 def test_the_enum_members_and_their_short_aliases_are_taken() -> None:
     for where in (ConsumeFrom.FIRST_OFFSET, ConsumeFrom.CONSUME_FROM_TIMESTAMP):
         for model in MessageModel:
