@@ -357,7 +357,10 @@ class MessageStore:
         if self.dispatch_error:
             # RocketMQ's makeLogicsQueueError: messages nobody could read must not be
             # acknowledged; writes resume once a dispatch round gets through
-            return f"consume queue or index files cannot be created ({self.dispatch_error})"
+            return (
+                f"consume queue or index files cannot be created ({self.dispatch_error}; "
+                "the broker's log names the file)"
+            )
         return None
 
     def _refusal(self) -> PutResult:
@@ -396,7 +399,8 @@ class MessageStore:
                 with self.commitlog.lock:
                     pending[:0] = batch
                 if isinstance(exc, MappedFileCreateError):
-                    self.dispatch_error = str(exc)
+                    # the reason only: the refusal goes to clients, the path to the log
+                    self.dispatch_error = exc.reason
                 raise
             self.dispatch_error = None
             return count

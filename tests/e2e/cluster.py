@@ -88,9 +88,10 @@ class Cluster:
         broker = self.brokers[name] = BrokerProc(name, store, dict(overrides), log, proc, bound)
         return broker
 
-    async def _launch(
-        self, name: str, store: Path, log: Path, port: int, overrides: Mapping[str, str]
-    ) -> tuple[trio.Process, int]:
+    def broker_argv(
+        self, name: str, store: Path, port: int, overrides: Mapping[str, str]
+    ) -> list[str]:
+        """The ``mqbroker`` command line of broker ``name`` on ``store`` and ``port``."""
         settings = {
             "brokerName": name,
             "listenPort": str(port),
@@ -99,7 +100,7 @@ class Cluster:
             **SMALL_STORE,
             **overrides,
         }
-        argv = [
+        return [
             console_script("mqbroker"),
             "-n",
             self.namesrv_addr,
@@ -107,6 +108,11 @@ class Cluster:
             "127.0.0.1",
             *itertools.chain.from_iterable((f"--{k}", v) for k, v in settings.items()),
         ]
+
+    async def _launch(
+        self, name: str, store: Path, log: Path, port: int, overrides: Mapping[str, str]
+    ) -> tuple[trio.Process, int]:
+        argv = self.broker_argv(name, store, port, overrides)
         proc, match = await start_command(argv, log, BROKER_BOOT_ANY)
         self.procs.append(proc)
         assert match[1] == name, match[0]

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m tests.store.crash_child STORE_DIR ROUND [RECORD_DIR [async]]
+    python -m tests.store.crash_child STORE_DIR ROUND [RECORD_DIR] [async]
 
 It opens (and so recovers) the store under ``STORE_DIR`` with tiny files, starts
 :class:`store.services.StoreServices` under trio, prints ``READY`` and then runs a few producer
@@ -19,7 +19,8 @@ byte. The test kills this process with SIGKILL; it never exits on its own.
 
 With ``RECORD_DIR`` it first installs :mod:`tests.store.flush_recorder`, which logs what each
 flush made durable to ``RECORD_DIR/log`` (snapshots under ``RECORD_DIR/snapshots``), so the test
-can simulate a power failure; ``async`` then runs the store with ASYNC_FLUSH instead.
+can simulate a power failure. ``async`` runs the store with ASYNC_FLUSH instead (then an
+acknowledged put is only in the page cache, which a SIGKILL does not lose).
 """
 
 from __future__ import annotations
@@ -157,18 +158,16 @@ async def _run(root: Path, round_no: int, flush: FlushDiskType) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: ``crash_child STORE_DIR ROUND [RECORD_DIR [async]]``."""
+    """Entry point: ``crash_child STORE_DIR ROUND [RECORD_DIR] [async]``."""
     import trio
 
-    root, round_no = Path(argv[0]), int(argv[1])
-    flush = FlushDiskType.SYNC_FLUSH
-    if len(argv) > 2:
+    root, round_no, rest = Path(argv[0]), int(argv[1]), argv[2:]
+    if rest and rest[0] != "async":
         from tests.store.flush_recorder import install
 
-        record_dir = Path(argv[2])
+        record_dir = Path(rest.pop(0))
         install(record_dir / "log", record_dir / "snapshots")
-        if argv[3:] == ["async"]:
-            flush = FlushDiskType.ASYNC_FLUSH
+    flush = FlushDiskType.ASYNC_FLUSH if rest == ["async"] else FlushDiskType.SYNC_FLUSH
     trio.run(_run, root, round_no, flush)
     return 0
 
