@@ -49,6 +49,7 @@ from common.properties import convert_value, format_entry, load_properties
 from common.route import MASTER_ID, MAX_QUEUE_NUMS, PermName
 from remoting.busy_poll import default_window_us
 from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
+from remoting.server import DEFAULT_FRAME_READ_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S
 from store.config import (
     DISK_RATIO_BOUNDS,
     StoreConfig,
@@ -231,6 +232,17 @@ class BrokerConfig:
     server_max_connections: int = field(default=0, metadata=_meta("serverMaxConnections", int))
     """Client connections served at once; more are closed as they come (0: half the
     process's file-descriptor limit, leaving the rest for the store's files)."""
+    server_channel_max_idle_time_seconds: int = field(
+        default=int(DEFAULT_IDLE_TIMEOUT_S), metadata=_meta("serverChannelMaxIdleTimeSeconds", int)
+    )
+    """A connection with no frame received or sent and no request in flight for this long is
+    closed (RocketMQ's; 0: never)."""
+    server_frame_read_timeout_seconds: int = field(
+        default=int(DEFAULT_FRAME_READ_TIMEOUT_S),
+        metadata=_meta("serverFrameReadTimeoutSeconds", int),
+    )
+    """A frame whose first bytes arrived must arrive whole within this, else its connection is
+    closed (against peers dribbling a frame, slowloris; 0: no limit)."""
     server_max_pending_requests: int = field(
         default=DEFAULT_MAX_PENDING, metadata=_meta("serverMaxPendingRequests", int)
     )
@@ -298,6 +310,8 @@ class BrokerConfig:
         for key, value, low in (
             ("busyPollMicros", self.busy_poll_us, 0),
             ("serverMaxConnections", self.server_max_connections, 0),
+            ("serverChannelMaxIdleTimeSeconds", self.server_channel_max_idle_time_seconds, 0),
+            ("serverFrameReadTimeoutSeconds", self.server_frame_read_timeout_seconds, 0),
             ("serverMaxPendingRequests", self.server_max_pending_requests, 1),
             (
                 "serverMaxPendingRequestsPerConnection",

@@ -300,6 +300,8 @@ class BrokerController:
             host=self.host,
             port=self.config.listen_port,
             on_close=self.clients.channel_closed,
+            idle_timeout_s=self.config.server_channel_max_idle_time_seconds,
+            frame_read_timeout_s=self.config.server_frame_read_timeout_seconds,
             busy_poll_s=self.config.busy_poll_us / 1e6,
             max_connections=self.config.server_max_connections or None,
             max_pending=self.config.server_max_pending_requests,

@@ -4,7 +4,8 @@ Rules:
 
 - :func:`write_json_atomic` writes ``<name>.tmp`` in the same directory, fsyncs it, renames it
   over ``<name>`` with :func:`os.replace` and fsyncs the directory, so ``<name>`` is always
-  either the old or the new complete document. Before that, the previous ``<name>`` is saved
+  either the old or the new complete document; a directory it has to create is named durably
+  the same way (its parent synced). Before that, the previous ``<name>`` is saved
   the same way as ``<name>.bak`` if it still loads (parses as JSON, and the caller's decoder
   accepts it), so a corrupt file never replaces a good backup.
 - :func:`load_json` reads ``<name>``; if it is missing, empty, not JSON or JSON of the wrong
@@ -44,6 +45,19 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _make_directories(directory: Path) -> None:
+    """Create ``directory`` and its missing ancestors, each named durably (its parent synced
+    after it appeared): a file synced into a directory whose own name a power cut can take
+    is not durable either."""
+    missing: list[Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for d in reversed(missing):
+        d.mkdir(exist_ok=True)
+        _fsync_dir(d.parent)
+
+
 def _replace_with(path: Path, data: bytes) -> None:
     tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -76,7 +90,7 @@ def write_json_atomic(path: Path, obj: Any, decode: Callable[[Any], object] | No
     decoder :func:`load_json` is given) accepts it. A file that :func:`load_json` refused, and
     so loaded the backup instead, must not then overwrite that backup.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_directories(path.parent)
     data = (json.dumps(obj, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
     try:
         old = path.read_bytes()

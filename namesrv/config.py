@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common.properties import convert_value, format_entry
+from remoting.server import DEFAULT_FRAME_READ_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S
 
 
 def _key(name: str) -> dict[str, str]:
@@ -32,6 +33,15 @@ class NamesrvConfig:
 
     listen_port: int = field(default=9876, metadata=_key("listenPort"))
     bind_address: str = field(default="0.0.0.0", metadata=_key("bindAddress"))
+    server_channel_max_idle_time_seconds: int = field(
+        default=int(DEFAULT_IDLE_TIMEOUT_S), metadata=_key("serverChannelMaxIdleTimeSeconds")
+    )
+    """A connection with no traffic for this long is closed (RocketMQ's; 0: never)."""
+    server_frame_read_timeout_seconds: int = field(
+        default=int(DEFAULT_FRAME_READ_TIMEOUT_S), metadata=_key("serverFrameReadTimeoutSeconds")
+    )
+    """A frame whose first bytes arrived must arrive whole within this, else its connection is
+    closed (0: no limit)."""
     scan_not_active_broker_interval_ms: int = field(
         default=5000, metadata=_key("scanNotActiveBrokerInterval")
     )
@@ -56,6 +66,12 @@ class NamesrvConfig:
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be > 0 ms, got {value}")
+        for key, value in (
+            ("serverChannelMaxIdleTimeSeconds", self.server_channel_max_idle_time_seconds),
+            ("serverFrameReadTimeoutSeconds", self.server_frame_read_timeout_seconds),
+        ):
+            if value < 0:
+                raise ValueError(f"{key} must be >= 0 s (0: no limit), got {value}")
 
     @classmethod
     def property_keys(cls) -> dict[str, str]:

@@ -68,6 +68,8 @@ class NameServer:
             self.processor.handlers(),
             host=self.config.bind_address,
             port=self.config.listen_port,
+            idle_timeout_s=self.config.server_channel_max_idle_time_seconds,
+            frame_read_timeout_s=self.config.server_frame_read_timeout_seconds,
             on_close=self.processor.channel_closed,
         )
         async with trio.open_nursery() as nursery:

@@ -33,6 +33,13 @@ Rules:
   :class:`RemoteProtocolError` for bytes the peer got wrong (the connection must then be closed),
   :class:`trio.BrokenResourceError` when the transport broke and
   :class:`trio.ClosedResourceError` once we closed it.
+- Frame-read deadline (servers: ``frame_read_timeout_s``): once part of a frame has arrived and
+  the receive must wait for the rest, the rest must come within ``frame_read_timeout_s``, else
+  :class:`FrameReadTimeoutError` (a :class:`RemoteProtocolError`: close the connection). So a
+  peer dribbling a frame a byte at a time (slowloris) cannot hold a connection, its slot under
+  the server's connection cap and up to a frame's worth of buffer. The deadline is a cancel
+  scope armed only while a frame is incomplete: a frame that arrives whole in one read (the
+  hot path) costs one check of the decoder's buffer, no scope and no timer.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from typing import Final, Literal
 import trio
 
 from remoting.command import RemotingCommand
-from remoting.errors import RemotingSendRequestError
+from remoting.errors import RemoteProtocolError, RemotingSendRequestError
 from remoting.frame import MAX_FRAME_SIZE, FrameDecoder, encode_frame
 
 log = logging.getLogger(__name__)
@@ -59,6 +66,18 @@ SEND_TIMEOUT_S: Final = 5.0
 FAIR_RECEIVES: Final = 32
 """A receive that found data at once yields to the scheduler every this many calls."""
 _WOULD_BLOCK: Final = (BlockingIOError, InterruptedError)
+
+
+class FrameReadTimeoutError(RemoteProtocolError):
+    """Part of a frame arrived but not the rest within the frame-read deadline."""
+
+    def __init__(self, timeout_s: float, received: int, size: int | None) -> None:
+        whole = f" of {size}" if size is not None else ""
+        super().__init__(
+            f"frame still incomplete {timeout_s:g} s after its first bytes arrived "
+            f"({received}{whole} bytes received)"
+        )
+        self.timeout_s = timeout_s
 
 
 def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
@@ -120,8 +139,11 @@ class Connection:
         remote_addr: str | None = None,
         *,
         max_frame_size: int = MAX_FRAME_SIZE,
+        frame_read_timeout_s: float = math.inf,
     ) -> None:
         self.stream = stream
+        self.frame_read_timeout_s = frame_read_timeout_s if frame_read_timeout_s > 0 else math.inf
+        """How long the rest of a begun frame may take to arrive (see the module rules)."""
         self.remote_addr = remote_addr if remote_addr is not None else peer_address(stream)
         self.max_frame_size = max_frame_size
         self._decoder = FrameDecoder(max_frame_size)
@@ -233,7 +255,8 @@ class Connection:
             raise RemotingSendRequestError(self.remote_addr)
 
     async def receive(self) -> RemotingCommand | None:
-        """Return the next command from the peer, or None on a clean EOF."""
+        """Return the next command from the peer, or None on a clean EOF; raise
+        :class:`FrameReadTimeoutError` if a begun frame does not complete in time."""
         decoder = self._decoder
         while True:
             cmd = decoder.next_command()
@@ -241,8 +264,23 @@ class Connection:
                 return cmd
             if decoder.at_eof:
                 return None
+            if decoder.buffered and self.frame_read_timeout_s != math.inf:
+                return await self._receive_rest_of_frame()
             data = await self._receive_data()
             decoder.receive_data(bytes(data))
+
+    async def _receive_rest_of_frame(self) -> RemotingCommand | None:
+        """Finish the frame the decoder holds part of, within ``frame_read_timeout_s``."""
+        decoder = self._decoder
+        timeout = self.frame_read_timeout_s
+        with trio.move_on_after(timeout):
+            while True:
+                data = await self._receive_data()
+                decoder.receive_data(bytes(data))
+                cmd = decoder.next_command()
+                if cmd is not None or decoder.at_eof:
+                    return cmd
+        raise FrameReadTimeoutError(timeout, decoder.buffered, decoder.pending_frame_size)
 
     async def _receive_data(self) -> bytes | bytearray:
         """The next bytes from the peer (b"" on EOF): at once if the kernel has them."""

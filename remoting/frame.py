@@ -71,6 +71,15 @@ class FrameDecoder:
         """How many received bytes are not yet returned as commands."""
         return len(self._buf)
 
+    @property
+    def pending_frame_size(self) -> int | None:
+        """Length prefix plus payload of the frame being received, once its 4 length bytes
+        arrived (None before)."""
+        if len(self._buf) < LENGTH_SIZE:
+            return None
+        (size,) = _LENGTH.unpack_from(self._buf)
+        return int(LENGTH_SIZE + size)
+
     def receive_data(self, data: bytes) -> None:
         """Append bytes read from the peer; ``b""`` means the peer closed (EOF)."""
         self._check_error()

@@ -22,6 +22,10 @@ Rules:
   :mod:`remoting.channel`'s.
 - A protocol error, a broken transport or ``idle_timeout_s`` without traffic closes that one
   connection; the server keeps serving the others. No connection task ever crashes the server.
+- A frame whose first bytes arrived must arrive whole within ``frame_read_timeout_s``
+  (:data:`DEFAULT_FRAME_READ_TIMEOUT_S`), else its connection is closed with a warning naming
+  the peer (:mod:`remoting.connection`): a peer dribbling a frame (slowloris) gives up its
+  connection slot long before the idle timeout. ``0`` turns either timeout off.
 - ``on_close(channel)``, when given, is called (synchronously) once a connection has ended, so
   the owner can forget that peer at once; an exception from it is logged and swallowed.
 - At most ``max_connections`` connections are served at once (by default half the process's
@@ -57,9 +61,24 @@ from remoting.flow_control import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConnectionContext", "Handler", "RemotingServer", "default_max_connections"]
+__all__ = [
+    "DEFAULT_FRAME_READ_TIMEOUT_S",
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "ConnectionContext",
+    "Handler",
+    "RemotingServer",
+    "default_max_connections",
+]
 
 OVER_CAP_LOG_INTERVAL_S = 10.0
+
+DEFAULT_IDLE_TIMEOUT_S = 120.0
+"""RocketMQ's ``serverChannelMaxIdleTimeSeconds``."""
+DEFAULT_FRAME_READ_TIMEOUT_S = 30.0
+"""How long the rest of a begun frame may take to arrive. Longer than any call a client makes
+(a send waits 3 s for its answer, our clients write a frame within 5 s or close the
+connection), and a 16 MiB frame, the largest there is, needs only 560 KB/s to make it; well
+under the idle timeout, so a slowloris peer holds its slot a quarter as long."""
 
 
 DESCRIPTORS_PER_CONNECTION = 2
@@ -85,7 +104,8 @@ class RemotingServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        idle_timeout_s: float = 120.0,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        frame_read_timeout_s: float = DEFAULT_FRAME_READ_TIMEOUT_S,
         on_close: Callable[[Channel], None] | None = None,
         busy_poll_s: float = 0.0,
         max_connections: int | None = None,
@@ -108,6 +128,7 @@ class RemotingServer:
         self.host = host
         self.port = port
         self.idle_timeout_s = idle_timeout_s if idle_timeout_s > 0 else math.inf
+        self.frame_read_timeout_s = frame_read_timeout_s if frame_read_timeout_s > 0 else math.inf
         self._channels: set[Channel] = set()
         self.busy_poll = BusyPoll(busy_poll_s)
         """Polls for ``busy_poll_s`` after each frame (see :mod:`remoting.busy_poll`)."""
@@ -134,7 +155,7 @@ class RemotingServer:
             await self._refuse(stream)
             return
         channel = Channel(
-            Connection(stream),
+            Connection(stream, frame_read_timeout_s=self.frame_read_timeout_s),
             self.handlers,
             idle_timeout_s=self.idle_timeout_s,
             busy_poll=self.busy_poll,

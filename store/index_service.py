@@ -375,8 +375,7 @@ class IndexService:
         end_ts = last.end_timestamp if last else 0
         if last is not None:
             self.unflushed_full.append(last)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        ms = self.clock_ms()
+        ms = self.clock_ms()  # the file creates the directory if missing (MappedFile)
         path = self.directory / timestamp_file_name(ms)
         while path.exists() or (self.files and path.name <= self.files[-1].path.name):
             ms += 1

@@ -10,6 +10,13 @@ Rules:
 - ``wrote_position`` is the end of valid data; ``flushed_position`` what a flush covered.
 - A new file's first flush also syncs its directory, so that the name survives a power loss as
   well as the data (``fdatasync`` on the file does not make a new directory entry durable).
+  Directories missing on the way to a new file are created with it (a new topic's
+  ``consumequeue/<topic>/<queueId>/``); the same first flush syncs the parent of each, whose
+  entry names it, so no flushed file sits in a directory a power cut can take away.
+- The allocation is synced before the rename, so a name that survives a power cut always
+  names a file of its whole size (a directory sync made for another file covers every name in
+  the directory, this one's too): what a cut can leave is a missing file or a leftover
+  ``.tmp``, never an empty or short file that the log's later files depend on.
 - Descriptors: CPython 3.11's ``mmap`` keeps a private duplicate of the descriptor it maps, so
   a file would hold two. Ours is closed once the file will not be written again (the flush
   that covers its whole size, or :meth:`MappedFile.release_descriptor`): a full file holds
@@ -62,6 +69,8 @@ class MappedFile:
     """A fixed-size file mapped into memory; see the module docstring for the rules."""
 
     def __init__(self, path: Path, file_size: int, *, create: bool) -> None:
+        """Map the file at ``path``; with ``create``, make it first (and any missing directory
+        on the way: see the module docstring)."""
         self.path = Path(path)
         self.file_size = file_size
         self.file_from_offset = int(self.path.name)
@@ -71,13 +80,32 @@ class MappedFile:
         self._closed = False
         self._address: int | None = None
         self._entry_synced = not create  # a file found on disk is named durably already
-        fd = _create_allocated(self.path, file_size) if create else os.open(self.path, os.O_RDWR)
+        self._entry_dirs: list[Path] = []
+        """Directories to sync at the first flush, deepest first (see :meth:`_sync_entry`)."""
+        if create:
+            fd = self._create()
+        else:
+            fd = os.open(self.path, os.O_RDWR)
         self._fd: int | None = fd
         try:
             self.mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
+
+    def _create(self) -> int:
+        """Create the file and the directories it needs; a failure leaves neither behind."""
+        try:
+            new_dirs = create_directories(self.path.parent)
+        except OSError as exc:
+            raise _create_error(self.path, self.file_size, exc) from exc
+        try:
+            fd = _create_allocated(self.path, self.file_size)
+        except BaseException:
+            remove_directories(new_dirs)
+            raise
+        self._entry_dirs = entry_directories(self.path, new_dirs)
+        return fd
 
     @property
     def fd(self) -> int | None:
@@ -182,11 +210,12 @@ class MappedFile:
 
     def _sync_entry(self) -> None:
         """Sync the directory once after creation, so the file's name is durable too; and
-        its parent, which holds the directory's own name when the file was its first."""
+        its parent, which holds the directory's own name when the file was its first; and the
+        parent of every directory created for the file (:func:`entry_directories`)."""
         if not self._entry_synced:
             try:
-                fsync_directory(self.path.parent)
-                fsync_directory(self.path.parent.parent)
+                for directory in self._entry_dirs:
+                    fsync_directory(directory)
             except OSError as exc:
                 if exc.errno not in (errno_mod.EMFILE, errno_mod.ENFILE):
                     raise
@@ -274,12 +303,27 @@ class MappedFile:
         )
 
 
+def sync_allocation(fd: int) -> None:
+    """Make a new file's allocation (its size) durable before it is renamed into place."""
+    os.fdatasync(fd)
+
+
 def _create_allocated(path: Path, size: int) -> int:
+    """Allocate ``size`` bytes under a temporary name, sync that, and rename it to ``path``;
+    return the descriptor.
+
+    The sync comes before the rename: any directory sync from then on (this file's first
+    flush, or another's in the same directory) makes the name durable, and a name must never
+    be durable before the size, or a power cut could leave a full-sized file's name on an
+    empty or short file in the middle of the log. The name itself is synced by the file's
+    first flush (:meth:`MappedFile._sync_entry`). One ``fdatasync`` per new file, no more.
+    """
     tmp = path.with_name(path.name + _TMP_SUFFIX)
     fd = -1
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.posix_fallocate(fd, 0, size)
+        sync_allocation(fd)
         os.rename(tmp, path)
         return fd
     except OSError as exc:
@@ -287,8 +331,52 @@ def _create_allocated(path: Path, size: int) -> int:
             os.close(fd)
         with contextlib.suppress(OSError):
             tmp.unlink()
-        reason = errno_mod.errorcode.get(exc.errno or 0, "") + f" {exc.strerror}"
-        raise MappedFileCreateError(path, size, exc.errno, reason.strip()) from exc
+        raise _create_error(path, size, exc) from exc
+
+
+def _create_error(path: Path, size: int, exc: OSError) -> MappedFileCreateError:
+    """The clear error for a file that could not be made: the errno's name and message."""
+    reason = errno_mod.errorcode.get(exc.errno or 0, "") + f" {exc.strerror}"
+    return MappedFileCreateError(path, size, exc.errno, reason.strip())
+
+
+def create_directories(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing ancestors; return the ones this call created,
+    outermost first (one made meanwhile by another thread is not among them)."""
+    missing: list[Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    created: list[Path] = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        created.append(d)
+    return created
+
+
+def remove_directories(created: list[Path]) -> None:
+    """Undo :func:`create_directories` (innermost first), leaving any that are not empty."""
+    for d in reversed(created):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+def entry_directories(path: Path, created: list[Path]) -> list[Path]:
+    """The directories whose sync makes ``path``'s name durable, deepest first: its own, that
+    one's parent, and the parent of each directory in ``created``."""
+    wanted = {path.parent, path.parent.parent, *(d.parent for d in created)}
+    return sorted(wanted, key=lambda d: len(d.parts), reverse=True)
+
+
+def sync_directory_entries(created: list[Path]) -> None:
+    """Make the names of the directories in ``created`` durable (sync each one's parent)."""
+    for parent in sorted({d.parent for d in created}, key=lambda d: len(d.parts), reverse=True):
+        fsync_directory(parent)
 
 
 def remove_temp_files(directory: Path) -> None:

@@ -115,7 +115,7 @@ class MappedFileQueue:
             raise ValueError(f"{start_offset} is not a multiple of {self.file_size}")
         if self.files and start_offset != self.files[-1].file_from_offset + self.file_size:
             raise ValueError(f"file at {start_offset} would not follow {self.files[-1]}")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # the file creates the directory if missing; its first flush names both durably
         mf = MappedFile(self.directory / offset_to_name(start_offset), self.file_size, create=True)
         if self.files:
             self.files[-1].release_descriptor_if_complete()

@@ -32,7 +32,7 @@ from store.deleted_topics import DeletedTopics
 from store.dispatch_request import DispatchRequest
 from store.errors import CorruptFileError, MappedFileCreateError, StoreLockedError
 from store.index_service import IndexService, run_steps
-from store.mapped_file import fsync_directory
+from store.mapped_file import create_directories, fsync_directory, sync_directory_entries
 from store.status import GetResult, GetStatus, PutResult, PutStatus, QueryResult
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class MessageStore:
     def open(self) -> MessageStore:
         """Lock the root, load every file, recover, and mark the store open (the abort file)."""
         root = self.config.store_path_root_dir
-        root.mkdir(parents=True, exist_ok=True)
+        new_dirs = create_directories(root)
         self._acquire_lock(root)
         try:
             self.last_exit_ok = not self.config.abort_path.exists()
@@ -129,6 +129,7 @@ class MessageStore:
                 # write records, even one that is not flush_logics' (a topic deletion's)
                 self.checkpoint.index_mark = self.index.durable_mark()
             self._write_abort_file()
+            sync_directory_entries(new_dirs)  # a new root's name: before anything is acknowledged
         except BaseException:
             self._release_lock()
             raise

@@ -6,6 +6,10 @@ line per completed call to a log, and :func:`power_loss` rewrites the store's fi
 kill as a power failure would have left them:
 
 - ``C seq path``: a mapped file was created (allocated and renamed into place);
+- ``A seq path``: a new mapped file's allocation was synced, under its temporary name ``path``
+  (before the rename: the size is durable whenever the name is);
+- ``M seq dir``: a directory was created (its name is durable only once its parent is synced
+  after that, as a file's);
 - ``D seq dir``: a directory was synced (``seq`` taken before the call, so a file counts as
   named durably only when a sync that *started* after its creation completed);
 - ``F pos path``: a mapped file was flushed up to ``pos`` (read before the call: conservative);
@@ -15,6 +19,10 @@ kill as a power failure would have left them:
 
 The path comes last on every line, so a path with spaces still parses.
 
+A file created in this run whose allocation (``posix_fallocate``) no sync covered, neither
+at creation (``A``) nor by a flush, has a durable name at best, not a durable size: so
+:func:`power_loss` may give such a file back with its whole size, size 0, or cut short.
+
 The wrappers only observe: each calls the store's own function and records after it returned.
 """
 
@@ -23,12 +31,14 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 PAGE = 4096
+TMP_SUFFIX = ".tmp"  # a new mapped file's name until it is renamed into place
 
 
 def install(
@@ -61,12 +71,21 @@ def install(
         note(f"C {next(seq)} {path}")
         return out
 
-    fsync_directory = mapped_file_mod.fsync_directory
+    sync_allocation = mapped_file_mod.sync_allocation
 
-    def recorded_fsync_directory(directory: Path) -> None:
-        started = next(seq)
-        fsync_directory(directory)
-        note(f"D {started} {directory}")
+    def recorded_sync_allocation(fd: int) -> None:
+        sync_allocation(fd)
+        note(f"A {next(seq)} {os.readlink(f'/proc/self/fd/{fd}')}")
+
+    def recorded_dir_sync(fsync_directory: Callable[[Path], None]) -> Callable[[Path], None]:
+        def recorded_fsync_directory(directory: Path) -> None:
+            started = next(seq)
+            fsync_directory(directory)
+            note(f"D {started} {directory}")
+
+        return recorded_fsync_directory
+
+    recorded_fsync_directory = recorded_dir_sync(mapped_file_mod.fsync_directory)
 
     mf_cls = mapped_file_mod.MappedFile
     flush, sync = mf_cls.flush, mf_cls.sync
@@ -82,6 +101,13 @@ def install(
         sync(self)
         note(f"S {snapshot(self.path, data)} {self.path}")
 
+    real_mkdir = os.mkdir
+
+    def recorded_mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        real_mkdir(path, mode, dir_fd=dir_fd)
+        if dir_fd is None:
+            note(f"M {next(seq)} {Path(path).absolute()}")
+
     cp_cls = checkpoint_mod.StoreCheckpoint
     cp_flush = cp_cls.flush
 
@@ -89,13 +115,18 @@ def install(
         cp_flush(self)
         note(f"S {snapshot(self.path, bytes(self.mm))} {self.path}")
 
+    from common import json_store
     from store import message_store
 
     patch(mapped_file_mod, "_create_allocated", recorded_create)
+    patch(mapped_file_mod, "sync_allocation", recorded_sync_allocation)
     patch(mapped_file_mod, "fsync_directory", recorded_fsync_directory)
     patch(mf_cls, "flush", recorded_flush)
     patch(mf_cls, "sync", recorded_sync)
     patch(cp_cls, "flush", recorded_checkpoint_flush)
+    patch(os, "mkdir", recorded_mkdir)  # pathlib's mkdir calls it
+    # the crash-safe JSON files (deletedTopics.json, the broker's config/*.json) sync their own
+    patch(json_store, "_fsync_dir", recorded_dir_sync(json_store._fsync_dir))
     # the message store imported the helper by name: point it at the recorder too
     patch(message_store, "fsync_directory", recorded_fsync_directory)
 
@@ -116,6 +147,8 @@ class Durable:
     """What the log says was made durable."""
 
     created: dict[Path, int] = field(default_factory=dict)
+    made_dirs: dict[Path, int] = field(default_factory=dict)
+    allocated: set[Path] = field(default_factory=set)
     dir_syncs: dict[Path, list[int]] = field(default_factory=dict)
     flushed: dict[Path, int] = field(default_factory=dict)
     snapshots: dict[Path, str] = field(default_factory=dict)
@@ -129,6 +162,10 @@ class Durable:
             kind, a, b = line.split(" ", 2)
             if kind == "C":
                 out.created[Path(b)] = int(a)
+            elif kind == "A":
+                out.allocated.add(Path(b.removesuffix(TMP_SUFFIX)))
+            elif kind == "M":
+                out.made_dirs[Path(b)] = int(a)
             elif kind == "D":
                 out.dir_syncs.setdefault(Path(b), []).append(int(a))
             elif kind == "F":
@@ -137,10 +174,28 @@ class Durable:
                 out.snapshots[Path(b)] = a
         return out
 
-    def name_durable(self, path: Path) -> bool:
-        """False for a file created in this run whose directory was not synced after."""
-        made = self.created.get(path)
+    def entry_durable(self, path: Path) -> bool:
+        """False for a file or directory created in this run whose directory was not synced
+        after."""
+        made = self.created.get(path, self.made_dirs.get(path))
         return made is None or any(s > made for s in self.dir_syncs.get(path.parent, []))
+
+    def name_durable(self, path: Path) -> bool:
+        """True when ``path``'s entry, and that of every directory above it created in this
+        run, is durable: a file in a directory whose own name was lost is lost with it."""
+        return self.entry_durable(path) and all(
+            self.entry_durable(d) for d in path.parents if d in self.made_dirs
+        )
+
+    def size_durable(self, path: Path) -> bool:
+        """False for a file created in this run whose allocation no sync covered: not at
+        creation, not by a flush or a whole-file sync."""
+        return (
+            path not in self.created
+            or path in self.allocated
+            or self.flushed.get(path, 0) > 0
+            or path in self.snapshots
+        )
 
 
 @dataclass
@@ -148,6 +203,8 @@ class PowerLossReport:
     """What :func:`power_loss` did."""
 
     deleted: list[str] = field(default_factory=list)
+    resized: dict[str, int] = field(default_factory=dict)
+    """Files created in this run whose size was not durable: the size they came back with."""
     reverted_pages: int = 0
 
 
@@ -174,11 +231,18 @@ def power_loss(
     Index files and the checkpoint become their last synced snapshot, else the baseline;
     with ``index_writeback``, write-back may also have saved any pages of an index file since
     (as it may: index files are written in place through the mapping), so a header or a slot
-    can be newer than the entries it counts or points at.
+    can be newer than the entries it counts or points at. Directories created in this run whose
+    names were never made durable go with everything in them; a file created in this run that
+    no flush or sync covered may come back with its whole size, size 0 or cut short.
     """
     durable = Durable.read(log_path)
     rng = random.Random(seed)
+    size_rng = random.Random(seed ^ 0x5EED)  # its own stream: ``rng``'s choices stay as they were
     report = PowerLossReport()
+    for directory in sorted(d for d in durable.made_dirs if d.is_relative_to(store_dir)):
+        if directory.is_dir() and not durable.name_durable(directory):
+            shutil.rmtree(directory)
+            report.deleted.append(str(directory.relative_to(store_dir)) + "/")
     for path in sorted(p for p in store_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(store_dir)
         base_path = baseline_dir / rel if baseline_dir is not None else None
@@ -203,8 +267,21 @@ def power_loss(
             data = _append_only_after_loss(path, base, flushed, pages, report)
         else:
             continue
+        if not durable.size_durable(path):
+            data = data[: _size_after_loss(len(data), size_rng)]
+            report.resized[str(rel)] = len(data)
         path.write_bytes(data)
     return report
+
+
+def _size_after_loss(size: int, rng: random.Random) -> int:
+    """The size a file whose allocation was not durable comes back with: whole, 0, or short."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        return size
+    if kind == 1 or size <= PAGE:
+        return 0
+    return rng.randrange(1, -(-size // PAGE)) * PAGE
 
 
 def _pages_written_back(size: int, flushed: int, rng: random.Random) -> list[int]:

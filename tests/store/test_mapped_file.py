@@ -49,8 +49,9 @@ def test_create_allocates_whole_file(tmp_path: Path) -> None:
 
 
 def test_create_failure_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "not-a-dir").write_bytes(b"")
     with pytest.raises(MappedFileCreateError) as exc:
-        MappedFile(tmp_path / "missing" / offset_to_name(0), SIZE, create=True)
+        MappedFile(tmp_path / "not-a-dir" / offset_to_name(0), SIZE, create=True)
     assert exc.value.size == SIZE
     assert exc.value.errno is not None
 
