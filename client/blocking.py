@@ -804,7 +804,8 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     those of :class:`client.aio.PushConsumer`; ``client_config`` tunes the shared client
     instance (see the module docstring). :meth:`close` waits for the handlers in flight up to
     ``await_termination_ms`` (10 s), then abandons the ones still running (their messages
-    are consumed again later).
+    are consumed again later). :meth:`suspend` and :meth:`resume` stop and restart pulling
+    (RocketMQ's), from any thread.
     """
 
     _kind = "push consumer"
@@ -848,6 +849,26 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
     def assignment(self) -> list[MessageQueue]:
         """The queues this member consumes now."""
         return self._run(_call_sync, self._c().assignment, timeout=self.request_timeout)
+
+    def suspend(self) -> None:
+        """Stop pulling until :meth:`resume` (RocketMQ's ``suspend()``): what is buffered is
+        still consumed, the member stays in its group with its queues, offsets are still
+        persisted. Idempotent; from any thread, a handler's included; ClientClosedError
+        before :meth:`start` and after :meth:`close`."""
+        self._run(_call_sync, self._c().suspend, timeout=self.request_timeout)
+
+    def resume(self) -> None:
+        """Pull again at once after :meth:`suspend` (RocketMQ's ``resume()``). Idempotent;
+        from any thread; ClientClosedError before :meth:`start` and after :meth:`close`."""
+        self._run(_call_sync, self._c().resume, timeout=self.request_timeout)
+
+    @property
+    def suspended(self) -> bool:
+        """True between :meth:`suspend` and :meth:`resume`."""
+        suspended: bool = self._run(
+            _call_sync, lambda: self._c().suspended, timeout=self.request_timeout
+        )
+        return suspended
 
 
 class SharedInstance(_BlockingBase):

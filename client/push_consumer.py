@@ -11,7 +11,8 @@ Task tree (``async with PushConsumer(group=..., namesrv=...) as consumer:``)::
        ├─ lock_loop             orderly only: renew the broker-side queue locks every 20 s
        ├─ consume service       concurrent: a pool of consume_thread_max workers
        └─ per assigned queue    a pull task (long polling, flow control, ``pull_interval_ms``
-                                after a pull that brought messages); orderly: a consume task
+                                after a pull that brought messages, none while suspended);
+                                orderly: a consume task
 
 Rebalance (seed 000): for each subscribed topic, the readable queues (from the cached route)
 and the group's client ids (asked of a broker) are sorted and given to the allocation strategy
@@ -55,6 +56,19 @@ offset moves past them and a handler stuck for ever does not stop the queue. The
 pull goes to another worker; the late call's outcome is ignored when it returns. RocketMQ looks
 at the 16 oldest messages of each queue; here every call in flight is checked. An orderly
 consumer is not affected.
+
+Suspend (RocketMQ's ``suspend()``/``resume()``, its ``pause`` flag): while suspended, no queue
+sends a new pull; a pull the broker already holds may still bring messages, which are consumed,
+as in RocketMQ (its answer is handled; only the next pull waits). The messages already buffered
+are consumed, heartbeats, rebalance rounds, orderly lock renewals and offset persistence go on:
+the member stays in its group, keeps its share of the queues and takes the queues a rebalance
+gives it (without pulling them). Each waiting pull loop is woken by :meth:`PushConsumer.resume`
+at once, and otherwise every ``PULL_TIME_DELAY_S_WHEN_SUSPEND`` (1 s, RocketMQ's re-check) only
+to mark its queue as alive, so a long suspension is not taken for a frozen process ("Stalls").
+RocketMQ skips the suspended member's own rebalance rounds (``doRebalance`` returns while
+paused): it then keeps queues a new member was given, writes their old offsets over the new
+owner's and, orderly, renews their locks; minimq rebalances as usual. ``resume()`` runs a
+rebalance round at once, as RocketMQ's.
 
 Offsets: each queue records the smallest offset still being consumed (one past the last when
 none), kept locally and persisted every ``persist_interval``, when a queue is dropped and when
@@ -107,6 +121,10 @@ log = logging.getLogger(__name__)
 
 PULL_RETRY_DELAY_S = 1.0
 """Pause after a failed pull (``pullTimeDelayMillsWhenException`` is 3 s in RocketMQ)."""
+PULL_TIME_DELAY_S_WHEN_SUSPEND = 1.0
+"""While suspended, how often a queue's pull loop wakes (RocketMQ's
+``PULL_TIME_DELAY_MILLS_WHEN_SUSPEND``): only to mark the queue as alive (``last_pull_ms``);
+:meth:`PushConsumer.resume` wakes it at once."""
 FLOW_CONTROL_PAUSE_S = 0.05
 """Pause of a queue's pulls while it is over a flow-control limit."""
 LOCK_RENEW_INTERVAL_S = 20.0
@@ -338,6 +356,9 @@ class PushConsumer:
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._file_offsets: LocalFileOffsetStore | None = None
         self._running = False
+        self._resumed = trio.Event()
+        """Set unless suspended: the pull loops wait on it (:meth:`suspend`)."""
+        self._resumed.set()
         self.rebalanced = trio.Event()
         """Set after every rebalance round (tests and tools wait on it)."""
         self.closed = trio.Event()
@@ -533,6 +554,31 @@ class PushConsumer:
         does not wait for the handler call running in thread ``thread_id`` (it waits for the
         close); its messages are not acknowledged. False when no call runs there."""
         return self._consumption is not None and bool(self._consumption.abandon_threads(thread_id))
+
+    @property
+    def suspended(self) -> bool:
+        """True between :meth:`suspend` and :meth:`resume` (RocketMQ's ``isPause()``)."""
+        return not self._resumed.is_set()
+
+    def suspend(self) -> None:
+        """Stop pulling until :meth:`resume` (RocketMQ's ``suspend()``); see the module
+        docstring's "Suspend". The messages already buffered, and those a pull the broker
+        holds now brings, are still consumed. Idempotent; ClientClosedError unless running
+        (before the consumer started, once its close began)."""
+        self._check_running()
+        if not self.suspended:
+            self._resumed = trio.Event()
+            log.info("%s: suspended: no new pull until resume()", self.group)
+
+    def resume(self) -> None:
+        """Pull again at once after :meth:`suspend`, and run a rebalance round (RocketMQ's
+        ``resume()``). Idempotent (a consumer not suspended is left as it is);
+        ClientClosedError unless running."""
+        self._check_running()
+        if self.suspended:
+            self._resumed.set()
+            log.info("%s: resumed", self.group)
+            self.rebalance_soon()
 
     async def run(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
         """Enter, report a scope whose cancellation closes the consumer, and serve."""
@@ -833,6 +879,12 @@ class PushConsumer:
                 pq.last_pull_ms = now  # the pause below is not a stall
                 await trio.sleep(PULL_RETRY_DELAY_S)
 
+    async def _wait_resumed(self) -> None:
+        """Suspended: wait for :meth:`resume`, at most ``PULL_TIME_DELAY_S_WHEN_SUSPEND`` (the
+        caller's next pass marks the queue alive and waits again)."""
+        with trio.move_on_after(PULL_TIME_DELAY_S_WHEN_SUSPEND):
+            await self._resumed.wait()
+
     def _queue_limits(self, topic: str) -> tuple[int, int]:
         """Per-queue (count, bytes) limits; topic-level limits, when set, are shared out
         among the topic's assigned queues (``messageQueueChanged``)."""
@@ -859,6 +911,9 @@ class PushConsumer:
             self._stall(q, f"was not pulled for {issued - pq.last_pull_ms} ms")
             return
         pq.last_pull_ms = issued  # RocketMQ's lastPullTimestamp: each pass, even a paused one
+        if self.suspended:
+            await self._wait_resumed()
+            return
         if self._over_limits(slot.mq, pq):
             await trio.sleep(FLOW_CONTROL_PAUSE_S)
             return
