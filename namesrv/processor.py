@@ -11,8 +11,10 @@ clock and offers :meth:`NamesrvProcessor.handlers`, the ``{code: handler}`` tabl
     GET_ROUTEINFO_BY_TOPIC              105  ext: topic -> TopicRouteData map | TOPIC_NOT_EXIST
     GET_BROKER_CLUSTER_INFO             106  -> ClusterInfo map
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER  206  -> {"topicList": [...]}
+    WIPE_WRITE_PERM_OF_BROKER           205  ext: brokerName -> ext: wipeTopicCount
     DELETE_TOPIC_IN_NAMESRV             216  ext: topic
     GET_TOPICS_BY_CLUSTER               224  ext: cluster -> {"topicList": [...]}
+    ADD_WRITE_PERM_OF_BROKER            327  ext: brokerName -> ext: addTopicCount
 
 Rules:
 
@@ -79,6 +81,8 @@ class NamesrvProcessor:
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
         }
         out = {int(code): _guarded(fn) for code, fn in table.items()}
         out[int(RequestCode.REGISTER_BROKER)] = guarded(self._register_over)  # needs the channel
@@ -191,6 +195,27 @@ class NamesrvProcessor:
         cluster = opt_str(request, "clusterName", "") or None
         self.route_info.delete_topic(topic, cluster)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def wipe_write_perm_of_broker(self, request: RemotingCommand) -> RemotingCommand:
+        """WIPE_WRITE_PERM_OF_BROKER: clear the write bit of the broker's queue data of every
+        topic; ``wipeTopicCount`` says how many topics (0 for an unknown broker name)."""
+        broker_name = header_str(request, "brokerName")
+        count = self.route_info.wipe_write_perm_of_broker(broker_name)
+        log.info("wiped the write perm of broker %s: %d topic(s)", broker_name, count)
+        return _count_response(request, "wipeTopicCount", count)
+
+    def add_write_perm_of_broker(self, request: RemotingCommand) -> RemotingCommand:
+        """ADD_WRITE_PERM_OF_BROKER: the broker's queue data of every topic gets perm 6 (read
+        and write); ``addTopicCount`` says how many topics (0 for an unknown broker name)."""
+        broker_name = header_str(request, "brokerName")
+        count = self.route_info.add_write_perm_of_broker(broker_name)
+        log.info("added the write perm of broker %s: %d topic(s)", broker_name, count)
+        return _count_response(request, "addTopicCount", count)
+
+
+def _count_response(request: RemotingCommand, name: str, count: int) -> RemotingCommand:
+    """SUCCESS with the header ``name`` holding ``count`` (as a string, as RocketMQ's)."""
+    return RemotingCommand.response_to(request, ResponseCode.SUCCESS, ext_fields={name: str(count)})
 
 
 def _guarded(fn: Callable[[RemotingCommand], RemotingCommand]) -> Handler:

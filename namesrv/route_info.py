@@ -30,11 +30,23 @@ Rules:
   replaces a newer one. The kept version goes with the address (unregister, expiry, closed
   connection), so a broker that comes back is registered afresh; a registration without a
   version is always applied.
+- As RocketMQ's ``registerBroker``, a master's topics are applied only when its registration
+  is the first of its address under that broker name and id, or its version differs from the
+  kept one; a registration with the kept version (the periodic one when no topic changed)
+  refreshes liveness and adds only the topics the tables lack for that broker (one deleted
+  from the name server comes back). So what the name server changed on its own
+  (:meth:`RouteInfoManager.wipe_write_perm_of_broker`) lasts until the broker's topic table
+  changes (a topic created, updated or deleted, ``brokerPermission`` changed), the broker
+  restarts, or its address is dropped (closed connection, expiry, unregister).
+- ``wipe_write_perm_of_broker`` / ``add_write_perm_of_broker`` (RocketMQ's
+  ``operateWritePermOfBroker``) change the perm of every topic's queue data of a broker name:
+  wipe clears the write bit, add sets read and write (6), whatever the perm was; each returns
+  the number of topics it went through (0 for a broker name the tables do not hold).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from common.route import (
@@ -42,6 +54,7 @@ from common.route import (
     BrokerData,
     ClusterInfo,
     DataVersion,
+    PermName,
     QueueData,
     TopicConfig,
     TopicRouteData,
@@ -104,13 +117,19 @@ class RouteInfoManager:
     ) -> RegisterResult:
         """Record a broker's heartbeat and (from a master) its topics' queue data; a
         registration older than the last one applied from ``broker_addr`` refreshes only
-        its liveness (``stale`` in the result)."""
+        its liveness (``stale`` in the result), and one with the kept version adds only the
+        topics the tables lack for ``broker_name`` (see the module rules)."""
         live = self.broker_live_table.get(broker_addr)
         if live is not None and _is_stale(data_version, live.data_version):
             self.broker_live_table[broker_addr] = replace(live, last_update_ms=now_ms)
             return replace(self._master_of(broker_name, broker_id), stale=True)
         self._release_address(broker_addr, broker_name)
         old = self.broker_addr_table.get(broker_name)
+        topics_changed = (
+            old is None
+            or old.broker_addrs.get(broker_id) != broker_addr  # RocketMQ's registerFirst
+            or _topics_changed(data_version, live)
+        )
         if old is not None and old.cluster != cluster:
             self._leave_cluster(old.cluster, broker_name)
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
@@ -125,7 +144,8 @@ class RouteInfoManager:
 
         if broker_id == MASTER_ID:
             for topic, config in topic_configs.items():
-                self._update_queue_data(topic, broker_name, config)
+                if topics_changed or broker_name not in self.topic_queue_table.get(topic, {}):
+                    self._update_queue_data(topic, broker_name, config)
 
         self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, ha_server_addr, data_version)
         if filter_server_list is not None:
@@ -200,6 +220,34 @@ class RouteInfoManager:
             queue_datas.pop(broker_name, None)
             if not queue_datas:
                 del self.topic_queue_table[topic]
+
+    # ------------------------------------------------------------------ write permission
+
+    def wipe_write_perm_of_broker(self, broker_name: str) -> int:
+        """Clear the write bit of every topic's queue data of ``broker_name`` (RocketMQ's
+        ``wipeWritePermOfBroker``): producers stop choosing its queues at their next route
+        refresh, consumers still read them. Returns the number of topics (0 when the name
+        is unknown)."""
+        return self._operate_write_perm(broker_name, lambda perm: perm & ~PermName.PERM_WRITE)
+
+    def add_write_perm_of_broker(self, broker_name: str) -> int:
+        """Set the perm of every topic's queue data of ``broker_name`` to read and write
+        (RocketMQ's ``addWritePermOfBroker``: 6, whatever it was). Returns the number of
+        topics (0 when the name is unknown)."""
+        return self._operate_write_perm(
+            broker_name, lambda _: PermName.PERM_READ | PermName.PERM_WRITE
+        )
+
+    def _operate_write_perm(self, broker_name: str, new_perm: Callable[[int], int]) -> int:
+        """Replace the perm of each topic's queue data of ``broker_name`` by ``new_perm`` of
+        it (RocketMQ's ``operateWritePermOfBroker``); the number of topics gone through."""
+        count = 0
+        for queue_map in self.topic_queue_table.values():
+            queue_data = queue_map.get(broker_name)
+            if queue_data is not None:
+                queue_map[broker_name] = replace(queue_data, perm=new_perm(queue_data.perm))
+                count += 1
+        return count
 
     # ------------------------------------------------------------------ expiry
 
@@ -281,6 +329,13 @@ class RouteInfoManager:
         if not queue_map:
             del self.topic_queue_table[topic]
         return True
+
+
+def _topics_changed(version: DataVersion | None, live: BrokerLiveInfo | None) -> bool:
+    """True unless a registration's ``version`` is the one kept in ``live`` (RocketMQ's
+    ``isBrokerTopicConfigChanged``); a registration without a version always counts as a
+    change."""
+    return version is None or live is None or version != live.data_version
 
 
 def _is_stale(version: DataVersion | None, applied: DataVersion | None) -> bool:

@@ -30,6 +30,7 @@ from common.subscription import build_subscription
 from remoting import admin_bodies as bodies
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
+from remoting.headers import BadRequestError, header_int
 from remoting.route_bodies import decode_cluster_info_body, decode_topic_list_body
 
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
@@ -96,6 +97,38 @@ class AdminClient:
         return resp
 
     # ------------------------------------------------------------------ name server
+
+    @property
+    def namesrv_addrs(self) -> tuple[str, ...]:
+        """The name servers of ``-n`` / ``NAMESRV_ADDR``, in the order given."""
+        return self.instance.config.namesrv_addrs
+
+    async def wipe_write_perm_of_broker(self, namesrv_addr: str, broker_name: str) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER on the name server ``namesrv_addr``: the number of topics
+        whose queue data of ``broker_name`` lost the write bit there (``wipeTopicCount``)."""
+        return await self._write_perm_call(
+            namesrv_addr, RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name, "wipeTopicCount"
+        )
+
+    async def add_write_perm_of_broker(self, namesrv_addr: str, broker_name: str) -> int:
+        """ADD_WRITE_PERM_OF_BROKER on the name server ``namesrv_addr``: the number of topics
+        whose queue data of ``broker_name`` got perm 6 there (``addTopicCount``)."""
+        return await self._write_perm_call(
+            namesrv_addr, RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name, "addTopicCount"
+        )
+
+    async def _write_perm_call(
+        self, namesrv_addr: str, code: RequestCode, broker_name: str, count_field: str
+    ) -> int:
+        """One write-perm request to one name server; the count its answer's ``count_field``
+        holds."""
+        resp = await self.call(namesrv_addr, code, {"brokerName": broker_name})
+        try:
+            return header_int(resp, count_field)
+        except BadRequestError as exc:
+            raise MQBrokerError(
+                ResponseCode.SYSTEM_ERROR, f"bad answer: {exc}", namesrv_addr
+            ) from None
 
     async def cluster_info(self) -> ClusterInfo:
         """GET_BROKER_CLUSTER_INFO."""
@@ -185,6 +218,20 @@ class AdminClient:
             "order": config.order,
         }
         await self.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+
+    async def topic_config(self, addr: str, topic: str) -> TopicConfig | None:
+        """``topic``'s config as the broker at ``addr`` holds it (GET_ALL_TOPIC_CONFIG); None
+        when it has none."""
+        resp = await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        try:
+            wire = msgpack.unpackb(resp.body, raw=False)
+            table = wire.get("topicConfigTable", {}) if isinstance(wire, dict) else {}
+            found = table.get(topic) if isinstance(table, dict) else None
+            return None if found is None else TopicConfig.from_wire(found)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise MQBrokerError(
+                ResponseCode.SYSTEM_ERROR, f"bad topic config table: {exc}", addr
+            ) from None
 
     async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
         """DELETE_TOPIC_IN_BROKER."""

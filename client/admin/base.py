@@ -158,6 +158,14 @@ def fail(reason: str) -> NoReturn:
     sys.exit(1)
 
 
+def warn(reason: str) -> None:
+    """Print ``mqadmin <command>: warning: <reason>`` on stderr (one line); the command goes
+    on (stdout stays its result)."""
+    ctx = click.get_current_context(silent=True)
+    name = ctx.info_name if ctx is not None else "mqadmin"
+    click.echo(f"mqadmin {name}: warning: {' '.join(reason.split())}", err=True)
+
+
 def _first_error(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]

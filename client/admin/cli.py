@@ -8,10 +8,17 @@ progress bars go to stderr, and a failure prints one line on stderr and exits wi
 
 from __future__ import annotations
 
-from client.admin import cmd_broker, cmd_group, cmd_message, cmd_topic, cmd_transaction
+from client.admin import (
+    cmd_broker,
+    cmd_group,
+    cmd_message,
+    cmd_namesrv,
+    cmd_topic,
+    cmd_transaction,
+)
 from client.admin.base import main
 
-COMMAND_MODULES = (cmd_broker, cmd_group, cmd_message, cmd_topic, cmd_transaction)
+COMMAND_MODULES = (cmd_broker, cmd_group, cmd_message, cmd_namesrv, cmd_topic, cmd_transaction)
 """Importing these registers their commands on :data:`main`."""
 
 __all__ = ["main"]

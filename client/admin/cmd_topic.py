@@ -1,7 +1,9 @@
-"""``mqadmin`` topic commands: topicList, updateTopic, deleteTopic, topicRoute, topicStatus."""
+"""``mqadmin`` topic commands: topicList, updateTopic, updateTopicPerm, deleteTopic, topicRoute,
+topicStatus."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -22,7 +24,7 @@ from client.admin.base import (
     try_each_broker,
 )
 from client.errors import MQBrokerError, MQClientError
-from common.route import TopicConfig
+from common.route import MASTER_ID, PermName, TopicConfig, TopicRouteData
 from common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.codes import ResponseCode
 
@@ -156,6 +158,181 @@ def update_topic(
         return
     lines(*(f"create topic to {addr} success." for addr in done))
     lines(java_object("TopicConfig", config.to_wire()))
+
+
+TOPIC_PERMS: dict[int, str] = {
+    PermName.PERM_WRITE: "W",
+    PermName.PERM_READ: "R",
+    PermName.PERM_READ | PermName.PERM_WRITE: "RW",
+}
+"""The perms ``updateTopicPerm -p`` takes (RocketMQ's ``2:W; 4:R; 6:RW``)."""
+
+
+def check_topic_perm(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """An option callback: BadParameter unless ``value`` is 2, 4 or 6."""
+    if value not in TOPIC_PERMS:
+        raise click.BadParameter(f"{value} is not a topic perm: give 2 (W), 4 (R) or 6 (RW)")
+    return value
+
+
+@dataclass(frozen=True)
+class PermUpdate:
+    """One broker's part of ``updateTopicPerm``: the topic's config as the route has it on
+    that broker, with the new perm, and the perm the route had."""
+
+    broker_name: str
+    broker_addr: str
+    old_perm: int
+    config: TopicConfig
+
+    def to_json(self, updated: bool) -> dict[str, Any]:
+        """The broker's entry in ``--json`` (``updated``: the config was sent)."""
+        return {
+            "brokerName": self.broker_name,
+            "brokerAddr": self.broker_addr,
+            "oldPerm": self.old_perm,
+            "perm": self.config.perm,
+            "updated": updated,
+            "topicConfig": self.config.to_wire(),
+        }
+
+
+def perm_updates(
+    route: TopicRouteData, topic: str, perm: int, masters: list[tuple[str, str]]
+) -> list[PermUpdate]:
+    """For each ``(broker name, master address)``: the topic's config from that broker's
+    ``QueueData`` in ``route`` (queue counts, sys flag) with ``perm``, as RocketMQ's
+    ``updateTopicPerm`` builds it."""
+    queue_datas = {qd.broker_name: qd for qd in route.queue_datas}
+    updates = []
+    for name, addr in masters:
+        qd = queue_datas[name]
+        config = TopicConfig(
+            topic, qd.read_queue_nums, qd.write_queue_nums, perm, topic_sys_flag=qd.topic_sys_flag
+        )
+        updates.append(PermUpdate(name, addr, qd.perm, config))
+    return updates
+
+
+def route_masters(route: TopicRouteData) -> list[tuple[str, str]]:
+    """``(broker name, master address)`` of each broker of ``route`` with queue data and a
+    master, sorted by name."""
+    with_queues = {qd.broker_name for qd in route.queue_datas}
+    return sorted(
+        (bd.broker_name, bd.broker_addrs[MASTER_ID])
+        for bd in route.broker_datas
+        if MASTER_ID in bd.broker_addrs and bd.broker_name in with_queues
+    )
+
+
+async def perm_targets(
+    admin: AdminClient, route: TopicRouteData, topic: str, broker: str | None, cluster: str | None
+) -> list[tuple[str, str]]:
+    """The brokers ``updateTopicPerm`` changes: the master ``broker`` (an address) of a broker
+    hosting ``topic``, else the masters of ``cluster`` hosting it; MQClientError when none."""
+    masters = route_masters(route)
+    if broker is not None:
+        chosen = [target for target in masters if target[1] == broker]
+        if not chosen:
+            hosts = ", ".join(f"{name} {addr}" for name, addr in masters) or "none"
+            raise MQClientError(
+                ResponseCode.SYSTEM_ERROR,
+                f"broker {broker} does not exist or is not the master of a broker hosting topic "
+                f"{topic} (its masters: {hosts}); -b takes a master's address",
+            )
+        return chosen
+    assert cluster is not None
+    in_cluster = set(await admin.masters(cluster=cluster))
+    chosen = [target for target in masters if target in in_cluster]
+    if not chosen:
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR, f"no broker of cluster {cluster} hosts topic {topic}"
+        )
+    return chosen
+
+
+@admin_command("updateTopicPerm")
+@click.option("-b", "--brokerAddr", "broker", help="Change the topic on this master broker.")
+@click.option(
+    "-c", "--clusterName", "cluster", help="Change the topic on the masters of this cluster."
+)
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-p",
+    "--perm",
+    type=int,
+    required=True,
+    callback=check_topic_perm,
+    help="The topic's new perm: 2 W, 4 R, 6 RW.",
+)
+def update_topic_perm(
+    namesrv: str | None,
+    as_json: bool,
+    broker: str | None,
+    cluster: str | None,
+    topic: str,
+    perm: int,
+) -> None:
+    """Update topic perm.
+
+    The topic's queue counts come from its route (that broker's queue data); the new perm is
+    sent to the broker (-b, a master's address; it wins over -c) or to each master of the
+    cluster that hosts the topic (-c). With -b, a perm the route already shows is not sent.
+    """
+    if broker is None and cluster is None:
+        fail("give -b brokerAddr or -c clusterName")
+
+    async def body(admin: AdminClient) -> tuple[list[PermUpdate], bool]:
+        route = await admin.topic_route(topic)
+        targets = await perm_targets(admin, route, topic, broker, cluster)
+        updates = perm_updates(route, topic, perm, targets)
+        if broker is not None and updates[0].old_perm == perm:
+            return updates, False  # as RocketMQ's: "new perm equals to the old one!"
+        await refuse_wiped(admin, updates)
+        await on_each_broker(
+            [(u.broker_name, u.broker_addr) for u in updates],
+            lambda addr: admin.update_topic(addr, _config_for(updates, addr)),
+        )
+        return updates, True
+
+    updates, sent = run(namesrv, body)
+    if as_json:
+        emit_json({"topic": topic, "perm": perm, "brokers": [u.to_json(sent) for u in updates]})
+    elif not sent:
+        lines("new perm equals to the old one!")
+    else:
+        lines(
+            *(
+                f"update topic perm from {u.old_perm} to {perm} in {u.broker_addr} success."
+                for u in updates
+            )
+        )
+        if broker is not None:
+            lines(java_object("TopicConfig", updates[0].config.to_wire()) + ".")
+
+
+async def refuse_wiped(admin: AdminClient, updates: list[PermUpdate]) -> None:
+    """MQClientError when a broker already holds the new perm while the route shows another:
+    the write bit is kept out of the routes by the broker's ``brokerPermission`` or by the
+    name servers (wipeWritePerm), and an update that changes nothing on the broker does not
+    change the routes (as RocketMQ 5's)."""
+    kept = []
+    for update in updates:
+        held = await admin.topic_config(update.broker_addr, update.config.topic_name)
+        if held is not None and held.perm == update.config.perm != update.old_perm:
+            kept.append(f"{update.broker_name} holds perm {held.perm}, routed {update.old_perm}")
+    if kept:
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR,
+            f"the broker already holds the perm ({'; '.join(kept)}): its brokerPermission "
+            "or wipeWritePerm keeps the write bit out of the routes (addWritePerm -b "
+            "<brokerName> gives back a wiped one); nothing was changed",
+        )
+
+
+def _config_for(updates: list[PermUpdate], addr: str) -> TopicConfig:
+    """The config of the update for the broker at ``addr``."""
+    return next(u.config for u in updates if u.broker_addr == addr)
 
 
 async def delete_topic_everywhere(

@@ -254,11 +254,11 @@ def test_an_older_registration_delivered_late_keeps_the_newer_topics() -> None:
     assert rim.broker_live_table[A_MASTER] == BrokerLiveInfo(5, "", DataVersion(2000, 2))
 
 
-def test_same_newer_or_unversioned_registrations_apply() -> None:
+def test_newer_or_unversioned_registrations_apply() -> None:
     rim = RouteInfoManager()
     register_versioned(rim, 8, DataVersion(2000, 2))
     assert not register_versioned(rim, 6, DataVersion(2000, 2)).stale  # the same version
-    assert write_queues_of_t(rim) == 6
+    assert write_queues_of_t(rim) == 8  # nothing changed: not applied again, as RocketMQ's
     assert not register_versioned(rim, 5, DataVersion(1500, 3)).stale  # clock stepped back
     assert write_queues_of_t(rim) == 5
     assert not register_versioned(rim, 4, None).stale  # a broker that sends no version
@@ -283,3 +283,82 @@ def test_a_broker_registered_again_after_unregister_or_expiry_starts_afresh() ->
     rim.expire_brokers(now_ms=100)
     register_versioned(rim, 2, DataVersion(500, 0), now_ms=100)
     assert write_queues_of_t(rim) == 2
+
+
+# --------------------------------------------------------------------------- write permission
+
+
+def perms(rim: RouteInfoManager, topic: str) -> dict[str, int]:
+    route = rim.pick_topic_route(topic)
+    assert route is not None
+    return {qd.broker_name: qd.perm for qd in route.queue_datas}
+
+
+def two_brokers_with_versions(rim: RouteInfoManager, version: DataVersion) -> None:
+    """broker-a with T (RW) and R (read-only), broker-b with T; both with ``version``."""
+    a_topics = topics(TopicConfig("T", 4, 4), TopicConfig("R", 4, 4, perm=4))
+    rim.register_broker(CLUSTER, A_MASTER, "broker-a", 0, "", a_topics, 0, data_version=version)
+    b_topics = topics(TopicConfig("T", 4, 4))
+    rim.register_broker(CLUSTER, B_MASTER, "broker-b", 0, "", b_topics, 0, data_version=version)
+
+
+def test_wipe_and_add_write_perm_change_only_that_brokers_queue_data() -> None:
+    rim = RouteInfoManager()
+    two_brokers_with_versions(rim, DataVersion(1000, 1))
+    assert rim.wipe_write_perm_of_broker("broker-a") == 2  # T and R: every topic it holds
+    assert perms(rim, "T") == {"broker-a": 4, "broker-b": 6}
+    assert perms(rim, "R") == {"broker-a": 4}
+    assert rim.add_write_perm_of_broker("broker-a") == 2
+    assert perms(rim, "T") == {"broker-a": 6, "broker-b": 6}
+    assert perms(rim, "R") == {"broker-a": 6}  # RocketMQ's: read and write, whatever it was
+
+
+def test_write_perm_of_an_unknown_broker_name_counts_zero() -> None:
+    rim = RouteInfoManager()
+    two_brokers_with_versions(rim, DataVersion(1000, 1))
+    assert rim.wipe_write_perm_of_broker("broker-x") == 0
+    assert rim.wipe_write_perm_of_broker(A_MASTER) == 0  # an address is not a broker name
+    assert rim.add_write_perm_of_broker("broker-x") == 0
+    assert perms(rim, "T") == {"broker-a": 6, "broker-b": 6}
+
+
+def test_a_wiped_perm_survives_a_registration_with_the_same_version() -> None:
+    rim = RouteInfoManager()
+    version = DataVersion(1000, 1)
+    two_brokers_with_versions(rim, version)
+    rim.wipe_write_perm_of_broker("broker-a")
+    two_brokers_with_versions(rim, version)  # the periodic registration, nothing changed
+    assert perms(rim, "T") == {"broker-a": 4, "broker-b": 6}
+    assert rim.broker_live_table[A_MASTER].data_version == version
+
+
+def test_a_registration_with_the_same_version_adds_a_topic_the_tables_lack() -> None:
+    rim = RouteInfoManager()
+    version = DataVersion(1000, 1)
+    two_brokers_with_versions(rim, version)
+    rim.wipe_write_perm_of_broker("broker-a")
+    rim.delete_topic("R")
+    two_brokers_with_versions(rim, version)
+    assert perms(rim, "R") == {"broker-a": 4}  # back, from the broker's table
+    assert perms(rim, "T") == {"broker-a": 4, "broker-b": 6}  # still wiped
+
+
+def test_a_wiped_perm_goes_when_the_brokers_topics_change_or_it_registers_afresh() -> None:
+    rim = RouteInfoManager()
+    two_brokers_with_versions(rim, DataVersion(1000, 1))
+    rim.wipe_write_perm_of_broker("broker-a")
+    two_brokers_with_versions(rim, DataVersion(2000, 2))  # a topic change on the broker
+    assert perms(rim, "T") == {"broker-a": 6, "broker-b": 6}
+
+    rim.wipe_write_perm_of_broker("broker-a")
+    rim.on_channel_destroy(A_MASTER)  # its connection closed: gone from the routes
+    two_brokers_with_versions(rim, DataVersion(2000, 2))  # registered afresh, same version
+    assert perms(rim, "T") == {"broker-a": 6, "broker-b": 6}
+
+
+def test_an_unversioned_registration_always_applies() -> None:
+    rim = RouteInfoManager()
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 4, 4)))
+    rim.wipe_write_perm_of_broker("broker-a")
+    register(rim, A_MASTER, "broker-a", configs=topics(TopicConfig("T", 4, 4)))
+    assert perms(rim, "T") == {"broker-a": 6}

@@ -361,3 +361,33 @@ async def test_a_late_older_registration_does_not_move_the_brokers_connection() 
 
             await wait_until(c_gone, "broker-c dropped once the late connection closed")
             assert await routed() == {"broker-a": 8}
+
+
+async def test_wipe_and_add_write_perm_answer_their_topic_counts() -> None:
+    """WIPE_WRITE_PERM_OF_BROKER / ADD_WRITE_PERM_OF_BROKER answer ``wipeTopicCount`` /
+    ``addTopicCount`` (0 for an unknown broker name); a request without ``brokerName`` is
+    SYSTEM_ERROR naming the field."""
+    async with running_namesrv() as (_, client, addr):
+        assert (await client.invoke(addr, register_req("broker-a", "127.0.0.1:10911"))).code == 0
+
+        async def perm_of_a() -> int:
+            resp = await client.invoke(addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC))
+            return decode_route_body(resp.body).queue_datas[0].perm
+
+        wipe = await client.invoke(
+            addr, req(RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="broker-a")
+        )
+        assert (wipe.code, wipe.ext_fields["wipeTopicCount"]) == (ResponseCode.SUCCESS, "1")
+        assert await perm_of_a() == 4
+        unknown = await client.invoke(
+            addr, req(RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="broker-x")
+        )
+        assert (unknown.code, unknown.ext_fields["wipeTopicCount"]) == (ResponseCode.SUCCESS, "0")
+        add = await client.invoke(
+            addr, req(RequestCode.ADD_WRITE_PERM_OF_BROKER, brokerName="broker-a")
+        )
+        assert (add.code, add.ext_fields["addTopicCount"]) == (ResponseCode.SUCCESS, "1")
+        assert await perm_of_a() == 6
+        bad = await client.invoke(addr, req(RequestCode.ADD_WRITE_PERM_OF_BROKER))
+        assert bad.code == ResponseCode.SYSTEM_ERROR
+        assert "brokerName" in (bad.remark or "")
