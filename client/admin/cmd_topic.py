@@ -242,8 +242,16 @@ async def perm_targets(
             )
         return chosen
     assert cluster is not None
-    in_cluster = set(await admin.masters(cluster=cluster))
-    chosen = [target for target in masters if target in in_cluster]
+    return await in_cluster(admin, masters, topic, cluster)
+
+
+async def in_cluster(
+    admin: AdminClient, targets: list[tuple[str, str]], topic: str, cluster: str
+) -> list[tuple[str, str]]:
+    """The ``(broker name, master address)`` of ``targets`` that are masters of ``cluster``;
+    MQClientError when there is none."""
+    masters = set(await admin.masters(cluster=cluster))
+    chosen = [target for target in targets if target in masters]
     if not chosen:
         raise MQClientError(
             ResponseCode.SYSTEM_ERROR, f"no broker of cluster {cluster} hosts topic {topic}"
@@ -417,13 +425,7 @@ async def topic_masters_in(
     targets = await admin.topic_masters(topic)
     if cluster is None:
         return targets
-    in_cluster = set(await admin.masters(cluster=cluster))
-    targets = [target for target in targets if target in in_cluster]
-    if not targets:
-        raise MQClientError(
-            ResponseCode.SYSTEM_ERROR, f"no broker of cluster {cluster} hosts topic {topic}"
-        )
-    return targets
+    return await in_cluster(admin, targets, topic, cluster)
 
 
 @admin_command("topicStatus")

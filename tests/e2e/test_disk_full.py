@@ -62,6 +62,19 @@ async def read_all(namesrv: str, count: int) -> list[ReceivedMessage]:
     return got
 
 
+async def send_until_refused(producer: Producer, acked: list[bytes]) -> str:
+    """Send numbered messages (from 50) until the broker refuses one, adding each acknowledged
+    body to ``acked``; return the refusal's text."""
+    for i in range(50, MAX_SENDS):  # until the log needs a new file
+        body = b"%05d" % i + BODY
+        try:
+            await producer.send(Message(TOPIC, body))
+        except MQClientError as exc:
+            return str(exc)
+        acked.append(body)
+    raise AssertionError("every send acknowledged past the end of the file")
+
+
 async def test_a_full_disk_refuses_sends_clearly_and_recovers_without_restart(
     tmp_path: Path,
 ) -> None:
@@ -76,16 +89,7 @@ async def test_a_full_disk_refuses_sends_clearly_and_recovers_without_restart(
                     assert (await producer.send(Message(TOPIC, body))).status is SendStatus.SEND_OK
                     acked.append(body)
                 limit_file_size(broker.proc.pid, FILE_SIZE - 1)  # the disk is now "full"
-                refusal = None
-                for i in range(50, MAX_SENDS):  # until the log needs a new file
-                    body = b"%05d" % i + BODY
-                    try:
-                        await producer.send(Message(TOPIC, body))
-                    except MQClientError as exc:
-                        refusal = str(exc)
-                        break
-                    acked.append(body)
-                assert refusal is not None, "every send acknowledged past the end of the file"
+                refusal = await send_until_refused(producer, acked)
                 assert "CODE: 1 " in refusal, refusal  # SYSTEM_ERROR
                 assert "EFBIG" in refusal, refusal
                 assert str(broker.store) not in refusal  # the broker's paths stay in its log
@@ -180,16 +184,7 @@ async def test_a_full_tmpfs_refuses_sends_clearly_and_recovers_when_space_is_fre
                     assert (await producer.send(Message(TOPIC, body))).status is SendStatus.SEND_OK
                     acked.append(body)
                 filler = fill(seen)
-                refusal = None
-                for i in range(50, MAX_SENDS):  # until the log needs a new file
-                    body = b"%05d" % i + BODY
-                    try:
-                        await producer.send(Message(TOPIC, body))
-                    except MQClientError as exc:
-                        refusal = str(exc)
-                        break
-                    acked.append(body)
-                assert refusal is not None, "every send acknowledged past the end of the file"
+                refusal = await send_until_refused(producer, acked)
                 assert "CODE: 1 " in refusal, refusal  # SYSTEM_ERROR
                 assert "ENOSPC" in refusal, refusal
                 assert str(store) not in refusal  # the broker's paths stay in its log
