@@ -11,6 +11,10 @@ import trio
 from click.testing import CliRunner, Result
 
 from client.admin.cli import main
+from client.aio import ConsumeFrom, PushConsumer
+from client.consume_service import ConsumeResult
+from client.message import ReceivedMessage
+from tests.client.inproc_cluster import TOPIC
 
 
 async def mqadmin(*args: str, env: dict[str, str | None] | None = None) -> Result:
@@ -50,3 +54,16 @@ async def fails(*args: str) -> str:
 def headers_in(text: str, *headers: str) -> bool:
     """True when every header occurs in ``text``."""
     return all(h in text for h in headers)
+
+
+def collecting_consumer(namesrv: str) -> tuple[PushConsumer, list[ReceivedMessage]]:
+    """Push consumer ``cg`` on TOPIC from the first offset, and the list it collects into."""
+    got: list[ReceivedMessage] = []
+
+    def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        got.extend(msgs)
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer("cg", namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+    consumer.subscribe(TOPIC, "*", handle)
+    return consumer, got

@@ -10,7 +10,7 @@ from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsume
 from client.consume_service import ConsumeResult
 from client.message import MessageQueue, ReceivedMessage
 from remoting.admin_bodies import Connection, ConsumerConnection, QueueConsumeStats
-from tests.admin.harness import as_json, fails, headers_in, ok
+from tests.admin.harness import as_json, collecting_consumer, fails, headers_in, ok
 from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import TOPIC, cluster
 
@@ -21,19 +21,6 @@ async def send(namesrv: str, n: int, prefix: str = "m") -> None:
     async with Producer("pg", namesrv) as producer:
         for i in range(n):
             await producer.send(Message(TOPIC, f"{prefix}{i}".encode(), tags="T"))
-
-
-def collecting_consumer(namesrv: str) -> tuple[PushConsumer, list[ReceivedMessage]]:
-    """Push consumer ``cg`` on TOPIC from the first offset, and the list it collects into."""
-    got: list[ReceivedMessage] = []
-
-    def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
-        got.extend(msgs)
-        return ConsumeResult.SUCCESS
-
-    consumer = PushConsumer("cg", namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
-    consumer.subscribe(TOPIC, "*", handle)
-    return consumer, got
 
 
 async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import trio
 
-from client.aio import ConsumeFrom, Message, Producer, PushConsumer
+from client.aio import Message, Producer
 from client.config import ClientConfig
-from client.consume_service import ConsumeResult
 from client.instance import ClientInstance
-from client.message import ReceivedMessage
 from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
-from tests.admin.harness import as_json, fails, mqadmin, ok
+from tests.admin.harness import as_json, collecting_consumer, fails, mqadmin, ok
 from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import TOPIC, Cluster
 
@@ -125,14 +123,7 @@ async def test_wipe_write_perm_drains_producers_until_add_write_perm(tmp_path: P
 
 async def consume_all(namesrv: str, count: int, from_brokers: set[str]) -> None:
     """A new push consumer reads ``count`` messages of TOPIC, from each of ``from_brokers``."""
-    got: list[ReceivedMessage] = []
-
-    def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
-        got.extend(msgs)
-        return ConsumeResult.SUCCESS
-
-    consumer = PushConsumer("cg", namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
-    consumer.subscribe(TOPIC, "*", handle)
+    consumer, got = collecting_consumer(namesrv)
     async with consumer:
         await wait_until(lambda: len(got) >= count, f"{count} messages consumed")
     assert {m.queue.broker_name for m in got} == from_brokers
