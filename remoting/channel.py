@@ -70,6 +70,7 @@ from remoting.errors import (
 )
 from remoting.flow_control import BUSY_REMARK, PendingLimit
 from remoting.headers import failure_response
+from remoting.log_limit import WarningLimiter, suppressed_note
 from remoting.reply import Reply, Response
 
 log = logging.getLogger(__name__)
@@ -112,8 +113,10 @@ class Channel:
         busy_poll: BusyPoll | None = None,
         poll_every_frame: bool = True,
         pending_limit: PendingLimit | None = None,
+        warnings: WarningLimiter | None = None,
     ) -> None:
         self.connection = connection
+        self.warnings = warnings if warnings is not None else WarningLimiter()
         self.idle_timeout_s = idle_timeout_s
         self._handlers = handlers
         self._limit = pending_limit
@@ -284,7 +287,7 @@ class Channel:
             try:
                 cmd = await receive()
             except RemoteProtocolError as exc:
-                log.warning("closing connection %s: protocol error: %s", addr, exc)
+                self._warn_protocol_error(exc)
                 return
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 log.debug("connection %s ended: %r", addr, exc)
@@ -341,7 +344,7 @@ class Channel:
             try:
                 response = await reply
             except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-                response = failure_response(request, self.remote_addr, exc)
+                response = failure_response(request, self, exc)
             await self._respond(request, response)
         finally:
             self._in_flight -= 1
@@ -478,11 +481,31 @@ class Channel:
         except RemotingSendRequestError:
             log.debug("response to %s lost: connection closed", self.remote_addr)
 
+    def _warn_protocol_error(self, exc: RemoteProtocolError) -> None:
+        dropped = self.warnings.allow("protocol error")
+        if dropped is not None:
+            log.warning(
+                "closing connection %s: protocol error: %s%s",
+                self.remote_addr,
+                exc,
+                suppressed_note(dropped),
+            )
+
+    def _warn_unsupported(self, code: int) -> None:
+        dropped = self.warnings.allow("unsupported code")
+        if dropped is not None:
+            log.warning(
+                "request code %s from %s not supported%s",
+                code,
+                self.remote_addr,
+                suppressed_note(dropped),
+            )
+
     def _call_handler(self, request: RemotingCommand) -> Reply:
         """The handler's reply, or the error response standing in for it."""
         handler = self._handlers.get(request.code)
         if handler is None:
-            log.warning("request code %s from %s not supported", request.code, self.remote_addr)
+            self._warn_unsupported(request.code)
             return RemotingCommand.response_to(
                 request,
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -491,7 +514,7 @@ class Channel:
         try:
             return handler(request, self)
         except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-            return failure_response(request, self.remote_addr, exc)
+            return failure_response(request, self, exc)
 
     def _new_opaque(self) -> int:
         """Return the next request id (1..INT32_MAX, wrapping)."""

@@ -43,6 +43,7 @@ from remoting.channel import Channel, Handler
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.errors import RemotingConnectError, RemotingError
+from remoting.log_limit import WarningLimiter
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class RemotingClient:
         self.connect_timeout_s = connect_timeout_s
         self._channels: dict[str, Channel] = {}
         self._dials: dict[str, _Dial] = {}
+        self.warnings = WarningLimiter()
+        """Limits the warnings about peers' bad input, over all connections."""
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None  # the background tasks' (shielded)
         self._background = trio.CancelScope(shield=True)
@@ -180,6 +183,7 @@ class RemotingClient:
                 self.handlers,
                 busy_poll=self.busy_poll,
                 poll_every_frame=False,
+                warnings=self.warnings,
             )
             self._channels[addr] = channel
             assert self._nursery is not None

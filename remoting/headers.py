@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from common.deferred import Deferred
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
+from remoting.log_limit import suppressed_note
 from remoting.reply import Reply
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def guarded(fn: RawHandler) -> Handler:
         try:
             reply = fn(request, channel)
         except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-            return failure_response(request, channel.remote_addr, exc)
+            return failure_response(request, channel, exc)
         if reply is None or isinstance(reply, (RemotingCommand, Deferred)):
             return reply  # a deferred's resolver guards itself (common.deferred)
         return _guarded_later(request, channel, reply)
@@ -130,17 +131,26 @@ async def _guarded_later(
     try:
         return await reply
     except Exception as exc:  # noqa: BLE001 - answered SYSTEM_ERROR and logged
-        return failure_response(request, channel.remote_addr, exc)
+        return failure_response(request, channel, exc)
 
 
-def failure_response(request: RemotingCommand, peer: str, exc: Exception) -> RemotingCommand:
+def failure_response(request: RemotingCommand, channel: Channel, exc: Exception) -> RemotingCommand:
     """Log a handler's exception; the SYSTEM_ERROR response standing in for its reply.
 
-    A :class:`BadRequestError` (the peer's mistake) only warns; anything else is logged with
+    A :class:`BadRequestError` (the peer's mistake) only warns, at most once per interval
+    (the channel's :class:`~remoting.log_limit.WarningLimiter`); anything else is logged with
     its traceback.
     """
     if isinstance(exc, BadRequestError):
-        log.warning("bad request code=%s from %s: %s", request.code, peer, exc)
+        dropped = channel.warnings.allow("bad request")
+        if dropped is not None:
+            log.warning(
+                "bad request code=%s from %s: %s%s",
+                request.code,
+                channel.remote_addr,
+                exc,
+                suppressed_note(dropped),
+            )
         return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
-    log.error("request code=%s from %s failed", request.code, peer, exc_info=exc)
+    log.error("request code=%s from %s failed", request.code, channel.remote_addr, exc_info=exc)
     return error(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")

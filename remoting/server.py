@@ -58,6 +58,7 @@ from remoting.flow_control import (
     DEFAULT_MAX_PENDING_PER_CONNECTION,
     PendingLimit,
 )
+from remoting.log_limit import WARNING_INTERVAL_S, WarningLimiter
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class RemotingServer:
         max_pending: int = DEFAULT_MAX_PENDING,
         max_pending_per_connection: int = DEFAULT_MAX_PENDING_PER_CONNECTION,
         port_setting: str = "listenPort",
+        warning_interval_s: float = WARNING_INTERVAL_S,
     ) -> None:
         self.handlers = handlers
         self.port_setting = port_setting
@@ -130,6 +132,8 @@ class RemotingServer:
         self.idle_timeout_s = idle_timeout_s if idle_timeout_s > 0 else math.inf
         self.frame_read_timeout_s = frame_read_timeout_s if frame_read_timeout_s > 0 else math.inf
         self._channels: set[Channel] = set()
+        self.warnings = WarningLimiter(warning_interval_s)
+        """Limits the warnings about peers' bad input, over all connections."""
         self.busy_poll = BusyPoll(busy_poll_s)
         """Polls for ``busy_poll_s`` after each frame (see :mod:`remoting.busy_poll`)."""
 
@@ -160,6 +164,7 @@ class RemotingServer:
             idle_timeout_s=self.idle_timeout_s,
             busy_poll=self.busy_poll,
             pending_limit=self.pending_limit,
+            warnings=self.warnings,
         )
         self._channels.add(channel)
         log.debug("accepted connection from %s", channel.remote_addr)

@@ -461,7 +461,7 @@ class SendProcessor:
             return self._answer(request, msgs, queue_id, result)
 
         def failed(result: PutResult, exc: Exception) -> Response:
-            return failure_response(request, channel.remote_addr, exc)
+            return failure_response(request, channel, exc)
 
         return put.map(answer, failed)
 
