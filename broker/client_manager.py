@@ -125,6 +125,11 @@ class ClientManager(Generic[C]):
         info = self.consumers.get(group)
         return [c.channel for c in info.clients.values()] if info else []
 
+    def find_consumer(self, group: str, client_id: str) -> ClientChannelInfo[C] | None:
+        """The member ``client_id`` of a consumer group, or None (RocketMQ's ``findChannel``)."""
+        info = self.consumers.get(group)
+        return info.clients.get(client_id) if info else None
+
     def consumer_data(self, group: str) -> ConsumerData | None:
         """The group's subscriptions etc. from its newest heartbeat, or None."""
         info = self.consumers.get(group)

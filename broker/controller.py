@@ -15,8 +15,9 @@
           │                      registerNameServerPeriod ms (first round before started());
           │                      topic admin requests also run a round at once (register_now)
           ├─ persist_loop        consumer offsets every flushConsumerOffsetInterval ms
-          ├─ stats_loop          samples message totals every second (broker.stats: putTps);
-          │                      with metrics on, counts the trio tasks every few seconds
+          ├─ stats_loop          samples message totals every second (broker.stats: putTps),
+          │                      ticks broker.broker_stats (statsAll's figures); with
+          │                      metrics on, counts the trio tasks every few seconds
           ├─ scan_loop           drops clients silent for channelExpiredTimeout ms (every 10 s)
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
           ├─ schedule.run        delayed-message delivery, one task per delay level, plus
@@ -63,6 +64,7 @@ from collections.abc import Callable
 
 import trio
 
+from broker.broker_stats import BrokerStatsManager
 from broker.client_manager import ClientManager
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
@@ -71,10 +73,12 @@ from broker.metrics import TASK_COUNT_INTERVAL_S, BrokerMetrics, count_trio_task
 from broker.processors.admin import AdminProcessor
 from broker.processors.admin_stats import AdminStatsProcessor
 from broker.processors.client import ClientService
+from broker.processors.consumer_call import ConsumerCallProcessor
 from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.group_admin import GroupAdminProcessor
 from broker.processors.lock import LockProcessor
 from broker.processors.pull import make_pull_handlers
+from broker.processors.queue_query import ConsumeQueueQueryProcessor
 from broker.processors.send import SendProcessor
 from broker.processors.send_back import RETRY_PERM, SendBackProcessor, create_topic_in_send_back
 from broker.rebalance_lock import RebalanceLockManager
@@ -145,6 +149,8 @@ class BrokerController:
         """Prometheus metrics, served on ``metricsPort`` (None when it is unset or 0)."""
         self.stats = StoreStats()
         """Samples behind ``putTps`` / ``getTransferedTps`` (:mod:`broker.stats`)."""
+        self.broker_stats = BrokerStatsManager()
+        """Per-topic and per-group message counts (:mod:`broker.broker_stats`)."""
         self.trio_tasks: int | None = None
         """Live trio tasks at the last count (``minimq_trio_tasks``; counted only with
         metrics on, by :meth:`stats_loop`)."""
@@ -239,6 +245,7 @@ class BrokerController:
             self.config,
             schedule.transform,
             self.register_now,
+            stats=self.broker_stats,
         )
         admin = AdminProcessor(
             self.store,
@@ -258,6 +265,7 @@ class BrokerController:
             self.register_now,
             _send_transform(schedule),
             self.groups,
+            stats=self.broker_stats,
         )
         handlers = {
             **self.send_processor.handlers(),
@@ -271,6 +279,7 @@ class BrokerController:
                 check_interval_s=self.hold_check_interval_s,
                 groups=self.groups,
                 broker_config=self.config,
+                stats=self.broker_stats,
             ),
             **self.clients.handlers(),
             **admin.handlers(),
@@ -282,19 +291,20 @@ class BrokerController:
                 self.clients,
                 self.config,
                 on_permission_changed=self._permission_changed,
+                broker_stats=self.broker_stats,
             ).handlers(),
             **send_back.handlers(),
             **GroupAdminProcessor(
                 self.groups,
-                self.metrics.forget_group if self.metrics is not None else None,
+                self.broker_stats.on_group_deleted,
                 offsets=self.offsets,
             ).handlers(),
             **LockProcessor(self.locks).handlers(),
             **schedule.handlers(),
             **EndTransactionProcessor(self.transactions).handlers(),
+            **ConsumerCallProcessor(self.store, self.clients, self.config.broker_name).handlers(),
+            **ConsumeQueueQueryProcessor(self.store, self.topics, self.clients).handlers(),
         }
-        if self.metrics is not None:
-            handlers = self.metrics.instrument(handlers)
         server = self.server = RemotingServer(
             handlers,
             host=self.host,
@@ -353,8 +363,7 @@ class BrokerController:
         (RocketMQ's ``BrokerStatsManager.onTopicDeleted``)."""
         if self.send_processor is not None:
             self.send_processor.forget_topic(topic)
-        if self.metrics is not None:
-            self.metrics.forget_topic(topic)
+        self.broker_stats.on_topic_deleted(topic)
 
     async def _consumer_group_seen(self, consumer: ConsumerData) -> None:
         """Heartbeat hook: the group's config and retry topic exist afterwards (when allowed).
@@ -514,10 +523,12 @@ class BrokerController:
 
     async def stats_loop(self) -> None:
         """Sample the store's totals every ``STATS_SAMPLE_S`` (see :mod:`broker.stats`); with
-        metrics on, count the trio tasks at once and then every ``TASK_COUNT_INTERVAL_S``."""
+        metrics on, count the trio tasks at once and then every ``TASK_COUNT_INTERVAL_S``. Tick
+        :attr:`broker_stats` too (it samples when a window's interval has passed)."""
         next_count = trio.current_time()
         while True:
             self.stats.sample(self._totals())
+            self.broker_stats.tick(trio.current_time())
             if self.metrics is not None and trio.current_time() >= next_count:
                 self.trio_tasks = count_trio_tasks()  # on the loop: its task tree holds still
                 next_count = trio.current_time() + TASK_COUNT_INTERVAL_S

@@ -3,8 +3,6 @@
 ::
 
     BrokerMetrics
-    ├─ instrument(handlers)   wraps SEND_MESSAGE[_V2] / SEND_BATCH_MESSAGE and PULL_MESSAGE:
-    │                         after each answered request, one dict add per counter
     ├─ registry               a CollectorRegistry of its own (several brokers may share a
     │                         process): this collector + the process collector
     └─ serve                  a tiny HTTP/1.1 server on the trio loop: ``GET /metrics`` answers
@@ -17,6 +15,10 @@ brokerName, as RocketMQ 5's native metrics do):
   request bodies of stored sends; a batch counts its encoded body);
 - ``rocketmq_messages_out_total{topic,consumer_group}``,
   ``rocketmq_throughput_out_total{topic,consumer_group}`` (records and bytes of FOUND pulls);
+  these four are the running totals of :mod:`broker.broker_stats` (``TOPIC_PUT_NUMS``,
+  ``TOPIC_PUT_SIZE``, ``GROUP_GET_NUMS``, ``GROUP_GET_SIZE``), counted by the send and pull
+  processors whether metrics are served or not: one source for these and
+  VIEW_BROKER_STATS_DATA;
 - ``rocketmq_consumer_lag_messages{topic,consumer_group}``: computed at scrape time, the sum over
   the group's committed queues of ``max(0, max offset - committed offset)``, for groups with a
   subscription group config (RocketMQ's ``ConsumerLagCalculator`` walks that table, so a
@@ -44,23 +46,19 @@ brokerName, as RocketMQ 5's native metrics do):
 
 Rules:
 
-- Counting is per request, not per message: the message count of a send is read from the
-  answer's ``msgId`` list, that of a pull by walking the records' TOTALSIZE fields.
 - Everything runs on the broker's event loop thread (requests and scrapes alike), so the
   counters need no lock.
 - Counters start at zero when the broker starts (Prometheus handles resets).
-- A deleted topic's series go (:meth:`BrokerMetrics.forget_topic`), and so do a deleted
-  group's (:meth:`BrokerMetrics.forget_group`), as RocketMQ's ``BrokerStatsManager``
-  ``onTopicDeleted`` / ``onGroupDeleted``: churn does not grow the tables, and a topic or group
-  created again under the name starts at zero.
+- A deleted topic's series go, and so do a deleted group's (:mod:`broker.broker_stats` forgets
+  them, as RocketMQ's ``BrokerStatsManager`` ``onTopicDeleted`` / ``onGroupDeleted``): churn
+  does not grow the tables, and a topic or group created again under the name starts at zero.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 import trio
@@ -74,6 +72,13 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from broker.broker_stats import (
+    GROUP_GET_NUMS,
+    GROUP_GET_SIZE,
+    TOPIC_PUT_NUMS,
+    TOPIC_PUT_SIZE,
+    BrokerStatsManager,
+)
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import PullHoldTable
@@ -83,10 +88,6 @@ from broker.topic_config import TopicConfigManager
 from common.net import open_listeners
 from common.version import minimq_version
 from remoting.busy_poll import BusyPoll
-from remoting.channel import Channel, Handler
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.reply import Reply, then
 from remoting.server import RemotingServer
 from store import MessageStore
 from store.services import StoreServices
@@ -105,13 +106,6 @@ TASK_COUNT_INTERVAL_S = 5.0
 """How often the broker counts its trio tasks for ``minimq_trio_tasks`` (a walk of the task
 tree: cheap, but not done per scrape)."""
 
-_SEND_CODES = (
-    RequestCode.SEND_MESSAGE,
-    RequestCode.SEND_MESSAGE_V2,
-    RequestCode.SEND_BATCH_MESSAGE,
-)
-_TOTAL_SIZE = struct.Struct(">i")
-
 
 class MetricsSource(Protocol):
     """What the collector reads at scrape time (a :class:`broker.controller.BrokerController`)."""
@@ -128,6 +122,8 @@ class MetricsSource(Protocol):
     holds: PullHoldTable
     trio_tasks: int | None
     """Live trio tasks at the last count (None before the first)."""
+    broker_stats: BrokerStatsManager
+    """The per-topic and per-group message counts."""
 
     @property
     def broker_addr(self) -> str:
@@ -160,16 +156,8 @@ def count_trio_tasks() -> int:
     return count
 
 
-def count_records(body: bytes) -> int:
-    """The number of commitlog records laid end to end in ``body`` (a pull answer's body)."""
-    count, pos, end = 0, 0, len(body)
-    while pos + 4 <= end:
-        size = _TOTAL_SIZE.unpack_from(body, pos)[0]
-        if size <= 0:
-            break
-        pos += size
-        count += 1
-    return count
+def _by_topic_group(stats: BrokerStatsManager, name: str) -> dict[tuple[str, str], int]:
+    return {(topic, group): value for topic, group, value in stats.group_totals(name)}
 
 
 class BrokerMetrics(Collector):
@@ -177,84 +165,33 @@ class BrokerMetrics(Collector):
 
     def __init__(self, source: MetricsSource) -> None:
         self.source = source
-        self.messages_in: dict[str, int] = {}
-        self.bytes_in: dict[str, int] = {}
-        self.messages_out: dict[tuple[str, str], int] = {}
-        self.bytes_out: dict[tuple[str, str], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         ProcessCollector(registry=self.registry)
         self.port: int | None = None
         """The bound metrics port once :meth:`serve` has started."""
 
-    # ------------------------------------------------------------------ counting
+    # ------------------------------------------------------------------ counters
 
-    def instrument(self, handlers: dict[int, Handler]) -> dict[int, Handler]:
-        """``handlers`` with the send and pull handlers wrapped to count what they answer."""
-        out = dict(handlers)
-        for code in _SEND_CODES:
-            if int(code) in out:
-                out[int(code)] = self._counting_send(out[int(code)])
-        pull = int(RequestCode.PULL_MESSAGE)
-        if pull in out:
-            out[pull] = self._counting_pull(out[pull])
-        return out
+    @property
+    def messages_in(self) -> Mapping[str, int]:
+        """Topic -> messages stored (``TOPIC_PUT_NUMS`` of :mod:`broker.broker_stats`)."""
+        return self.source.broker_stats.totals(TOPIC_PUT_NUMS)
 
-    def _counting_send(self, handler: Handler) -> Handler:
-        def send(request: RemotingCommand, channel: Channel) -> Reply:
-            def count(response: RemotingCommand | None) -> RemotingCommand | None:
-                if response is not None:
-                    self.count_send(request, response)
-                return response
+    @property
+    def bytes_in(self) -> Mapping[str, int]:
+        """Topic -> bytes of the sent bodies stored (``TOPIC_PUT_SIZE``)."""
+        return self.source.broker_stats.totals(TOPIC_PUT_SIZE)
 
-            return then(handler(request, channel), count)
+    @property
+    def messages_out(self) -> Mapping[tuple[str, str], int]:
+        """``(topic, group)`` -> messages delivered by pulls (``GROUP_GET_NUMS``)."""
+        return _by_topic_group(self.source.broker_stats, GROUP_GET_NUMS)
 
-        return send
-
-    def _counting_pull(self, handler: Handler) -> Handler:
-        def pull(request: RemotingCommand, channel: Channel) -> Reply:
-            def count(response: RemotingCommand | None) -> RemotingCommand | None:
-                if response is not None and response.code == ResponseCode.SUCCESS:
-                    self.count_pull(request, response)
-                return response
-
-            return then(handler(request, channel), count)
-
-        return pull
-
-    def count_send(self, request: RemotingCommand, response: RemotingCommand) -> None:
-        """Count one answered send: its stored messages (the ``msgId`` list) and body bytes."""
-        msg_ids = response.ext_fields.get("msgId")
-        if not isinstance(msg_ids, str) or not msg_ids:
-            return  # nothing stored
-        fields = request.ext_fields
-        topic = str(fields.get("topic", fields.get("b", "")))
-        self.messages_in[topic] = self.messages_in.get(topic, 0) + msg_ids.count(",") + 1
-        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + len(request.body)
-
-    def count_pull(self, request: RemotingCommand, response: RemotingCommand) -> None:
-        """Count one FOUND pull: its records and their bytes."""
-        fields = request.ext_fields
-        key = (str(fields.get("topic", "")), str(fields.get("consumerGroup", "")))
-        body = response.body
-        self.messages_out[key] = self.messages_out.get(key, 0) + count_records(body)
-        self.bytes_out[key] = self.bytes_out.get(key, 0) + len(body)
-
-    def forget_topic(self, topic: str) -> None:
-        """Drop a deleted topic's series, so topic churn does not grow the tables (RocketMQ
-        #8463); a topic created again under the name starts its counters at zero."""
-        self.messages_in.pop(topic, None)
-        self.bytes_in.pop(topic, None)
-        for table in (self.messages_out, self.bytes_out):
-            for key in [k for k in table if k[0] == topic]:
-                del table[key]
-
-    def forget_group(self, group: str) -> None:
-        """Drop a deleted subscription group's series (RocketMQ's ``onGroupDeleted``); a group
-        created again under the name starts its counters at zero."""
-        for table in (self.messages_out, self.bytes_out):
-            for key in [k for k in table if k[1] == group]:
-                del table[key]
+    @property
+    def bytes_out(self) -> Mapping[tuple[str, str], int]:
+        """``(topic, group)`` -> bytes delivered by pulls (``GROUP_GET_SIZE``)."""
+        return _by_topic_group(self.source.broker_stats, GROUP_GET_SIZE)
 
     # ------------------------------------------------------------------ collecting
 
@@ -366,7 +303,9 @@ class BrokerMetrics(Collector):
         )
 
     def _counters(self, names: list[str], values: list[str]) -> Iterator[Metric]:
-        tables: list[tuple[str, str, dict[str, int] | dict[tuple[str, str], int], list[str]]] = [
+        tables: list[
+            tuple[str, str, Mapping[str, int] | Mapping[tuple[str, str], int], list[str]]
+        ] = [
             ("rocketmq_messages_in", "Messages stored.", self.messages_in, ["topic"]),
             ("rocketmq_throughput_in", "Bytes of sent bodies stored.", self.bytes_in, ["topic"]),
             (

@@ -83,6 +83,11 @@ def _is_async(handler: Handler) -> bool:
         return _is_coroutine_callable(handler)
 
 
+def is_async_handler(handler: Handler) -> bool:
+    """True for an ``async def`` handler (it runs in the loop, not in a worker thread)."""
+    return _is_async(handler)
+
+
 @functools.lru_cache(maxsize=256)
 def _is_async_cached(handler: Handler) -> bool:
     return _is_coroutine_callable(handler)
@@ -100,6 +105,11 @@ def _result_in_thread(result: object) -> object:
     if inspect.isawaitable(result):
         return trio.from_thread.run(_awaited, result)
     return result
+
+
+def _now_ms() -> int:
+    """The push consumer's clock (trio's, in ms), as its process queues' times are kept."""
+    return int(trio.current_time() * 1000)
 
 
 class ConsumeResult(enum.Enum):
@@ -581,6 +591,7 @@ class ConcurrentService:
     def _remove(self, slot: QueueSlot, done: list[ReceivedMessage]) -> None:
         """``done`` leaves the process queue (one removal and one offset update per call)."""
         offset = slot.pq.remove(done)
+        slot.pq.last_consume_ms = _now_ms()  # RocketMQ's lastConsumeTimestamp (removeMessage)
         if offset >= 0 and not slot.pq.dropped:
             self.c.record_offset(slot, offset)
 
@@ -725,6 +736,7 @@ class OrderlyService:
         async with slot.consuming:
             while not slot.pq.dropped and not self._stopping and is_locked():
                 msgs = slot.pq.take(self.batch_max)
+                slot.pq.last_consume_ms = _now_ms()  # RocketMQ's lastConsumeTimestamp (take)
                 if not msgs:
                     return False
                 try:

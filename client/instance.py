@@ -49,18 +49,28 @@ from client.errors import (
     RequestTimeoutError,
     TopicRouteError,
 )
-from client.message import MessageQueue
+from client.message import MessageQueue, from_record
 from client.queue_selector import publish_queues
+from client.running_info import DirectConsumer, RunningInfoSource
 from common.message import MessageConst
-from common.record import MessageRecord, RecordError, decode_record
+from common.record import MessageRecord, RecordError, decode_record, decode_records
 from common.route import MASTER_ID, TopicRouteData
+from common.version import minimq_version
 from remoting.admin_bodies import decode_reset_offset
 from remoting.channel import Channel, Handler
 from remoting.client import RemotingClient
 from remoting.client_bodies import ConsumerData, HeartbeatData, encode_heartbeat
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.consumer_bodies import (
+    PROP_CLIENT_VERSION,
+    PROP_CONSUME_TYPE,
+    PROP_NAMESERVER_ADDR,
+    encode_direct_result,
+    encode_running_info,
+)
 from remoting.errors import RemotingError, RemotingTimeoutError
+from remoting.headers import error
 
 if TYPE_CHECKING:
     from client.producer import Producer
@@ -126,6 +136,8 @@ class ClientInstance:
             int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED): self._on_consumer_ids_changed,
             int(RequestCode.RESET_CONSUMER_CLIENT_OFFSET): self._on_reset_offset,
             int(RequestCode.CHECK_TRANSACTION_STATE): self._on_check_transaction_state,
+            int(RequestCode.GET_CONSUMER_RUNNING_INFO): self._on_running_info,
+            int(RequestCode.CONSUME_MESSAGE_DIRECTLY): self._on_consume_directly,
         }
         table.update(handlers or {})
         self._remoting = RemotingClient(
@@ -141,6 +153,8 @@ class ClientInstance:
         self._namesrv_index = random.randrange(max(1, len(config.namesrv_addrs)))
         self._producer_groups: dict[str, int] = {}
         self._consumers: dict[str, Callable[[], ConsumerData]] = {}
+        self._running_infos: dict[str, RunningInfoSource] = {}
+        self._direct_consumers: dict[str, DirectConsumer] = {}
         self._transaction_checkers: dict[str, TransactionCheckHandler] = {}
         self.published_topics: list[Callable[[], Iterable[str]]] = []
         """One per running producer: the topics it has sent to, whose routes
@@ -275,6 +289,51 @@ class ClientInstance:
             return None
         await handler(record, request, channel.remote_addr)
         return None
+
+    def _on_running_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (header consumerGroup clientId jstackEnable): the group's
+        consumer's running info plus the instance's properties (RocketMQ's
+        ``MQClientInstance.consumerRunningInfo``); SYSTEM_ERROR when no consumer of the group
+        runs here. ``jstackEnable`` is ignored."""
+        group = str(request.ext_fields.get("consumerGroup", ""))
+        source = self._running_infos.get(group)
+        describe = self._consumers.get(group)
+        if source is None or describe is None:
+            return _group_not_here(request, group)
+        info = source().with_properties(
+            {
+                PROP_NAMESERVER_ADDR: ";".join(self.config.namesrv_addrs),
+                PROP_CONSUME_TYPE: describe().consume_type.name,
+                PROP_CLIENT_VERSION: minimq_version(),
+            }
+        )
+        body = encode_running_info(info)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _on_consume_directly(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY (header consumerGroup clientId msgId brokerName, body: the
+        raw record): the group's consumer runs its handler on the message once and the answer
+        is a ConsumeMessageDirectlyResult (:mod:`client.running_info`); SYSTEM_ERROR when no
+        push consumer of the group runs here or the message cannot be read."""
+        group = str(request.ext_fields.get("consumerGroup", ""))
+        consume = self._direct_consumers.get(group)
+        if consume is None:
+            return _group_not_here(request, group)
+        broker_name = str(request.ext_fields.get("brokerName", ""))
+        try:
+            records = decode_records(request.body)
+        except RecordError as exc:
+            return error(request, ResponseCode.SYSTEM_ERROR, f"bad message body: {exc}")
+        if not records:
+            return error(request, ResponseCode.SYSTEM_ERROR, "no message in the request")
+        try:
+            result = await consume(from_record(records[0], broker_name))
+        except MQClientError as exc:
+            return error(request, ResponseCode.SYSTEM_ERROR, exc.reason)
+        body = encode_direct_result(result)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     def register_transaction_checker(self, group: str, handler: TransactionCheckHandler) -> None:
         """Route the brokers' CHECK_TRANSACTION_STATE for ``group`` to ``handler`` (one
@@ -513,19 +572,34 @@ class ClientInstance:
         self._producer_groups.pop(group, None)
         return True
 
-    def register_consumer(self, group: str, describe: Callable[[], ConsumerData]) -> None:
-        """Add a consumer group; ``describe`` gives its current subscriptions for heartbeats."""
+    def register_consumer(
+        self,
+        group: str,
+        describe: Callable[[], ConsumerData],
+        *,
+        running_info: RunningInfoSource | None = None,
+        consume_directly: DirectConsumer | None = None,
+    ) -> None:
+        """Add a consumer group; ``describe`` gives its current subscriptions for heartbeats,
+        ``running_info`` and ``consume_directly`` answer the brokers' GET_CONSUMER_RUNNING_INFO
+        and CONSUME_MESSAGE_DIRECTLY for the group (when given)."""
         if group in self._consumers:
             raise MQClientError(
                 ResponseCode.SYSTEM_ERROR,
                 f"the consumer group[{group}] has been created before, specify another name",
             )
         self._consumers[group] = describe
+        if running_info is not None:
+            self._running_infos[group] = running_info
+        if consume_directly is not None:
+            self._direct_consumers[group] = consume_directly
         self.heartbeat_soon()
 
     def unregister_consumer(self, group: str) -> None:
         """Forget a consumer group."""
         self._consumers.pop(group, None)
+        self._running_infos.pop(group, None)
+        self._direct_consumers.pop(group, None)
 
     def heartbeat_data(self) -> HeartbeatData:
         """The current heartbeat body."""
@@ -583,3 +657,12 @@ class ClientInstance:
             api.check_success(await self.invoke(addr, cmd), addr)
         except MQClientError as exc:
             log.warning("%s to %s failed: %s", what, addr, exc)
+
+
+def _group_not_here(request: RemotingCommand, group: str) -> RemotingCommand:
+    """RocketMQ's answer for a group with no consumer in this client instance."""
+    return error(
+        request,
+        ResponseCode.SYSTEM_ERROR,
+        f"The Consumer Group <{group}> not exist in this consumer",
+    )

@@ -48,6 +48,9 @@ DEFAULT_LOCAL_OFFSET_DIR = Path.home() / ".minimq_offsets"
 class OffsetStore(Protocol):
     """What the push consumer needs of an offset store."""
 
+    table: dict[MessageQueue, int]
+    """The offsets recorded here (``mqadmin consumerStatus`` shows them)."""
+
     async def read(self, mq: MessageQueue) -> int | None:
         """The stored offset of ``mq`` (None: the group has none)."""
         ...

@@ -105,6 +105,12 @@ class ProcessQueue:
             return offsets[0]
         return self.max_offset + 1 if self.max_offset >= 0 else -1
 
+    def cached_offsets(self) -> tuple[int, int]:
+        """The lowest and highest offsets held, taken ones included ((0, 0) when none: RocketMQ's
+        ``cachedMsgMinOffset`` / ``cachedMsgMaxOffset``)."""
+        offsets = self._all_offsets()
+        return (offsets[0], offsets[-1]) if offsets else (0, 0)
+
     def take(self, n: int) -> list[ReceivedMessage]:
         """Orderly: the ``n`` lowest-offset messages, moved aside until committed/returned."""
         out: list[ReceivedMessage] = []

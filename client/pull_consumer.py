@@ -72,6 +72,7 @@ from common.subscription import SubscriptionData, build_subscription
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from remoting.codes import RequestCode
 from remoting.command import INT32_MAX
+from remoting.consumer_bodies import ConsumerRunningInfo, ProcessQueueInfo
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,9 @@ class PullConsumer:
         if self._own_instance:
             await self._instance.__aenter__()
         try:
-            self._instance.register_consumer(self.group, self.consumer_data)
+            self._instance.register_consumer(
+                self.group, self.consumer_data, running_info=self.running_info
+            )
             self._instance.consumer_ids_changed.append(self._on_ids_changed)
             self._instance.offset_reset.append(self._on_offset_reset)
             cm = trio.open_nursery()
@@ -296,6 +299,34 @@ class PullConsumer:
             message_model=MessageModel.CLUSTERING,
             consume_from_where=self.consume_from,
             subscriptions=tuple(subs[t] for t in sorted(subs)),
+        )
+
+    def running_info(self) -> ConsumerRunningInfo:
+        """What ``mqadmin consumerStatus`` shows of this consumer: its settings, subscriptions
+        and one row per assigned queue (the committed offset, and how many messages are
+        buffered as ``cachedMsgCount``; the other process-queue figures of a push consumer do
+        not apply and stay 0)."""
+        props = {
+            "consumerGroup": self.group,
+            "messageModel": MessageModel.CLUSTERING.name,
+            "consumeFromWhere": self.consume_from.name,
+            "pullBatchSize": str(self.pull_batch_size),
+            "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+            "autoCommit": str(self.auto_commit).lower(),
+            "groupMode": str(bool(self._subscriptions)).lower(),
+        }
+        queues = tuple(self._queue_info(s) for _, s in sorted(self._states.items()))
+        return ConsumerRunningInfo(props, self.consumer_data().subscriptions, queues)
+
+    @staticmethod
+    def _queue_info(state: _QueueState) -> ProcessQueueInfo:
+        mq = state.mq
+        return ProcessQueueInfo(
+            mq.topic,
+            mq.broker_name,
+            mq.queue_id,
+            commit_offset=-1 if state.committed is None else state.committed,
+            cached_msg_count=state.buffered,
         )
 
     def _check_running(self) -> trio.Nursery:

@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ from client.consume_service import (
     Handler,
     OrderlyService,
     QueueSlot,
+    restore_retry_topic,
     suspend_pause_s,
 )
 from client.errors import CLIENT_ERROR, ClientClosedError, MQClientError
@@ -110,12 +112,20 @@ from client.offset_store import (
     offset_from_where,
 )
 from client.process_queue import ProcessQueue
+from client.running_info import consume_directly, epoch_offset_ms, process_queue_info
 from client.send_back import send_to_retry_topic
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
 from common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from remoting.codes import RequestCode
+from remoting.consumer_bodies import (
+    PROP_CONSUME_ORDERLY,
+    PROP_CONSUMER_START_TIMESTAMP,
+    PROP_THREADPOOL_CORE_SIZE,
+    ConsumeMessageDirectlyResult,
+    ConsumerRunningInfo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -356,6 +366,7 @@ class PushConsumer:
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._file_offsets: LocalFileOffsetStore | None = None
         self._running = False
+        self._started_at_ms = 0
         self._resumed = trio.Event()
         """Set unless suspended: the pull loops wait on it (:meth:`suspend`)."""
         self._resumed.set()
@@ -432,6 +443,57 @@ class PushConsumer:
         """The queues this member consumes now, sorted."""
         return sorted(self._queues)
 
+    # ------------------------------------------------------------------ admin requests
+
+    def running_info(self) -> ConsumerRunningInfo:
+        """What ``mqadmin consumerStatus`` shows of this member (RocketMQ's
+        ``DefaultMQPushConsumerImpl.consumerRunningInfo``): its settings, subscriptions and
+        one row per assigned queue (see :mod:`client.running_info`)."""
+        epoch = epoch_offset_ms()
+        queues = tuple(
+            process_queue_info(
+                mq, q.slot.pq, self._offsets.table.get(mq), epoch, uses_locks=self.uses_locks
+            )
+            for mq, q in sorted(self._queues.items())
+        )
+        return ConsumerRunningInfo(self._properties(), self.consumer_data().subscriptions, queues)
+
+    def _properties(self) -> dict[str, str]:
+        """The settings, under RocketMQ's names, and its ``PROP_*`` properties."""
+        props = {
+            "consumerGroup": self.group,
+            "messageModel": self.message_model.name,
+            "consumeFromWhere": self.consume_from.name,
+            "consumeTimestamp": str(self.consume_timestamp_ms),
+            "allocateMessageQueueStrategy": type(self.strategy).__name__,
+            "consumeThreadMax": str(self.consume_thread_max),
+            "consumeMessageBatchMaxSize": str(self.batch_max),
+            "pullBatchSize": str(self.pull_batch_size),
+            "pullInterval": str(round(self.pull_interval_s * 1000)),
+            "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+            "pullThresholdForTopic": str(self.pull_threshold_for_topic),
+            "consumeConcurrentlyMaxSpan": str(self.max_span),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "consumeTimeout": str(round(self.consume_timeout_s / 60)),
+            "suspended": str(self.suspended).lower(),
+            PROP_CONSUME_ORDERLY: str(self.orderly).lower(),
+            PROP_THREADPOOL_CORE_SIZE: str(self.consume_thread_max),
+            PROP_CONSUMER_START_TIMESTAMP: str(self._started_at_ms),
+        }
+        return props
+
+    async def consume_message_directly(self, msg: ReceivedMessage) -> ConsumeMessageDirectlyResult:
+        """Run the handler of the message's topic on ``msg`` once and say how it ended,
+        committing nothing and sending nothing back (``mqadmin queryMsgById -d``; see
+        :mod:`client.running_info`). MQClientError when no handler takes the topic."""
+        restore_retry_topic([msg], self.group)
+        handler = self._handler_of(msg.topic)
+        if handler is None:
+            raise MQClientError(
+                CLIENT_ERROR, f"the consumer group {self.group} does not subscribe to {msg.topic}"
+            )
+        return await consume_directly(handler, msg, order=self.orderly)
+
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> PushConsumer:
@@ -475,7 +537,13 @@ class PushConsumer:
             clustering=self.clustering,
             max_reconsume_times=self.max_reconsume_times,
         )
-        instance.register_consumer(self.group, self.consumer_data)
+        self._started_at_ms = int(time.time() * 1000)
+        instance.register_consumer(
+            self.group,
+            self.consumer_data,
+            running_info=self.running_info,
+            consume_directly=self.consume_message_directly,
+        )
         instance.consumer_ids_changed.append(self._on_ids_changed)
         instance.offset_reset.append(self._on_offset_reset)
         # from here on no checkpoint: a cancellation (Ctrl+C in the blocking start) landing

@@ -18,6 +18,8 @@ Rules:
   ``The Name Server boot success. listening on <host>:<port>`` with the bound port.
 - Before serving, the soft ``RLIMIT_NOFILE`` is raised to the hard limit, as the JVM running
   RocketMQ does (``-XX:+MaxFDLimit``), logged at INFO as old -> new.
+- The KV config is loaded from ``kvConfigPath`` before serving; when that file and its backup
+  are both corrupt, one line on stderr names them and the process exits 1.
 - SIGTERM or SIGINT stops the server and exits 0. A bad config file or a failure to bind prints
   one line to stderr and exits 1; click's usage errors keep exit code 2. Logs go to stderr (and to
   ``--logFile`` if given).
@@ -67,13 +69,13 @@ def build_config(
     return NamesrvConfig.from_properties(props)
 
 
-async def _serve(config: NamesrvConfig) -> None:
-    """Run a :class:`NameServer` until SIGTERM or SIGINT."""
+async def _serve(server: NameServer) -> None:
+    """Run ``server`` until SIGTERM or SIGINT."""
 
     def announce(port: int) -> None:
-        print(BOOT_LINE.format(host=config.bind_address, port=port), flush=True)
+        print(BOOT_LINE.format(host=server.config.bind_address, port=port), flush=True)
 
-    await serve_until_signal(NameServer(config).run, announce, log)
+    await serve_until_signal(server.run, announce, log)
     log.info("name server stopped")
 
 
@@ -116,8 +118,12 @@ def main(
         fail(PROGRAM, f"cannot open log file: {exc}")
     raise_open_files_limit(log)  # before the server computes its connection cap from it
     try:
+        server = NameServer(config)  # loads the KV config
+    except (ValueError, OSError) as exc:
+        fail(PROGRAM, f"cannot load the KV config: {exc}")
+    try:
         tune_gc()
-        trio.run(_serve, config)
+        trio.run(_serve, server)
     except* OSError as group:
         fail(PROGRAM, f"cannot start: {first_leaf(group)}")
 

@@ -10,6 +10,9 @@ Rules:
   converts values by the field's type and raises :class:`ValueError` naming the key (and the
   value) on an unknown key or a bad value, one check per key.
 - :meth:`NamesrvConfig.to_properties` escapes what it writes, so its output reads back.
+- :func:`updated_config` applies UPDATE_NAMESRV_CONFIG: only :data:`RUNTIME_KEYS` change at
+  runtime; :data:`CONFIG_BLACK_LIST` keys (RocketMQ's ``configBlackList``) and the other known
+  keys are refused with :class:`ConfigUpdateRefused`, as are unknown keys and bad values.
 """
 
 from __future__ import annotations
@@ -105,3 +108,57 @@ class NamesrvConfig:
 
 
 _DEFAULTS = NamesrvConfig()
+
+
+CONFIG_BLACK_LIST = ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
+"""Keys UPDATE_NAMESRV_CONFIG never changes (RocketMQ's ``DefaultRequestProcessor``
+``configBlackList``; it answers NO_PERMISSION)."""
+
+RUNTIME_KEYS = (
+    "scanNotActiveBrokerInterval",
+    "brokerChannelExpiredTime",
+    "productEnvName",
+    "clusterTest",
+    "orderMessageEnable",
+)
+"""Keys UPDATE_NAMESRV_CONFIG changes: the expiry scan reads its interval and expiry time
+afresh each round; the other three are kept and shown but steer nothing in minimq. The
+socket settings (``listenPort``, ``bindAddress``, the server timeouts) are read once at start."""
+
+
+class ConfigUpdateRefused(ValueError):
+    """An UPDATE_NAMESRV_CONFIG that changes nothing; ``black_listed`` when a key is in
+    :data:`CONFIG_BLACK_LIST`."""
+
+    def __init__(self, reason: str, *, black_listed: bool = False) -> None:
+        super().__init__(reason)
+        self.black_listed = black_listed
+
+
+def updated_config(config: NamesrvConfig, props: dict[str, str]) -> NamesrvConfig:
+    """``config`` with ``props`` (RocketMQ-named string values) applied, all or nothing;
+    :class:`ConfigUpdateRefused` naming the first key that may not change or the bad value."""
+    black = [key for key in props if key in CONFIG_BLACK_LIST]
+    if black:
+        raise ConfigUpdateRefused(
+            f"Can not update config in black list: {', '.join(black)}", black_listed=True
+        )
+    fixed = [key for key in props if key not in RUNTIME_KEYS]
+    if fixed:
+        key = fixed[0]
+        what = "is read only at start" if key in NamesrvConfig.property_keys() else "is unknown"
+        raise ConfigUpdateRefused(
+            f"namesrv property {key!r} {what}; the keys that change at runtime are "
+            + ", ".join(RUNTIME_KEYS)
+        )
+    try:
+        changes = NamesrvConfig.from_properties(props)
+    except ValueError as exc:
+        raise ConfigUpdateRefused(str(exc)) from None
+    names = NamesrvConfig.property_keys()
+    try:
+        return dataclasses.replace(
+            config, **{names[key]: getattr(changes, names[key]) for key in props}
+        )
+    except ValueError as exc:
+        raise ConfigUpdateRefused(f"bad namesrv properties: {exc}") from None

@@ -15,6 +15,15 @@ clock and offers :meth:`NamesrvProcessor.handlers`, the ``{code: handler}`` tabl
     DELETE_TOPIC_IN_NAMESRV             216  ext: topic
     GET_TOPICS_BY_CLUSTER               224  ext: cluster -> {"topicList": [...]}
     ADD_WRITE_PERM_OF_BROKER            327  ext: brokerName -> ext: addTopicCount
+    PUT_KV_CONFIG                       100  ext: namespace key value
+    GET_KV_CONFIG                       101  ext: namespace key -> ext: value | QUERY_NOT_FOUND
+    DELETE_KV_CONFIG                    102  ext: namespace key (SUCCESS even when absent)
+    UPDATE_NAMESRV_CONFIG               318  body: key=value lines (.properties text) ->
+                                             NO_PERMISSION for a configBlackList key,
+                                             INVALID_PARAMETER for any other key that does not
+                                             change at runtime or a bad value (nothing changed)
+    GET_NAMESRV_CONFIG                  319  -> body: the effective config, key=value lines
+                                             (as ``mqnamesrv -p`` prints)
 
 Rules:
 
@@ -32,11 +41,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from common.properties import parse_properties
+from namesrv.config import ConfigUpdateRefused, NamesrvConfig, updated_config
+from namesrv.kv_config import KVConfigManager
 from namesrv.route_info import RegisterResult, RouteInfoManager
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
-from remoting.headers import guarded, header_int, header_str, opt_str
+from remoting.headers import error, guarded, header_int, header_str, opt_str
 from remoting.route_bodies import (
     decode_register_body,
     encode_cluster_info_body,
@@ -64,11 +76,23 @@ def register_response_fields(result: RegisterResult) -> dict[str, ExtValue]:
 
 
 class NamesrvProcessor:
-    """The name server's handlers over ``route_info``; ``now_ms`` stamps registrations."""
+    """The name server's handlers over ``route_info`` and ``kv_config``; ``now_ms`` stamps
+    registrations; ``config`` gives the effective config and ``apply_config`` replaces it."""
 
-    def __init__(self, route_info: RouteInfoManager, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        route_info: RouteInfoManager,
+        now_ms: Callable[[], int],
+        *,
+        kv_config: KVConfigManager,
+        config: Callable[[], NamesrvConfig],
+        apply_config: Callable[[NamesrvConfig], None],
+    ) -> None:
         self.route_info = route_info
         self.now_ms = now_ms
+        self.kv_config = kv_config
+        self.config = config
+        self.apply_config = apply_config
         self._registered_over: dict[str, Channel] = {}
         """Broker address -> the connection of its latest registration."""
 
@@ -83,6 +107,11 @@ class NamesrvProcessor:
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
             RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_config,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_config,
         }
         out = {int(code): _guarded(fn) for code, fn in table.items()}
         out[int(RequestCode.REGISTER_BROKER)] = guarded(self._register_over)  # needs the channel
@@ -211,6 +240,56 @@ class NamesrvProcessor:
         count = self.route_info.add_write_perm_of_broker(broker_name)
         log.info("added the write perm of broker %s: %d topic(s)", broker_name, count)
         return _count_response(request, "addTopicCount", count)
+
+    def put_kv_config(self, request: RemotingCommand) -> RemotingCommand:
+        """PUT_KV_CONFIG: set ``key`` of ``namespace`` to ``value`` (saved to kvConfigPath)."""
+        namespace = header_str(request, "namespace")
+        key = header_str(request, "key")
+        value = header_str(request, "value", allow_empty=True)
+        self.kv_config.put(namespace, key, value)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def get_kv_config(self, request: RemotingCommand) -> RemotingCommand:
+        """GET_KV_CONFIG: the ``value`` of ``key`` in ``namespace``, or QUERY_NOT_FOUND."""
+        namespace = header_str(request, "namespace")
+        key = header_str(request, "key")
+        value = self.kv_config.get(namespace, key)
+        if value is None:
+            return error(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                f"No config item, Namespace: {namespace} Key: {key}",
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"value": value}
+        )
+
+    def delete_kv_config(self, request: RemotingCommand) -> RemotingCommand:
+        """DELETE_KV_CONFIG: remove ``key`` of ``namespace`` (SUCCESS even when absent)."""
+        self.kv_config.delete(header_str(request, "namespace"), header_str(request, "key"))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def update_config(self, request: RemotingCommand) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG: apply the body's ``key=value`` lines, all or nothing."""
+        try:
+            text = request.body.decode("utf-8")
+            props = parse_properties(text, "the request body")
+            config = updated_config(self.config(), props)
+        except ConfigUpdateRefused as exc:
+            refused = ResponseCode.INVALID_PARAMETER
+            return error(
+                request, ResponseCode.NO_PERMISSION if exc.black_listed else refused, str(exc)
+            )
+        except ValueError as exc:  # not UTF-8, or not properties text
+            return error(request, ResponseCode.INVALID_PARAMETER, f"bad properties body: {exc}")
+        self.apply_config(config)
+        log.info("namesrv config updated: %s", props)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def get_config(self, request: RemotingCommand) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG: the effective config as ``key=value`` lines."""
+        body = self.config().to_properties().encode("utf-8")
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
 
 def _count_response(request: RemotingCommand, name: str, count: int) -> RemotingCommand:

@@ -5,7 +5,8 @@
     run                    one nursery; task_status.started(bound port)
     ├─ RemotingServer.run  serves the NamesrvProcessor handlers on bindAddress:listenPort
     └─ expire_loop         every scanNotActiveBrokerInterval: drop brokers silent for longer
-                           than brokerChannelExpiredTime (RocketMQ's scanNotActiveBroker)
+                           than brokerChannelExpiredTime (RocketMQ's scanNotActiveBroker);
+                           both read afresh each round (UPDATE_NAMESRV_CONFIG changes them)
 
 Rules:
 
@@ -14,6 +15,8 @@ Rules:
   time; the name server only ever compares two readings of it.
 - Every route table call happens on the trio thread, so :class:`RouteInfoManager` needs no lock.
 - Cancelling :meth:`NameServer.run` stops the server (see :mod:`remoting.server`) and the loop.
+- The KV config (:class:`~namesrv.kv_config.KVConfigManager`) is loaded from ``kvConfigPath``
+  when the :class:`NameServer` is built (ValueError when the file and its backup are corrupt).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 import trio
 
 from namesrv.config import NamesrvConfig
+from namesrv.kv_config import KVConfigManager
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
 from remoting.server import RemotingServer
@@ -38,12 +42,14 @@ def trio_now_ms() -> int:
 
 async def expire_loop(
     route_info: RouteInfoManager,
-    interval_ms: int,
+    interval_ms: int | Callable[[], int],
     now_ms: Callable[[], int] = trio_now_ms,
 ) -> None:
-    """Every ``interval_ms``, expire silent brokers and log each one dropped; never returns."""
+    """Every ``interval_ms`` (a number, or a function read before each wait), expire silent
+    brokers and log each one dropped; never returns."""
+    interval = interval_ms if callable(interval_ms) else lambda: interval_ms
     while True:
-        await trio.sleep(interval_ms / 1000)
+        await trio.sleep(interval() / 1000)
         for addr in route_info.expire_brokers(now_ms()):
             log.warning(
                 "broker %s expired: no registration for more than %d ms; removed from routes",
@@ -57,10 +63,24 @@ class NameServer:
 
     def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
+        """The effective config; UPDATE_NAMESRV_CONFIG replaces it (:meth:`apply_config`)."""
         self.route_info = RouteInfoManager(config.broker_channel_expired_time_ms)
-        self.processor = NamesrvProcessor(self.route_info, trio_now_ms)
+        self.kv_config = KVConfigManager(config.kv_config_path)
+        self.kv_config.load()
+        self.processor = NamesrvProcessor(
+            self.route_info,
+            trio_now_ms,
+            kv_config=self.kv_config,
+            config=lambda: self.config,
+            apply_config=self.apply_config,
+        )
         self.port: int | None = None
         """The bound port once :meth:`run` has started."""
+
+    def apply_config(self, config: NamesrvConfig) -> None:
+        """Make ``config`` (changed only in its runtime keys) the effective one."""
+        self.config = config
+        self.route_info.broker_channel_expired_time_ms = config.broker_channel_expired_time_ms
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
@@ -76,7 +96,7 @@ class NameServer:
             port: int = await nursery.start(server.run)
             self.port = port
             nursery.start_soon(
-                expire_loop, self.route_info, self.config.scan_not_active_broker_interval_ms
+                expire_loop, self.route_info, lambda: self.config.scan_not_active_broker_interval_ms
             )
             log.info("name server listening on %s:%d", self.config.bind_address, port)
             task_status.started(port)

@@ -15,6 +15,11 @@ carrying ``topic``/``brokerName``/``queueId`` next to the values:
 - GET_PRODUCER_CONNECTION_LIST response (``ProducerConnection``): ``{"connectionSet": [...]}``.
 - INVOKE_BROKER_TO_RESET_OFFSET response and RESET_CONSUMER_CLIENT_OFFSET request
   (``ResetOffsetBody``): ``{"offsetTable": [{"topic", "brokerName", "queueId", "offset"}]}``.
+- VIEW_BROKER_STATS_DATA response (``BrokerStatsData``): ``{"statsMinute", "statsHour",
+  "statsDay"}``, each a ``BrokerStatsItem`` ``{"sum", "tps", "avgpt"}``.
+- GET_BROKER_CONSUME_STATS response (``ConsumeStatsList``): ``{"consumeStatsList": [{group:
+  [ConsumeStats, ...]}], "brokerAddr", "totalDiff", "totalInflightDiff"}``: RocketMQ's list of
+  one-entry maps, each group's ConsumeStats (the GET_CONSUME_STATS map) one per topic.
 
 ``decode_*`` raise :class:`~remoting.headers.BadRequestError` (a ``ValueError``) naming the
 offending field.
@@ -154,29 +159,34 @@ class ConsumeStats:
 
 def encode_consume_stats(stats: ConsumeStats) -> bytes:
     """The GET_CONSUME_STATS response body."""
-    return _pack(
-        {
-            "offsetTable": [
-                {
-                    "topic": r.topic,
-                    "brokerName": r.broker_name,
-                    "queueId": r.queue_id,
-                    "brokerOffset": r.broker_offset,
-                    "consumerOffset": r.consumer_offset,
-                    "pullOffset": r.pull_offset,
-                    "lastTimestamp": r.last_timestamp,
-                }
-                for r in stats.rows
-            ],
-            "consumeTps": stats.consume_tps,
-        }
-    )
+    return _pack(_consume_stats_to_wire(stats))
+
+
+def _consume_stats_to_wire(stats: ConsumeStats) -> dict[str, Any]:
+    return {
+        "offsetTable": [
+            {
+                "topic": r.topic,
+                "brokerName": r.broker_name,
+                "queueId": r.queue_id,
+                "brokerOffset": r.broker_offset,
+                "consumerOffset": r.consumer_offset,
+                "pullOffset": r.pull_offset,
+                "lastTimestamp": r.last_timestamp,
+            }
+            for r in stats.rows
+        ],
+        "consumeTps": stats.consume_tps,
+    }
 
 
 def decode_consume_stats(body: bytes) -> ConsumeStats:
     """Parse a GET_CONSUME_STATS response body."""
     what = "ConsumeStats"
-    wire = _unpack_map(body, what)
+    return _consume_stats_from_wire(_unpack_map(body, what), what)
+
+
+def _consume_stats_from_wire(wire: Mapping[str, Any], what: str) -> ConsumeStats:
     rows = tuple(
         QueueConsumeStats(
             _get(r, "topic", str, what),
@@ -331,3 +341,107 @@ def decode_reset_offset(body: bytes) -> list[QueueOffset]:
         )
         for r in _rows(_unpack_map(body, what), "offsetTable", what)
     ]
+
+
+# ---------------------------------------------------------------------- broker stats
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsItem:
+    """One window of a ``BrokerStatsData``: messages (or bytes) in it, their rate a second,
+    and their average per request."""
+
+    sum: int
+    tps: float
+    avgpt: float
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsData:
+    """VIEW_BROKER_STATS_DATA answer: one stats item over a minute, an hour and a day."""
+
+    stats_minute: BrokerStatsItem
+    stats_hour: BrokerStatsItem
+    stats_day: BrokerStatsItem
+
+
+_STATS_WINDOWS = ("statsMinute", "statsHour", "statsDay")
+
+
+def encode_broker_stats_data(data: BrokerStatsData) -> bytes:
+    """The VIEW_BROKER_STATS_DATA response body."""
+    items = (data.stats_minute, data.stats_hour, data.stats_day)
+    return _pack(
+        {
+            key: {"sum": item.sum, "tps": item.tps, "avgpt": item.avgpt}
+            for key, item in zip(_STATS_WINDOWS, items, strict=True)
+        }
+    )
+
+
+def decode_broker_stats_data(body: bytes) -> BrokerStatsData:
+    """Parse a VIEW_BROKER_STATS_DATA response body."""
+    what = "BrokerStatsData"
+    wire = _unpack_map(body, what)
+    items = []
+    for key in _STATS_WINDOWS:
+        item = _get(wire, key, dict, what)
+        items.append(
+            BrokerStatsItem(
+                _get(item, "sum", int, what),
+                _get(item, "tps", float, what),
+                _get(item, "avgpt", float, what),
+            )
+        )
+    return BrokerStatsData(*items)
+
+
+# ---------------------------------------------------------------------- broker consume stats
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeStatsList:
+    """GET_BROKER_CONSUME_STATS answer: every subscription group's consume stats on one
+    broker, one ``ConsumeStats`` per topic, and the diffs summed."""
+
+    groups: tuple[tuple[str, tuple[ConsumeStats, ...]], ...]
+    """``(group, its ConsumeStats per topic)``, in the broker's order."""
+    broker_addr: str
+    total_diff: int
+    total_inflight_diff: int = 0
+
+
+def encode_consume_stats_list(stats: ConsumeStatsList) -> bytes:
+    """The GET_BROKER_CONSUME_STATS response body."""
+    return _pack(
+        {
+            "consumeStatsList": [
+                {group: [_consume_stats_to_wire(s) for s in per_topic]}
+                for group, per_topic in stats.groups
+            ],
+            "brokerAddr": stats.broker_addr,
+            "totalDiff": stats.total_diff,
+            "totalInflightDiff": stats.total_inflight_diff,
+        }
+    )
+
+
+def decode_consume_stats_list(body: bytes) -> ConsumeStatsList:
+    """Parse a GET_BROKER_CONSUME_STATS response body."""
+    what = "ConsumeStatsList"
+    wire = _unpack_map(body, what)
+    groups: list[tuple[str, tuple[ConsumeStats, ...]]] = []
+    for entry in _rows(wire, "consumeStatsList", what):
+        for group, per_topic in entry.items():
+            if not isinstance(group, str) or not isinstance(per_topic, list):
+                raise BadRequestError(f"{what}: bad consumeStatsList entry {group!r}")
+            if not all(isinstance(s, dict) for s in per_topic):
+                raise BadRequestError(f"{what}: the stats of {group!r} must be maps")
+            stats = tuple(_consume_stats_from_wire(s, what) for s in per_topic)
+            groups.append((group, stats))
+    return ConsumeStatsList(
+        tuple(groups),
+        _get(wire, "brokerAddr", str, what, ""),
+        _get(wire, "totalDiff", int, what, 0),
+        _get(wire, "totalInflightDiff", int, what, 0),
+    )

@@ -106,7 +106,8 @@ def _maps(wire: Mapping[str, Any], key: str, what: str) -> list[Mapping[str, Any
     return items
 
 
-def _subscription_to_wire(sub: SubscriptionData) -> dict[str, Any]:
+def subscription_to_wire(sub: SubscriptionData) -> dict[str, Any]:
+    """A subscription as its wire map (RocketMQ's ``SubscriptionData`` field names)."""
     return {
         "topic": sub.topic,
         "subString": sub.sub_string,
@@ -142,7 +143,7 @@ def _consumer_to_wire(c: ConsumerData) -> dict[str, Any]:
         "messageModel": c.message_model.value,
         "consumeFromWhere": c.consume_from_where.value,
         "unitMode": c.unit_mode,
-        "subscriptionDataSet": [_subscription_to_wire(s) for s in c.subscriptions],
+        "subscriptionDataSet": [subscription_to_wire(s) for s in c.subscriptions],
     }
 
 

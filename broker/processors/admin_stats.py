@@ -14,6 +14,9 @@ rest of RocketMQ's ``AdminBrokerProcessor`` that minimq implements).
     CLONE_GROUP_OFFSET            314  srcGroup destGroup [topic] [offline] -> SUCCESS
     GET_ALL_CONSUMER_OFFSET        43  -> body msgpack of ``{"offsetTable": {"topic@group":
                                        {"queueId": offset}}}`` (``consumerOffset.json``'s shape)
+    VIEW_BROKER_STATS_DATA        315  statsName statsKey -> BrokerStatsData
+                                       | SYSTEM_ERROR "The stats <name> <key> not exist"
+    GET_BROKER_CONSUME_STATS      317  [isOrder] [timeoutMillis] -> ConsumeStatsList
 
 Bodies: :mod:`remoting.admin_bodies`.
 
@@ -27,8 +30,18 @@ Rules:
   are left-overs, not a backlog), so the stats may be empty. A queue without a committed
   offset shows consumer offset 0; ``lastTimestamp`` is the store time of the last consumed
   message; ``pullOffset`` is where the group's pulls of the queue got to since the broker
-  started (at least the consumer offset; RocketMQ's ``queryPullOffset``).
-  ``consumeTps`` is not measured and is always 0.
+  started (at least the consumer offset; RocketMQ's ``queryPullOffset``). ``consumeTps`` is
+  the group's messages pulled a second over the last minute, summed over the topics
+  (``GROUP_GET_NUMS`` of :mod:`broker.broker_stats`, as RocketMQ's ``tpsGroupGetNums``).
+- VIEW_BROKER_STATS_DATA answers one item of :mod:`broker.broker_stats` (``statsName`` one of
+  its ``STATS_NAMES``, ``statsKey`` a topic or ``topic@group``), its minute, hour and day
+  snapshots at the time of the request; an unknown name or key (nothing counted under it yet)
+  is RocketMQ's SYSTEM_ERROR.
+- GET_BROKER_CONSUME_STATS gives, for every subscription group config, its GET_CONSUME_STATS
+  figures split per topic (one ``ConsumeStats`` each; a group without any row is listed with
+  none), only the topics created ``order`` with ``isOrder=true``; ``totalDiff`` and
+  ``totalInflightDiff`` sum every row's ``diff`` and ``inflight``. ``timeoutMillis`` is the
+  caller's and is ignored here (as RocketMQ's broker does).
 - UPDATE_BROKER_CONFIG applies only :data:`LIVE_KEYS` (in memory: they take effect at once and
   are lost at restart); any other key, or a bad value, is refused and nothing is changed.
 - A reset is refused (SYSTEM_ERROR "The consumer group <group> not exist", RocketMQ's
@@ -61,6 +74,7 @@ from typing import Any, Final
 import msgpack
 import trio
 
+from broker.broker_stats import GROUP_GET_NUMS, MINUTE, BrokerStatsManager, stats_key
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager, check_key_parts
 from broker.processors.client import ClientService
@@ -68,13 +82,18 @@ from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.properties import convert_value, parse_properties
 from remoting.admin_bodies import (
+    BrokerStatsData,
+    BrokerStatsItem,
     Connection,
     ConsumerConnection,
     ConsumeStats,
+    ConsumeStatsList,
     QueueConsumeStats,
     QueueOffset,
     TopicOffset,
+    encode_broker_stats_data,
     encode_consume_stats,
+    encode_consume_stats_list,
     encode_consumer_connection,
     encode_producer_connection,
     encode_reset_offset,
@@ -116,7 +135,10 @@ class AdminStatsProcessor:
         config: BrokerConfig,
         *,
         on_permission_changed: Callable[[], Awaitable[None]] | None = None,
+        broker_stats: BrokerStatsManager | None = None,
     ) -> None:
+        self.broker_stats = BrokerStatsManager() if broker_stats is None else broker_stats
+        """The counts VIEW_BROKER_STATS_DATA and ``consumeTps`` read."""
         self.on_permission_changed = on_permission_changed
         """Re-registers with the name servers: routes carry ``brokerPermission``."""
         self.store = store
@@ -188,31 +210,102 @@ class AdminStatsProcessor:
         """GET_CONSUME_STATS."""
         group = header_str(request, "consumerGroup")
         topic = opt_str(request, "topic", "")
+        topics = {topic} if topic else self.offsets.which_topics_by_group(group)
+        per_topic = self._group_consume_stats(group, topics, add_subscribed=not topic)
+        rows = tuple(row for stats in per_topic for row in stats.rows)
+        tps = sum(stats.consume_tps for stats in per_topic)
+        body = encode_consume_stats(ConsumeStats(rows, tps))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    def _group_consume_stats(
+        self, group: str, topics: set[str], *, add_subscribed: bool = True
+    ) -> list[ConsumeStats]:
+        """The group's ConsumeStats of each of ``topics`` (and, with ``add_subscribed``, of
+        those its online members subscribe to), by topic name (see the module rules)."""
         subscribed = self._subscribed_topics(group)
-        if topic:
-            topics = {topic}
-        else:
-            topics = self.offsets.which_topics_by_group(group) | (subscribed or set())
+        if add_subscribed:
+            topics = topics | (subscribed or set())
         if subscribed:  # online: only what its members read (RocketMQ's getConsumeStats)
             topics &= subscribed
+        return [self._topic_consume_stats(group, t) for t in sorted(topics)]
+
+    def _topic_consume_stats(self, group: str, topic: str) -> ConsumeStats:
+        """One topic's rows of the group, and its pull rate over the last minute."""
+        committed = self.offsets.query_offsets(group, topic)
         rows: list[QueueConsumeStats] = []
-        for t in sorted(topics):
-            committed = self.offsets.query_offsets(group, t)
-            for qid in self._read_queue_ids(t):
-                consumer = max(0, committed.get(qid, 0))
-                rows.append(
-                    QueueConsumeStats(
-                        t,
-                        self.config.broker_name,
-                        qid,
-                        self.store.get_max_offset_in_queue(t, qid),
-                        consumer,
-                        self._store_time(t, qid, consumer - 1) if consumer > 0 else 0,
-                        max(consumer, self.offsets.query_pull_offset(group, t, qid)),
-                    )
+        for qid in self._read_queue_ids(topic):
+            consumer = max(0, committed.get(qid, 0))
+            rows.append(
+                QueueConsumeStats(
+                    topic,
+                    self.config.broker_name,
+                    qid,
+                    self.store.get_max_offset_in_queue(topic, qid),
+                    consumer,
+                    self._store_time(topic, qid, consumer - 1) if consumer > 0 else 0,
+                    max(consumer, self.offsets.query_pull_offset(group, topic, qid)),
                 )
-        body = encode_consume_stats(ConsumeStats(tuple(rows)))
+            )
+        return ConsumeStats(tuple(rows), self._pull_tps(group, topic))
+
+    def _pull_tps(self, group: str, topic: str) -> float:
+        """Messages ``group`` pulled from ``topic`` a second over the last minute."""
+        item = self.broker_stats.item(GROUP_GET_NUMS, stats_key(topic, group))
+        return 0.0 if item is None else item.snapshot(MINUTE, trio.current_time()).tps
+
+    async def broker_stats_data(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA."""
+        name = header_str(request, "statsName")
+        key = header_str(request, "statsKey")
+        snaps = self.broker_stats.snapshots(name, key, trio.current_time())
+        if snaps is None:
+            return error(
+                request, ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist"
+            )
+        minute, hour, day = (
+            BrokerStatsItem(s.sum, s.tps, s.avgpt)
+            for s in (snaps["minute"], snaps["hour"], snaps["day"])
+        )
+        body = encode_broker_stats_data(BrokerStatsData(minute, hour, day))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def broker_consume_stats(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS."""
+        only_order = opt_bool(request, "isOrder", False)
+        opt_int(request, "timeoutMillis", 0)  # checked, not used (the caller's timeout)
+        topics_of = self._topics_by_group()
+        groups: list[tuple[str, tuple[ConsumeStats, ...]]] = []
+        for group in sorted(self.groups.groups()):
+            per_topic = self._group_consume_stats(group, topics_of.get(group, set()))
+            if only_order:
+                per_topic = [s for s in per_topic if s.rows and self._is_order(s.rows[0].topic)]
+            groups.append((group, tuple(per_topic)))
+        rows = [row for _, per_topic in groups for stats in per_topic for row in stats.rows]
+        body = encode_consume_stats_list(
+            ConsumeStatsList(
+                tuple(groups),
+                "{}:{}".format(*self.store.config.store_host),
+                sum(row.diff for row in rows),
+                sum(row.inflight for row in rows),
+            )
+        )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    def _topics_by_group(self) -> dict[str, set[str]]:
+        """Group -> the topics it has committed offsets for (one walk of the offset table)."""
+        out: dict[str, set[str]] = {}
+        for key in self.offsets.to_wire()["offsetTable"]:
+            topic, _, group = str(key).rpartition("@")
+            out.setdefault(group, set()).add(topic)
+        return out
+
+    def _is_order(self, topic: str) -> bool:
+        config = self.topics.select(topic)
+        return config is not None and config.order
 
     # ------------------------------------------------------------------ connections
 
@@ -422,6 +515,8 @@ class AdminStatsProcessor:
             int(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET): guarded(self.reset_offset),
             int(RequestCode.CLONE_GROUP_OFFSET): guarded(self.clone_group_offset),
             int(RequestCode.GET_ALL_CONSUMER_OFFSET): guarded(self.all_consumer_offsets),
+            int(RequestCode.VIEW_BROKER_STATS_DATA): guarded(self.broker_stats_data),
+            int(RequestCode.GET_BROKER_CONSUME_STATS): guarded(self.broker_consume_stats),
         }
 
 

@@ -52,6 +52,7 @@ from collections.abc import Awaitable, Callable, Generator
 
 import trio
 
+from broker.broker_stats import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import (
@@ -103,7 +104,11 @@ class PullProcessor:
         check_interval_s: float = CHECK_INTERVAL_S,
         groups: SubscriptionGroupManager | None = None,
         broker_config: BrokerConfig | None = None,
+        stats: BrokerStatsManager | None = None,
     ) -> None:
+        self.stats = stats
+        """Counts each FOUND pull's records and bytes under ``topic@group`` (None: not
+        counted)."""
         self.groups = groups
         """Subscription groups checked before a pull (None: no group check)."""
         self.broker_config = broker_config
@@ -166,7 +171,7 @@ class PullProcessor:
         )
         if code == ResponseCode.PULL_NOT_FOUND and suspend_s > 0:
             return self._answer_when_held(request, group, topic, queue_id, suspend_s, read)
-        return _pull_response(request, code, result)
+        return self._counted(_pull_response(request, code, result), group, topic, result)
 
     async def _answer_when_held(
         self,
@@ -198,7 +203,16 @@ class PullProcessor:
         if refused is not None:
             return refused
         self.offsets.commit_pull_offset(group, topic, queue_id, result.next_begin_offset)
-        return _pull_response(request, pull_response_code(result.status, offset), result)
+        response = _pull_response(request, pull_response_code(result.status, offset), result)
+        return self._counted(response, group, topic, result)
+
+    def _counted(
+        self, response: RemotingCommand, group: str, topic: str, result: GetResult
+    ) -> RemotingCommand:
+        """``response``, its records counted first when it is FOUND (SUCCESS)."""
+        if self.stats is not None and response.code == ResponseCode.SUCCESS:
+            self.stats.inc_group_get(group, topic, len(result.records), len(response.body))
+        return response
 
     def _refusal(
         self, request: RemotingCommand, group: str, topic: str, queue_id: int
@@ -467,6 +481,7 @@ def make_pull_handlers(
     check_interval_s: float = CHECK_INTERVAL_S,
     groups: SubscriptionGroupManager | None = None,
     broker_config: BrokerConfig | None = None,
+    stats: BrokerStatsManager | None = None,
 ) -> dict[int, Handler]:
     """The pull/offset/query handler table over the real store, offsets and topic table.
 
@@ -484,5 +499,6 @@ def make_pull_handlers(
         check_interval_s=check_interval_s,
         groups=groups,
         broker_config=broker_config,
+        stats=stats,
     )
     return processor.handlers()

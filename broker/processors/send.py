@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 import trio
 
+from broker.broker_stats import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.processors.send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM, create_topic_in_send_back
 from broker.processors.send_checks import (
@@ -245,7 +246,11 @@ class SendProcessor:
         on_topic_created: Callable[[], Awaitable[None]] | None = None,
         transform: Callable[[MessageRecord], object] | None = None,
         groups: SubscriptionGroupManager | None = None,
+        *,
+        stats: BrokerStatsManager | None = None,
     ) -> None:
+        self.stats = stats
+        """Counts each stored send under its header's topic (None: not counted)."""
         self.on_topic_created = on_topic_created
         self.groups = groups
         """The subscription groups, for messages sent to a retry topic (None: stored as sent)."""
@@ -402,11 +407,11 @@ class SendProcessor:
         if refused is not None:
             return refused
         if dead_letter is not None and dead_letter[1] and self.on_topic_created is not None:
-            return self._store_after_registering(request, msgs, queue_id)
+            return self._store_after_registering(request, topic, msgs, queue_id)
         put = self.services.put_messages_deferred(msgs)
         if isinstance(put, PutResult):
-            return self._answer(request, msgs, queue_id, put)
-        return self._answer_when_flushed(request, channel, msgs, queue_id, put)
+            return self._answer(request, topic, msgs, queue_id, put)
+        return self._answer_when_flushed(request, channel, topic, msgs, queue_id, put)
 
     def _dead_letter_target(
         self,
@@ -438,19 +443,20 @@ class SendProcessor:
         return dlq, created
 
     async def _store_after_registering(
-        self, request: RemotingCommand, msgs: list[MessageRecord], queue_id: int
+        self, request: RemotingCommand, topic: str, msgs: list[MessageRecord], queue_id: int
     ) -> RemotingCommand:
         """Store ``msgs`` once the name servers know the topic just created for them."""
         assert self.on_topic_created is not None
         await self.on_topic_created()
         put = self.services.put_messages_now(msgs)
         result = put if isinstance(put, PutResult) else await put
-        return self._answer(request, msgs, queue_id, result)
+        return self._answer(request, topic, msgs, queue_id, result)
 
     def _answer_when_flushed(
         self,
         request: RemotingCommand,
         channel: Channel,
+        topic: str,
         msgs: list[MessageRecord],
         queue_id: int,
         put: Deferred[PutResult],
@@ -458,7 +464,7 @@ class SendProcessor:
         """The answer to a put waiting for its flush, once it is flushed (or timed out)."""
 
         def answer(result: PutResult) -> Response:
-            return self._answer(request, msgs, queue_id, result)
+            return self._answer(request, topic, msgs, queue_id, result)
 
         def failed(result: PutResult, exc: Exception) -> Response:
             return failure_response(request, channel, exc)
@@ -468,14 +474,19 @@ class SendProcessor:
     def _answer(
         self,
         request: RemotingCommand,
+        topic: str,
         msgs: list[MessageRecord],
         queue_id: int,
         result: PutResult,
     ) -> RemotingCommand:
-        """The response to a put: its status, and the stored messages' ids and offsets."""
+        """The response to a put: its status, and the stored messages' ids and offsets (counted
+        under ``topic``, the header's: where a delayed, half or dead-letter message went is
+        not where its sender sent it)."""
         code, remark = put_response_code(result.status)
         if not result.phys_offsets:  # not stored: no id to give
             return error(request, code, result.remark or remark)
+        if self.stats is not None:
+            self.stats.inc_topic_put(topic, len(result.phys_offsets), len(request.body))
         packed_host = pack_host(*self.store.config.store_host)  # cached
         fields: dict[str, ExtValue] = {
             "msgId": ",".join(offset_msg_id_of_packed(packed_host, p) for p in result.phys_offsets),

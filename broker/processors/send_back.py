@@ -38,6 +38,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 
+from broker.broker_stats import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
@@ -103,7 +104,11 @@ class SendBackProcessor:
         broker_config: BrokerConfig,
         transform: Callable[[MessageRecord], object],
         on_topic_created: Callable[[], Awaitable[None]] | None = None,
+        stats: BrokerStatsManager | None = None,
     ) -> None:
+        self.stats = stats
+        """Counts each stored send-back under ``topic@group``, topic = its RETRY_TOPIC (None:
+        not counted)."""
         self.store = store
         self.services = services
         self.topics = topics
@@ -159,6 +164,9 @@ class SendBackProcessor:
             await self.on_topic_created()
         result = await self.services.put_message(msg)
         if result.status is PutStatus.PUT_OK:
+            if self.stats is not None:
+                back_topic = msg.properties.get(MessageConst.RETRY_TOPIC, rec.topic)
+                self.stats.inc_send_back(group, back_topic)
             return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
         return error(request, ResponseCode.SYSTEM_ERROR, result.status.value)
 

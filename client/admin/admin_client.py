@@ -8,10 +8,10 @@ answer) with a one-line reason; nothing is retried.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import trio
@@ -30,9 +30,21 @@ from common.subscription import build_subscription
 from remoting import admin_bodies as bodies
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
+from remoting.consume_queue_bodies import QueryConsumeQueueBody, decode_query_consume_queue
+from remoting.consumer_bodies import (
+    ConsumeMessageDirectlyResult,
+    ConsumerRunningInfo,
+    decode_direct_result,
+    decode_running_info,
+)
 from remoting.headers import BadRequestError, header_int
 from remoting.route_bodies import decode_cluster_info_body, decode_topic_list_body
 
+T = TypeVar("T")
+
+CONSUMER_CALL_TIMEOUT_FACTOR = 3
+"""A call the broker forwards to a consumer waits this many request timeouts (15 s by
+default), longer than the broker waits for the consumer (10 s)."""
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
 """The group RocketMQ's tools pull with (a built-in subscription group)."""
 
@@ -129,6 +141,42 @@ class AdminClient:
             raise MQBrokerError(
                 ResponseCode.SYSTEM_ERROR, f"bad answer: {exc}", namesrv_addr
             ) from None
+
+    async def put_kv_config(self, namesrv_addr: str, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG on the name server ``namesrv_addr``."""
+        fields: dict[str, ExtValue] = {"namespace": namespace, "key": key, "value": value}
+        await self.call(namesrv_addr, RequestCode.PUT_KV_CONFIG, fields)
+
+    async def get_kv_config(self, namesrv_addr: str, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG on the name server ``namesrv_addr``: the value, or None when it has
+        none (QUERY_NOT_FOUND)."""
+        resp = await self.call(
+            namesrv_addr,
+            RequestCode.GET_KV_CONFIG,
+            {"namespace": namespace, "key": key},
+            ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        value = resp.ext_fields.get("value")
+        return None if value is None else str(value)
+
+    async def delete_kv_config(self, namesrv_addr: str, namespace: str, key: str) -> None:
+        """DELETE_KV_CONFIG on the name server ``namesrv_addr`` (done even when absent)."""
+        fields: dict[str, ExtValue] = {"namespace": namespace, "key": key}
+        await self.call(namesrv_addr, RequestCode.DELETE_KV_CONFIG, fields)
+
+    async def namesrv_config(self, namesrv_addr: str) -> dict[str, str]:
+        """GET_NAMESRV_CONFIG on the name server ``namesrv_addr``: key -> value, in its
+        order."""
+        resp = await self.call(namesrv_addr, RequestCode.GET_NAMESRV_CONFIG)
+        return parse_properties(resp.body.decode("utf-8", "replace"))
+
+    async def update_namesrv_config(self, namesrv_addr: str, props: Mapping[str, str]) -> None:
+        """UPDATE_NAMESRV_CONFIG on the name server ``namesrv_addr``."""
+        await self.call(
+            namesrv_addr, RequestCode.UPDATE_NAMESRV_CONFIG, body=properties_body(props)
+        )
 
     async def cluster_info(self) -> ClusterInfo:
         """GET_BROKER_CLUSTER_INFO."""
@@ -242,6 +290,25 @@ class AdminClient:
         resp = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
         return bodies.decode_topic_stats(resp.body)
 
+    async def query_consume_queue(
+        self, addr: str, topic: str, queue_id: int, index: int, count: int, group: str | None
+    ) -> QueryConsumeQueueBody:
+        """QUERY_CONSUME_QUEUE: up to ``count`` units of the queue from ``index`` on (with
+        ``group``: its subscription and whether it takes each unit)."""
+        fields: dict[str, ExtValue] = {
+            "topic": topic,
+            "queueId": queue_id,
+            "index": index,
+            "count": count,
+        }
+        if group:
+            fields["consumerGroup"] = group
+        resp = await self.call(addr, RequestCode.QUERY_CONSUME_QUEUE, fields)
+        try:
+            return decode_query_consume_queue(resp.body)
+        except BadRequestError as exc:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad answer: {exc}", addr) from None
+
     async def sub_groups(self, addr: str) -> dict[str, dict[str, Any]]:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name -> its config map (camelCase keys)."""
         resp = await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
@@ -278,6 +345,47 @@ class AdminClient:
         if resp.code != ResponseCode.SUCCESS:
             return None
         return bodies.decode_consumer_connection(resp.body)
+
+    async def consumer_running_info(
+        self, addr: str, group: str, client_id: str
+    ) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO of member ``client_id`` of ``group``, asked through the
+        broker at ``addr`` (:meth:`call_consumer`)."""
+        fields: dict[str, ExtValue] = {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "jstackEnable": False,
+        }
+        resp = await self.call_consumer(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
+        return _decoded(decode_running_info, resp.body, addr)
+
+    async def consume_message_directly(
+        self, addr: str, group: str, client_id: str, msg: ReceivedMessage
+    ) -> ConsumeMessageDirectlyResult:
+        """CONSUME_MESSAGE_DIRECTLY: member ``client_id`` of ``group`` runs its handler on
+        ``msg`` (stored on the broker at ``addr``) once, and says how it ended."""
+        fields: dict[str, ExtValue] = {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "msgId": msg.offset_msg_id,
+            "topic": msg.topic,
+        }
+        resp = await self.call_consumer(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields)
+        return _decoded(decode_direct_result, resp.body, addr)
+
+    async def call_consumer(
+        self, addr: str, code: RequestCode, fields: Mapping[str, ExtValue]
+    ) -> RemotingCommand:
+        """A request the broker at ``addr`` forwards to a consumer: it may take the broker's
+        own bound (10 s) and more, so it waits ``CONSUMER_CALL_TIMEOUT_FACTOR`` times the
+        request timeout (RocketMQ's ``timeoutMillis * 3``); MQBrokerError for an error
+        answer (the remark says whether the consumer is offline, timed out or failed)."""
+        cmd = RemotingCommand.request(code, dict(fields), opaque=0)
+        timeout_s = self.instance.config.request_timeout_s * CONSUMER_CALL_TIMEOUT_FACTOR
+        resp = await self.instance.invoke(addr, cmd, timeout_s)
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark or f"error code {resp.code}", addr)
+        return resp
 
     async def producer_connection(self, addr: str, group: str) -> tuple[bodies.Connection, ...]:
         """GET_PRODUCER_CONNECTION_LIST; empty when the group has no producer there."""
@@ -349,6 +457,28 @@ class AdminClient:
 
     # ------------------------------------------------------------------ broker
 
+    async def broker_stats_data(self, addr: str, name: str, key: str) -> bodies.BrokerStatsData:
+        """VIEW_BROKER_STATS_DATA: the item ``name`` / ``key`` (``TOPIC_PUT_NUMS`` / topic,
+        ``GROUP_GET_NUMS`` / ``topic@group``, ...); MQBrokerError (SYSTEM_ERROR) when the
+        broker has counted nothing under it."""
+        fields: dict[str, ExtValue] = {"statsName": name, "statsKey": key}
+        resp = await self.call(addr, RequestCode.VIEW_BROKER_STATS_DATA, fields)
+        return bodies.decode_broker_stats_data(resp.body)
+
+    async def broker_consume_stats(
+        self, addr: str, *, is_order: bool = False, timeout_ms: int = 50_000
+    ) -> bodies.ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS, waiting up to ``timeout_ms`` for the answer."""
+        fields: dict[str, ExtValue] = {
+            "isOrder": str(is_order).lower(),
+            "timeoutMillis": timeout_ms,
+        }
+        cmd = RemotingCommand.request(RequestCode.GET_BROKER_CONSUME_STATS, fields, opaque=0)
+        resp = await self.instance.invoke(addr, cmd, timeout_ms / 1000)
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark or f"error code {resp.code}", addr)
+        return bodies.decode_consume_stats_list(resp.body)
+
     async def runtime_info(self, addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO."""
         resp = await self.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
@@ -364,8 +494,7 @@ class AdminClient:
 
     async def update_broker_config(self, addr: str, props: Mapping[str, str]) -> None:
         """UPDATE_BROKER_CONFIG."""
-        body = "".join(f"{escape_key(k)}={escape_value(v)}\n" for k, v in props.items()).encode()
-        await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+        await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=properties_body(props))
 
     # ------------------------------------------------------------------ messages
 
@@ -489,6 +618,19 @@ class AdminClient:
             raise MQBrokerError(
                 ResponseCode.SYSTEM_ERROR, f"bad message body: {exc}", addr
             ) from None
+
+
+def properties_body(props: Mapping[str, str]) -> bytes:
+    """``props`` as the ``key=value`` lines of an UPDATE_*_CONFIG body (escaped, UTF-8)."""
+    return "".join(f"{escape_key(k)}={escape_value(v)}\n" for k, v in props.items()).encode()
+
+
+def _decoded(decode: Callable[[bytes], T], body: bytes, addr: str) -> T:
+    """``decode(body)``; a bad body is an MQBrokerError naming ``addr``."""
+    try:
+        return decode(body)
+    except ValueError as exc:
+        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad answer: {exc}", addr) from None
 
 
 def _check_broker_addr(addr: str, info: ClusterInfo) -> None:

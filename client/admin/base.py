@@ -369,6 +369,14 @@ def lines(*texts: str) -> None:
         out.print(text, soft_wrap=True)
 
 
+def config_blocks(configs: Iterable[tuple[str, Mapping[str, str]]]) -> None:
+    """Print each ``(address, config)`` as RocketMQ's getBrokerConfig and getNamesrvConfig
+    do: a ``============<address>============`` line, then ``key  =  value`` lines."""
+    for addr, config in configs:
+        lines(f"============{addr}============")
+        lines(*(f"{k:<50}=  {v}" for k, v in config.items()))
+
+
 def java_object(name: str, fields: Mapping[str, Any]) -> str:
     """``Name [key=value, ...]``, as RocketMQ's tools print a config object (``true`` and
     ``false`` for booleans)."""

@@ -10,15 +10,30 @@ from __future__ import annotations
 
 from client.admin import (
     cmd_broker,
+    cmd_consumer,
     cmd_group,
     cmd_message,
     cmd_namesrv,
+    cmd_queue,
+    cmd_send_rt,
+    cmd_stats,
     cmd_topic,
     cmd_transaction,
 )
 from client.admin.base import main
 
-COMMAND_MODULES = (cmd_broker, cmd_group, cmd_message, cmd_namesrv, cmd_topic, cmd_transaction)
+COMMAND_MODULES = (
+    cmd_broker,
+    cmd_consumer,
+    cmd_group,
+    cmd_message,
+    cmd_namesrv,
+    cmd_queue,
+    cmd_send_rt,
+    cmd_stats,
+    cmd_topic,
+    cmd_transaction,
+)
 """Importing these registers their commands on :data:`main`."""
 
 __all__ = ["main"]

@@ -12,6 +12,7 @@ from client.admin.admin_client import AdminClient
 from client.admin.base import (
     EachBroker,
     admin_command,
+    config_blocks,
     emit_json,
     fail,
     fail_if_any_failed,
@@ -172,9 +173,7 @@ def get_broker_config(
     if as_json:
         emit_json(dict(result.done))
     else:
-        for addr, config in result.done:
-            lines(f"============{addr}============")
-            lines(*(f"{k:<50}=  {v}" for k, v in config.items()))
+        config_blocks(result.done)
     fail_if_any_failed(result)
 
 

@@ -1,9 +1,11 @@
 """``mqadmin`` consumer/producer group commands: updateSubGroup, deleteSubGroup,
-consumerProgress, consumerConnection, producerConnection, resetOffsetByTime, cloneGroupOffset."""
+consumerProgress, consumerConnection, producerConnection, allocateMQ, resetOffsetByTime,
+skipAccumulatedMessage, cloneGroupOffset."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -251,16 +253,84 @@ def allocation(
     return out
 
 
+def allocate_averagely(
+    queues: Sequence[MessageQueue], ips: Sequence[str]
+) -> dict[str, list[MessageQueue]]:
+    """Each of ``ips``' queues of ``queues`` under the default AVG strategy, both sorted as a
+    rebalance sorts them (RocketMQ's ``allocateMQ`` keeps the order given)."""
+    mqs, cids = sorted(queues), sorted(ips)
+    strategy = AllocateMessageQueueAveragely()
+    return {cid: strategy.allocate("", cid, mqs, cids) for cid in cids}
+
+
+def ip_list(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    """An option callback: the comma-separated entries of ``value``, trimmed, without empty
+    ones or repeats; BadParameter when none is left."""
+    ips = sorted({part.strip() for part in value.split(",") if part.strip()})
+    if not ips:
+        raise click.BadParameter("no IP given")
+    return ips
+
+
+@admin_command("allocateMQ")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-i",
+    "--ipList",
+    "ips",
+    required=True,
+    callback=ip_list,
+    help="Consumers' client ids or IPs, separated by commas.",
+)
+def allocate_mq(namesrv: str | None, as_json: bool, topic: str, ips: list[str]) -> None:
+    """Allocate MQ: which of the topic's readable queues each consumer of -i would take under
+    the default AVG strategy (a rebalance's sorted queues and consumers)."""
+
+    async def body(admin: AdminClient) -> dict[str, list[MessageQueue]]:
+        queues = api.subscribe_queues(topic, await admin.topic_route(topic))
+        return allocate_averagely(queues, ips)
+
+    result = run(namesrv, body)
+    if as_json:  # RocketMQ's RebalanceResult
+        emit_json(
+            {
+                "result": {
+                    ip: [
+                        {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
+                        for mq in mqs
+                    ]
+                    for ip, mqs in result.items()
+                }
+            }
+        )
+        return
+    rows: list[tuple[str, str, int | str]] = []
+    for ip, mqs in result.items():
+        rows += [(ip, mq.broker_name, mq.queue_id) for mq in mqs] or [(ip, "", "")]
+    table(("#IP", "#Broker Name", "#QID"), rows)
+
+
+async def group_stats_and_tps(
+    admin: AdminClient, group: str, topic: str = ""
+) -> tuple[list[QueueConsumeStats], float]:
+    """Every broker's consume stats of ``group``, sorted by topic, broker and queue, and the
+    group's consume TPS over all brokers (its pulls a second over the last minute)."""
+    rows: list[QueueConsumeStats] = []
+    tps = 0.0
+    for _, addr in await admin.masters():
+        stats = await admin.consume_stats(addr, group, topic)
+        rows.extend(stats.rows)
+        tps += stats.consume_tps
+    return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id)), tps
+
+
 async def group_stats(admin: AdminClient, group: str, topic: str = "") -> list[QueueConsumeStats]:
     """Every broker's consume stats of ``group``, sorted by topic, broker and queue."""
-    rows: list[QueueConsumeStats] = []
-    for _, addr in await admin.masters():
-        rows.extend((await admin.consume_stats(addr, group, topic)).rows)
-    return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
+    return (await group_stats_and_tps(admin, group, topic))[0]
 
 
 async def _progress_of_group(admin: AdminClient, group: str, topic: str) -> dict[str, Any]:
-    rows = await group_stats(admin, group, topic)
+    rows, tps = await group_stats_and_tps(admin, group, topic)
     if not rows:
         raise MQClientError(
             ResponseCode.SYSTEM_ERROR,
@@ -291,7 +361,7 @@ async def _progress_of_group(admin: AdminClient, group: str, topic: str) -> dict
     return {
         "group": group,
         "queues": queues,
-        "consumeTps": 0.0,
+        "consumeTps": tps,
         "diffTotal": sum(r.diff for r in rows),
         "inflightTotal": sum(r.inflight for r in rows),
     }
@@ -304,7 +374,7 @@ async def _all_groups(admin: AdminClient) -> list[dict[str, Any]]:
     )
     out = []
     for group in groups:
-        rows = await group_stats(admin, group)
+        rows, tps = await group_stats_and_tps(admin, group)
         cc = await connection(admin, group)
         online = cc is not None and bool(cc.connections)
         out.append(
@@ -316,7 +386,7 @@ async def _all_groups(admin: AdminClient) -> list[dict[str, Any]]:
                 "version": cc.connections[0].version if cc and online else None,
                 "consumeType": _kind(cc.consume_type) if cc else "",
                 "messageModel": cc.message_model if cc else "",
-                "consumeTps": 0.0,
+                "consumeTps": tps,
                 "diffTotal": sum(r.diff for r in rows),
             }
         )
@@ -540,35 +610,16 @@ def reset_offset_by_time(
     -b and -q only that queue, to -o offset when given, as RocketMQ's."""
     timestamp = parse_timestamp(when, "-s")
     one_queue = _one_queue_reset(broker, queue_id, offset)
-
-    async def reset(admin: AdminClient, addr: str) -> list[QueueOffset]:
-        return await admin.reset_offset(
-            addr, topic, group, timestamp, force=force, queue_id=queue_id, offset=offset
-        )
+    reset = OffsetReset(group, topic, timestamp, force, queue_id, offset)
 
     async def body(admin: AdminClient) -> list[dict[str, Any]]:
         if one_queue:
-            targets = await admin.masters(broker_addr=broker)
-        else:
-            targets = await admin.topic_masters(topic)
-        done = await on_each_broker(targets, lambda addr: reset(admin, addr))
-        return [
-            {"brokerName": e.broker_name, "queueId": e.queue_id, "offset": e.offset}
-            for _, entries in done
-            for e in entries
-        ]
+            return await reset.run(admin, await admin.masters(broker_addr=broker))
+        return await reset.run(admin, await admin.topic_masters(topic))
 
     rows = run(namesrv, body)
     if as_json:
-        emit_json(
-            {
-                "group": group,
-                "topic": topic,
-                "timestamp": timestamp,
-                "force": force,
-                "offsetTable": rows,
-            }
-        )
+        emit_json(reset.to_json(rows))
         return
     if one_queue:
         lines(
@@ -582,10 +633,96 @@ def reset_offset_by_time(
         f"rollback consumer offset by specified consumerGroup[{group}], topic[{topic}], "
         f"force[{str(force).lower()}], timestamp(string)[{when}], timestamp(long)[{timestamp}]"
     )
+    _print_offset_table(rows)
+
+
+def _print_offset_table(rows: list[dict[str, Any]]) -> None:
+    """The ``#brokerName #queueId #offset`` table of an offset reset."""
     table(
         ("#brokerName", "#queueId", "#offset"),
         ((r["brokerName"], r["queueId"], r["offset"]) for r in rows),
     )
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """One INVOKE_BROKER_TO_RESET_OFFSET on chosen brokers (``resetOffsetByTime``,
+    ``skipAccumulatedMessage``): ``group``'s offsets of ``topic`` to the first message stored
+    at or after ``timestamp`` (``-1``: the queues' max offsets), or of queue ``queue_id`` only
+    (to ``offset`` when given)."""
+
+    group: str
+    topic: str
+    timestamp: int
+    force: bool
+    queue_id: int | None = None
+    offset: int | None = None
+
+    async def run(
+        self, admin: AdminClient, targets: Sequence[tuple[str, str]]
+    ) -> list[dict[str, Any]]:
+        """Reset on each ``(name, address)`` target (see :func:`on_each_broker`); the offsets
+        set, as ``{"brokerName", "queueId", "offset"}`` rows."""
+        done = await on_each_broker(targets, lambda addr: self._on(admin, addr))
+        return [
+            {"brokerName": e.broker_name, "queueId": e.queue_id, "offset": e.offset}
+            for _, entries in done
+            for e in entries
+        ]
+
+    async def _on(self, admin: AdminClient, addr: str) -> list[QueueOffset]:
+        return await admin.reset_offset(
+            addr,
+            self.topic,
+            self.group,
+            self.timestamp,
+            force=self.force,
+            queue_id=self.queue_id,
+            offset=self.offset,
+        )
+
+    def to_json(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """What ``--json`` prints: the request and the offsets set."""
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "timestamp": self.timestamp,
+            "force": self.force,
+            "offsetTable": rows,
+        }
+
+
+SKIP_TIMESTAMP = -1
+"""The reset timestamp that moves each queue to its max offset."""
+
+
+@admin_command("skipAccumulatedMessage")
+@click.option("-g", "--group", required=True, help="Consumer group name.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-f",
+    "--force",
+    type=click.BOOL,
+    default=True,
+    show_default=True,
+    help="Also move offsets forwards (without it, nothing moves: the end is ahead).",
+)
+@click.option("-c", "--cluster", "cluster", help=LMQ_CLUSTER_HELP)
+def skip_accumulated_message(
+    namesrv: str | None, as_json: bool, group: str, topic: str, force: bool, cluster: str | None
+) -> None:
+    """Skip all messages that are accumulated (not consumed) currently: resetOffsetByTime to
+    each queue's max offset (timestamp -1); running consumers follow without a restart."""
+    reset = OffsetReset(group, topic, SKIP_TIMESTAMP, force)
+
+    async def body(admin: AdminClient) -> list[dict[str, Any]]:
+        return await reset.run(admin, await admin.topic_masters(topic))
+
+    rows = run(namesrv, body)
+    if as_json:
+        emit_json(reset.to_json(rows))
+        return
+    _print_offset_table(rows)
 
 
 def _one_queue_reset(broker: str | None, queue_id: int | None, offset: int | None) -> bool:

@@ -1,9 +1,10 @@
-"""``mqadmin`` message commands: queryMsgById, queryMsgByKey, queryMsgByOffset, printMsg,
-sendMessage, consumeMessage."""
+"""``mqadmin`` message commands: queryMsgById, queryMsgByUniqueKey, queryMsgByKey,
+queryMsgByOffset, printMsg, printMsgByQueue, sendMessage, consumeMessage."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import click
@@ -24,11 +25,14 @@ from client.admin.base import (
     progress,
     run,
     table,
+    warn,
 )
+from client.admin.cmd_consumer import consume_directly, direct_result_json, print_direct_result
 from client.errors import MQClientError
 from client.message import Message, MessageQueue, ReceivedMessage
 from client.producer import Producer
 from remoting.codes import RequestCode, ResponseCode
+from remoting.consumer_bodies import ConsumeMessageDirectlyResult
 
 PULL_BATCH = 32
 PRINT_PAGE = 1000
@@ -71,15 +75,27 @@ def _unanswered(failed: dict[str, str]) -> str:
     help="Offset message id or UNIQ_KEY; several separated by commas.",
 )
 @click.option("-t", "--topic", help="Topic (needed to look a UNIQ_KEY up).")
+@click.option("-g", "--consumerGroup", "group", help="With -d: consume directly in this group.")
+@click.option("-d", "--clientId", "client_id", help="With -g: the member that consumes directly.")
 @charset_option
 def query_msg_by_id(
-    namesrv: str | None, as_json: bool, msg_ids: str, topic: str | None, charset: str
+    namesrv: str | None,
+    as_json: bool,
+    msg_ids: str,
+    topic: str | None,
+    group: str | None,
+    client_id: str | None,
+    charset: str,
 ) -> None:
     """Query Message by Id (offsetMsgId, or the UNIQ_KEY with -t); -i id1,id2 looks each up.
 
     With -t, a broker of the topic that does not answer is named on stderr; the command fails
-    only when none answers (or nothing is found), and when any id is not found.
+    only when none answers (or nothing is found), and when any id is not found. With -g and
+    -d, member -d of group -g runs its handler on each message once (nothing is committed or
+    sent back) and the outcome is printed instead of the message.
     """
+    if (group is None) != (client_id is None):
+        raise click.UsageError("-g and -d go together (consume directly)")
     # as RocketMQ's QueryMsgByIdSubCommand: split at commas, each id trimmed, empty ones skipped
     ids = [i.strip() for i in msg_ids.split(",") if i.strip()]
     if not ids:
@@ -112,9 +128,76 @@ def query_msg_by_id(
             failed.update(query.failed)
         return MessageQuery(messages, failed)
 
+    if group is not None and client_id is not None:
+        _consume_directly(namesrv, as_json, ids, body, group, client_id)
+        return
     result = run(namesrv, body)
     _warn_failed(result.failed)
     _show(result.messages, as_json, charset)
+
+
+def _consume_directly(
+    namesrv: str | None,
+    as_json: bool,
+    ids: list[str],
+    find: Callable[[AdminClient], Awaitable[MessageQuery]],
+    group: str,
+    client_id: str,
+) -> None:
+    """queryMsgById -g -d: each message found is consumed directly by member ``client_id``."""
+
+    async def body(admin: AdminClient) -> tuple[MessageQuery, list[ConsumeMessageDirectlyResult]]:
+        query = await find(admin)
+        return query, [await consume_directly(admin, m, group, client_id) for m in query.messages]
+
+    query, results = run(namesrv, body)
+    _warn_failed(query.failed)
+    if as_json:
+        emit_json(
+            [direct_result_json(m.msg_id, r) for m, r in zip(query.messages, results, strict=True)]
+        )
+        return
+    for result in results:
+        print_direct_result(result)
+
+
+UNIQ_KEY_QUERY_MAX = 32
+"""The most messages ``queryMsgByUniqueKey`` asks each broker for (RocketMQ's)."""
+
+
+@admin_command("queryMsgByUniqueKey")
+@click.option("-i", "--msgId", "msg_id", required=True, help="Message id (UNIQ_KEY).")
+@click.option("-t", "--topic", required=True, help="The topic of the message.")
+@click.option(
+    "-a",
+    "--showAll",
+    "show_all",
+    is_flag=True,
+    help=f"Print every message with this id (at most {UNIQ_KEY_QUERY_MAX} per broker), "
+    "not only the first stored.",
+)
+@charset_option
+def query_msg_by_unique_key(
+    namesrv: str | None, as_json: bool, msg_id: str, topic: str, show_all: bool, charset: str
+) -> None:
+    """Query Message by Unique key: the first stored message whose UNIQ_KEY is -i (every one
+    with -a, a resent message say), oldest first.
+
+    A broker of the topic that does not answer is named on stderr; the command fails when
+    none answers or no message has the id.
+    """
+
+    async def body(admin: AdminClient) -> MessageQuery:
+        return await admin.query_message(topic, msg_id, max_num=UNIQ_KEY_QUERY_MAX, unique=True)
+
+    result = run(namesrv, body)
+    _warn_failed(result.failed)
+    msgs = sorted(result.messages, key=lambda m: m.store_timestamp)
+    if not msgs:
+        fail(
+            f"{msg_id}: no message with this UNIQ_KEY in topic {topic}{_unanswered(result.failed)}"
+        )
+    _show(msgs if show_all else msgs[:1], as_json, charset)
 
 
 @admin_command("queryMsgByKey")
@@ -329,6 +412,109 @@ def print_msg(
         pages.close()
 
     run(namesrv, body)
+
+
+def _tag_counts(counts: Counter[str]) -> list[tuple[str, int]]:
+    """``(tag, count)`` by count, most first (then by tag)."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+async def _queue_of_route(
+    admin: AdminClient, topic: str, broker: str, queue_id: int
+) -> MessageQueue:
+    """The readable queue ``queue_id`` of ``broker`` in ``topic``'s route; MQClientError naming
+    the broker's readable queues when the route has no such queue."""
+    mq = MessageQueue(topic, broker, queue_id)
+    queues = api.subscribe_queues(topic, await admin.topic_route(topic))
+    if mq in queues:
+        return mq
+    held = [q.queue_id for q in queues if q.broker_name == broker]
+    where = (
+        f"broker {broker} has readable queues 0 to {max(held)}"
+        if held
+        else f"no broker named {broker} has readable queues of it "
+        f"(brokers: {', '.join(sorted({q.broker_name for q in queues})) or 'none'})"
+    )
+    raise MQClientError(
+        ResponseCode.SYSTEM_ERROR, f"queue {queue_id} of {broker} is not in topic {topic}: {where}"
+    )
+
+
+@admin_command("printMsgByQueue")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-a", "--brokerName", "broker", required=True, help="Broker name.")
+@click.option("-i", "--queueId", "queue_id", type=int, required=True, help="Queue id.")
+@charset_option
+@click.option("-s", "--subExpression", "expression", default="*", show_default=True)
+@click.option("-b", "--beginTimestamp", "begin", default=None, help="Stored at or after.")
+@click.option("-e", "--endTimestamp", "end", default=None, help="Stored at or before.")
+@click.option("-p", "--printMsg", "print_msg", type=click.BOOL, default=False, show_default=True)
+@click.option("-d", "--printBody", "print_body", type=click.BOOL, default=False, show_default=True)
+@click.option(
+    "-f",
+    "--calculate",
+    "by_tag",
+    type=click.BOOL,
+    default=False,
+    show_default=True,
+    help="Count the messages by tag.",
+)
+def print_msg_by_queue(
+    namesrv: str | None,
+    as_json: bool,
+    topic: str,
+    broker: str,
+    queue_id: int,
+    charset: str,
+    expression: str,
+    begin: str | None,
+    end: str | None,
+    print_msg: bool,
+    print_body: bool,
+    by_tag: bool,
+) -> None:
+    """Print Message Detail by queueId: with -p true the messages of one queue (printMsg's
+    table; bodies with -d true), with -f true how many carry each tag (most first). As
+    RocketMQ's, neither is on by default."""
+    lo = parse_timestamp(begin, "-b") if begin else None
+    hi = parse_timestamp(end, "-e") if end else None
+    counts: Counter[str] = Counter()
+    found: list[dict[str, Any]] = []
+    pages = _PagedRows(print_body, charset)
+
+    async def body(admin: AdminClient) -> None:
+        mq = await _queue_of_route(admin, topic, broker, queue_id)
+        a, b = await _queue_range(admin, mq, lo, hi)
+        async for batch in iter_range(admin, [(mq, a, b)], expression=expression):
+            counts.update(m.tags for m in batch if m.tags and m.tags.strip())
+            if print_msg and as_json:
+                found.extend(_message_json(m, charset, print_body) for m in batch)
+            elif print_msg:
+                pages.add(batch)
+
+    run(namesrv, body)
+    if not (print_msg or by_tag or as_json):
+        warn("nothing to print: give -p true to print the messages, -f true to count the tags")
+    tags = _tag_counts(counts) if by_tag else []
+    if as_json:
+        out: dict[str, Any] = {"topic": topic, "brokerName": broker, "queueId": queue_id}
+        if print_msg:
+            out["messages"] = found
+        if by_tag:
+            out["tagCounts"] = [{"tag": t, "count": n} for t, n in tags]
+        emit_json(out)
+        return
+    if print_msg:
+        pages.close()
+    lines(*(f"Tag: {t:<30} Count: {n}" for t, n in tags))
+
+
+def _message_json(msg: ReceivedMessage, charset: str, with_body: bool) -> dict[str, Any]:
+    """:func:`message_json`, without ``body`` unless ``with_body``."""
+    out = message_json(msg, charset)
+    if not with_body:
+        del out["body"]
+    return out
 
 
 @admin_command("sendMessage")

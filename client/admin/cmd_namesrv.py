@@ -1,13 +1,18 @@
 """``mqadmin`` name-server commands: wipeWritePerm, addWritePerm (RocketMQ's
-``WipeWritePermSubCommand`` / ``AddWritePermSubCommand``).
+``WipeWritePermSubCommand`` / ``AddWritePermSubCommand``), getNamesrvConfig,
+updateNamesrvConfig, updateKvConfig and deleteKvConfig (RocketMQ's ``GetNamesrvConfigCommand``,
+``UpdateNamesrvConfigCommand``, ``UpdateKvConfigCommand``, ``DeleteKvConfigCommand``).
 
-Each asks every name server of ``-n`` / ``NAMESRV_ADDR`` in turn and prints one line per name
-server that answered, with the number of topics it changed, as RocketMQ's::
+Every one of them asks each name server of ``-n`` / ``NAMESRV_ADDR`` in turn, as RocketMQ's
+do; one that fails does not stop the others, and then one line on stderr names it (with the
+name servers where it was done) and the command exits 1.
+
+wipeWritePerm and addWritePerm print one line per name server that answered, with the number
+of topics it changed, as RocketMQ's::
 
     wipe write perm of broker[broker-a] in name server[127.0.0.1:9876] OK, 12
 
-A name server that fails does not stop the others; then one line on stderr names it and the
-command exits 1. ``-b`` is a broker name (``clusterList``'s ``#Broker Name``); a name no name
+``-b`` is a broker name (``clusterList``'s ``#Broker Name``); a name no name
 server routes a topic of is answered 0 by each, as in RocketMQ, and a warning on stderr says
 so (the command still succeeds).
 """
@@ -24,9 +29,11 @@ from client.admin.admin_client import AdminClient
 from client.admin.base import (
     EachBroker,
     admin_command,
+    config_blocks,
     emit_json,
     fail_if_any_failed,
     lines,
+    on_each_broker,
     run,
     try_each_broker,
     warn,
@@ -106,3 +113,95 @@ def add_write_perm(namesrv: str | None, as_json: bool, broker_name: str) -> None
     whatever its perm was.
     """
     run_write_perm(ADD, namesrv, as_json, broker_name)
+
+
+NamesrvCall = Callable[[AdminClient, str], Awaitable[Any]]
+"""``(admin, name server address) -> result``: one request to one name server."""
+
+
+def on_each_namesrv(namesrv: str | None, call: NamesrvCall) -> list[str]:
+    """``call`` on every name server, in turn; the addresses where it was done. One that
+    fails does not stop the others; then the command fails naming it (see
+    :func:`~client.admin.base.on_each_broker`)."""
+
+    async def body(admin: AdminClient) -> list[str]:
+        targets = [(addr, addr) for addr in admin.namesrv_addrs]
+        done = await on_each_broker(targets, lambda addr: call(admin, addr))
+        return [addr for addr, _ in done]
+
+    return run(namesrv, body)
+
+
+@admin_command("getNamesrvConfig")
+def get_namesrv_config(namesrv: str | None, as_json: bool) -> None:
+    """Get configs of name server: the effective config of each name server of -n (as
+    mqnamesrv -p prints it)."""
+
+    async def body(admin: AdminClient) -> EachBroker[dict[str, str]]:
+        targets = [(addr, addr) for addr in admin.namesrv_addrs]
+        return await try_each_broker(targets, admin.namesrv_config)
+
+    result = run(namesrv, body)
+    if as_json:
+        emit_json(dict(result.done))
+    else:
+        config_blocks(result.done)
+    fail_if_any_failed(result)
+
+
+@admin_command("updateNamesrvConfig")
+@click.option("-k", "--key", required=True, help="Config key (see below).")
+@click.option("-v", "--value", required=True, help="Config value.")
+def update_namesrv_config(namesrv: str | None, as_json: bool, key: str, value: str) -> None:
+    """Update configs of name server, on every name server of -n.
+
+    Only scanNotActiveBrokerInterval, brokerChannelExpiredTime, productEnvName, clusterTest
+    and orderMessageEnable change at runtime; a name server refuses any other key (and
+    kvConfigPath, rocketmqHome: RocketMQ's configBlackList) and changes nothing. The change
+    lasts until the name server restarts (put it in its -c file to keep it).
+    """
+    done = on_each_namesrv(
+        namesrv, lambda admin, addr: admin.update_namesrv_config(addr, {key: value})
+    )
+    if as_json:
+        emit_json({"key": key, "value": value, "namesrvAddrs": done})
+        return
+    lines(f"update name server config success!{_bracketed(done)}", f"{key} : {value}")
+
+
+@admin_command("updateKvConfig")
+@click.option("-s", "--namespace", required=True, help="The namespace.")
+@click.option("-k", "--key", required=True, help="The key name.")
+@click.option("-v", "--value", required=True, help="The key value.")
+def update_kv_config(
+    namesrv: str | None, as_json: bool, namespace: str, key: str, value: str
+) -> None:
+    """Create or update KV config, on every name server of -n (each saves it to its
+    kvConfigPath, so it survives a restart)."""
+    done = on_each_namesrv(
+        namesrv, lambda admin, addr: admin.put_kv_config(addr, namespace, key, value)
+    )
+    if as_json:
+        emit_json({"namespace": namespace, "key": key, "value": value, "namesrvAddrs": done})
+        return
+    lines("create or update kv config to namespace success.")
+
+
+@admin_command("deleteKvConfig")
+@click.option("-s", "--namespace", required=True, help="The namespace.")
+@click.option("-k", "--key", required=True, help="The key name.")
+def delete_kv_config(namesrv: str | None, as_json: bool, namespace: str, key: str) -> None:
+    """Delete KV config, on every name server of -n (a key that is not there is no
+    error)."""
+    done = on_each_namesrv(
+        namesrv, lambda admin, addr: admin.delete_kv_config(addr, namespace, key)
+    )
+    if as_json:
+        emit_json({"namespace": namespace, "key": key, "namesrvAddrs": done})
+        return
+    lines("delete kv config from namespace success.")
+
+
+def _bracketed(addrs: list[str]) -> str:
+    """``[a, b]``, as Java prints a list."""
+    return "[" + ", ".join(addrs) + "]"

@@ -1,5 +1,5 @@
 """``mqadmin`` topic commands: topicList, updateTopic, updateTopicPerm, deleteTopic, topicRoute,
-topicStatus."""
+topicClusterList, topicStatus."""
 
 from __future__ import annotations
 
@@ -415,6 +415,30 @@ def topic_route(namesrv: str | None, as_json: bool, topic: str) -> None:
             for q in sorted(route["queueDatas"], key=lambda q: q["brokerName"])
         ),
     )
+
+
+async def topic_clusters(admin: AdminClient, topic: str) -> list[str]:
+    """The clusters holding a broker of ``topic``'s route, sorted (RocketMQ's
+    ``getTopicClusterList``); TopicRouteError when no name server knows the topic."""
+    route = await admin.topic_route(topic)
+    names = {bd.broker_name for bd in route.broker_datas}
+    info = await admin.cluster_info()
+    return sorted(c for c, brokers in info.cluster_addr_table.items() if names & set(brokers))
+
+
+@admin_command("topicClusterList")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_cluster_list(namesrv: str | None, as_json: bool, topic: str) -> None:
+    """Get cluster info for topic: the clusters whose brokers host it, one a line."""
+
+    async def body(admin: AdminClient) -> list[str]:
+        return await topic_clusters(admin, topic)
+
+    clusters = run(namesrv, body)
+    if as_json:
+        emit_json(clusters)
+        return
+    lines(*clusters)
 
 
 async def topic_masters_in(

@@ -64,10 +64,12 @@ async def test_progress_and_connections_of_a_live_group(tmp_path: Path) -> None:
             assert "Consume TPS:" in text
             stats = await as_json("consumerProgress", *n, "-g", "cg", "-t", TOPIC)
             assert sum(q["brokerOffset"] for q in stats["queues"]) == 20
+            assert stats["consumeTps"] > 0  # 20 messages pulled within the last minute
             assert {q["clientId"] for q in stats["queues"]} == {consumer.instance.client_id}
 
             summary = await as_json("consumerProgress", *n)
             row = next(g for g in summary if g["group"] == "cg")
+            assert row["consumeTps"] > 0
             assert (row["count"], row["consumeType"], row["messageModel"]) == (
                 1,
                 "PUSH",

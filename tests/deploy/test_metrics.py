@@ -9,11 +9,9 @@ import pytest
 import trio
 from prometheus_client.samples import Sample
 
-from broker.metrics import count_records
 from client.aio import ConsumeFromWhere, Producer, PullConsumer
 from client.message import Message, MessageQueue
 from common.message import PULL_FLAG_SUSPEND
-from common.record import MessageRecord, encode_record
 from common.route import TopicConfig
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
@@ -242,9 +240,3 @@ async def test_metrics_off_by_default(tmp_path: Path, setting: str | None) -> No
     overrides = {} if setting is None else {"metricsPort": setting}
     async with running_broker(tmp_path, overrides=overrides) as (broker, _):
         assert broker.metrics is None
-
-
-def test_count_records() -> None:
-    records = [encode_record(MessageRecord("T", b"x" * n)) for n in (0, 5, 300)]
-    assert count_records(b"".join(records)) == 3
-    assert count_records(b"") == 0

@@ -1,9 +1,10 @@
 """Every ``mqadmin`` example line in the README runs, as written, against a live cluster.
 
 The quick start's addresses are replaced by the test cluster's (ephemeral ports) and the
-``<offsetMsgId>`` placeholder by a real id; a producer of ``pg`` and a push consumer of ``cg``
-run meanwhile so the connection commands have something to show. Destructive examples
-(``deleteSubGroup``, ``deleteTopic``, ``updateBrokerConfig``) run last.
+``<offsetMsgId>`` and ``<msgId>`` placeholders by a real message's ids; a producer of ``pg``
+and a push consumer of ``cg`` run meanwhile so the connection commands have something to
+show. Destructive examples (``deleteSubGroup``, ``deleteTopic``, ``updateBrokerConfig``) run
+last.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def run_examples(namesrv: str, broker: str) -> list[tuple[str, int, str]]:
         for command, line in readme_examples():
             line = line.replace("127.0.0.1:9876", namesrv).replace("127.0.0.1:10911", broker)
             line = line.replace("<offsetMsgId>", sent.offset_msg_id)
+            line = line.replace("<msgId>", sent.msg_id)
             argv = [MQADMIN, *shlex.split(line)[1:]]
             done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
             if done.returncode != 0:

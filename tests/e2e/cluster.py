@@ -70,8 +70,12 @@ class Cluster:
     procs: list[trio.Process] = field(default_factory=list)
 
     async def start_namesrv(self) -> str:
-        """Start ``mqnamesrv`` on an ephemeral port; returns and remembers its address."""
-        argv = [console_script("mqnamesrv"), "--listenPort", "0", "--bindAddress", "127.0.0.1"]
+        """Start ``mqnamesrv`` on an ephemeral port, its KV config under ``root``; returns and
+        remembers its address."""
+        conf = self.root / "namesrv.properties"
+        conf.write_text(f"kvConfigPath={self.root / 'kvConfig.json'}\n", encoding="utf-8")
+        argv = [console_script("mqnamesrv"), "-c", str(conf), "--listenPort", "0"]
+        argv += ["--bindAddress", "127.0.0.1"]
         proc, match = await start_command(argv, self.root / "namesrv.log", NAMESRV_BOOT)
         self.procs.append(proc)
         self.namesrv_addr = f"127.0.0.1:{match[1]}"

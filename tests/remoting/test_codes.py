@@ -83,7 +83,9 @@ def test_numbers_are_unique(enum_cls: type[RequestCode | ResponseCode | Language
 
 def test_table_sizes() -> None:
     # Every code of facts §5.2 / §5.3 is present (63 request codes, 45 response codes), plus
-    # minimq's own GET_PENDING_HALF_MESSAGES (100001, outside RocketMQ's range).
-    assert len(RequestCode) == 63 + 1
+    # RocketMQ's UPDATE_NAMESRV_CONFIG / GET_NAMESRV_CONFIG (318, 319) and minimq's own
+    # GET_PENDING_HALF_MESSAGES (100001, outside RocketMQ's range).
+    assert len(RequestCode) == 63 + 2 + 1
+    assert (RequestCode.UPDATE_NAMESRV_CONFIG, RequestCode.GET_NAMESRV_CONFIG) == (318, 319)
     assert RequestCode.GET_PENDING_HALF_MESSAGES == 100001
     assert len(ResponseCode) == 45

@@ -1,0 +1,230 @@
+"""mqadmin consumerStatus (GET_CONSUMER_RUNNING_INFO) and queryMsgById -g -d (consume directly,
+CONSUME_MESSAGE_DIRECTLY): two in-process brokers forward them to live consumers over the
+consumers' own connections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
+from client.consume_service import ConsumeResult
+from client.message import ReceivedMessage
+from common.subscription import build_subscription
+from remoting.consumer_bodies import (
+    CMResult,
+    ConsumeMessageDirectlyResult,
+    ConsumerRunningInfo,
+    ConsumeStatus,
+    ProcessQueueInfo,
+    decode_direct_result,
+    decode_running_info,
+    encode_direct_result,
+    encode_running_info,
+)
+from tests.admin.harness import as_json, collecting_consumer, fails, headers_in, ok
+from tests.broker.inprocess import wait_until
+from tests.client.inproc_cluster import TOPIC, Cluster, cluster
+
+
+async def online_everywhere(c: Cluster, group: str, client_id: str) -> None:
+    """Wait until every broker has the member in its table (its heartbeats arrived)."""
+
+    def online() -> bool:
+        return all(
+            ctl.clients.manager.find_consumer(group, client_id) is not None
+            for ctl in c.controllers.values()
+        )
+
+    await wait_until(online, f"{client_id} online in {group} on every broker")
+
+
+async def test_running_info_of_a_live_push_consumer(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        consumer, got = collecting_consumer(c.namesrv)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            for i in range(8):
+                await producer.send(Message(TOPIC, f"m{i}".encode(), tags="T"))
+            await wait_until(lambda: len(got) == 8, "every message consumed")
+            client_id = consumer.instance.client_id
+            await online_everywhere(c, "cg", client_id)
+
+            summary = await as_json("consumerStatus", *n, "-g", "cg")
+            [row] = summary["clients"]
+            assert (row["clientId"], row["consumeType"], row["messageModel"]) == (
+                client_id,
+                "PUSH",
+                "CLUSTERING",
+            )
+            assert row["queues"] == 10  # TOPIC's 2 x 4 queues and the retry topic's 2 x 1
+            assert (summary["sameSubscription"], summary["rebalanceOK"]) == (True, True)
+            text = await ok("consumerStatus", *n, "-g", "cg")
+            assert headers_in(text, "#Index", "#ClientId", "#Version", "#ConsumeType", client_id)
+            assert "Same subscription in the same group of consumer" in text
+            assert "Rebalance OK" in text
+
+            async def offsets_recorded() -> bool:
+                info = await as_json("consumerStatus", *n, "-g", "cg", "-i", client_id)
+                mine = [q for q in info["mqTable"] if q["topic"] == TOPIC]
+                return sum(max(0, q["commitOffset"]) for q in mine) == 8
+
+            await wait_until(offsets_recorded, "the running info shows the consumed offsets")
+            info = await as_json("consumerStatus", *n, "-g", "cg", "-i", client_id)
+            props = info["properties"]
+            assert props["consumerGroup"] == "cg"
+            assert props["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+            assert props["PROP_CONSUMEORDERLY"] == "false"
+            assert props["consumeFromWhere"] == "CONSUME_FROM_FIRST_OFFSET"
+            assert props["PROP_NAMESERVER_ADDR"] == c.namesrv
+            topics = {s["topic"]: s["subString"] for s in info["subscriptionSet"]}
+            assert topics == {TOPIC: "*", "%RETRY%cg": "*"}
+            mine = [q for q in info["mqTable"] if q["topic"] == TOPIC]
+            assert sorted((q["brokerName"], q["queueId"]) for q in mine) == [
+                (b, i) for b in ("broker-a", "broker-b") for i in range(4)
+            ]
+            assert all(q["cachedMsgCount"] == 0 and not q["droped"] for q in mine)
+            assert not any(q["locked"] for q in mine)  # only orderly clustering locks queues
+            assert all(q["lastPullTimestamp"] > 0 for q in mine)
+            text = await ok("consumerStatus", *n, "-g", "cg", "-i", client_id)
+            for section in (
+                "#Consumer Properties#",
+                "#Consumer Subscription#",
+                "#Consumer Offset#",
+                "#Consumer MQ Detail#",
+                "#Consumer RT&TPS#",
+            ):
+                assert section in text
+            assert "ProcessQueueInfo [commitOffset=" in text
+
+
+async def test_running_info_of_an_orderly_consumer_shows_its_locks(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        consumer = PushConsumer("og", c.namesrv, orderly=True)
+        consumer.subscribe(TOPIC, "*", lambda msgs: ConsumeResult.SUCCESS)
+        async with consumer:
+            n = ("-n", c.namesrv, "-g", "og", "-i", consumer.instance.client_id)
+
+            await online_everywhere(c, "og", consumer.instance.client_id)
+
+            async def all_locked() -> bool:
+                info = await as_json("consumerStatus", *n)
+                mine = [q for q in info["mqTable"] if q["topic"] == TOPIC]
+                return len(mine) == 8 and all(q["locked"] for q in mine)
+
+            await wait_until(all_locked, "every queue locked to the orderly consumer")
+            info = await as_json("consumerStatus", *n)
+            assert info["properties"]["PROP_CONSUMEORDERLY"] == "true"
+            assert all(q["lastLockTimestamp"] > 0 for q in info["mqTable"])
+
+
+async def test_running_info_of_a_pull_consumer(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c, PullConsumer("pull-g", c.namesrv) as consumer:
+        consumer.subscribe(TOPIC)
+        await wait_until(lambda: len(consumer.assignment()) == 8, "queues assigned")
+        n = ("-n", c.namesrv)
+        await online_everywhere(c, "pull-g", consumer.instance.client_id)
+        info = await as_json(
+            "consumerStatus", *n, "-g", "pull-g", "-i", consumer.instance.client_id
+        )
+        assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_ACTIVELY"
+        assert len([q for q in info["mqTable"] if q["topic"] == TOPIC]) == 8
+
+
+async def test_consume_directly_runs_the_handler_once_and_commits_nothing(
+    tmp_path: Path,
+) -> None:
+    calls: list[tuple[str, bool]] = []
+    directly = True
+
+    def handle(msgs: list[ReceivedMessage]) -> ConsumeResult | None:
+        (msg,) = msgs
+        body = msg.body.decode()
+        calls.append((body, directly))
+        if not directly:
+            return ConsumeResult.SUCCESS
+        if body == "boom":
+            raise RuntimeError("the handler broke")
+        return {"ok": ConsumeResult.SUCCESS, "later": ConsumeResult.RECONSUME_LATER}.get(body)
+
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        consumer = PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            consumer.suspend()  # before its first rebalance: it never pulls until resumed
+            sent = {
+                b: await producer.send(Message(TOPIC, b.encode()))
+                for b in ("ok", "later", "boom", "none")
+            }
+            client_id = consumer.instance.client_id
+            await online_everywhere(c, "cg", client_id)
+            expected = {
+                "ok": CMResult.CR_SUCCESS,
+                "later": CMResult.CR_LATER,
+                "boom": CMResult.CR_THROW_EXCEPTION,
+                "none": CMResult.CR_RETURN_NULL,
+            }
+            for body, result in sent.items():
+                args = ("-i", result.offset_msg_id, "-g", "cg", "-d", client_id)
+                [answer] = await as_json("queryMsgById", *n, *args)
+                assert answer["consumeResult"] == expected[body].value, answer
+                assert (answer["order"], answer["autoCommit"]) == (False, True)
+                assert answer["msgId"] == result.msg_id
+            assert calls == [(b, True) for b in sent]  # each handled exactly once
+            [answer] = await as_json(
+                "queryMsgById", *n, "-i", sent["boom"].offset_msg_id, "-g", "cg", "-d", client_id
+            )
+            assert "RuntimeError: the handler broke" in answer["remark"]
+            text = await ok(
+                "queryMsgById",
+                *n,
+                "-i",
+                sent["ok"].msg_id,
+                "-t",
+                TOPIC,
+                "-g",
+                "cg",
+                "-d",
+                client_id,
+            )
+            head = "ConsumeMessageDirectlyResult [order=false, autoCommit=true, consumeResult="
+            assert f"{head}CR_SUCCESS, remark=, spentTimeMills=" in text
+            calls.clear()
+
+            # nothing was committed or sent back: resumed, the consumer gets every message,
+            # once, first try
+            directly = False
+            consumer.resume()
+            await wait_until(lambda: len(calls) == 4, "every message consumed normally")
+            assert sorted(b for b, _ in calls) == sorted(sent)
+
+
+async def test_offline_client_is_a_clear_error(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        consumer, _ = collecting_consumer(c.namesrv)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            sent = await producer.send(Message(TOPIC, b"x"))
+            await wait_until(lambda: bool(consumer.assignment()), "the consumer took its queues")
+            err = await fails("consumerStatus", *n, "-g", "cg", "-i", "10.0.0.1@gone")
+            assert "The Consumer <cg> <10.0.0.1@gone> not online" in err
+            err = await fails(
+                "queryMsgById", *n, "-i", sent.offset_msg_id, "-g", "cg", "-d", "10.0.0.1@gone"
+            )
+            assert "The Consumer <cg> <10.0.0.1@gone> not online" in err
+            err = await fails("queryMsgById", *n, "-i", sent.offset_msg_id, "-g", "cg")
+            assert "-g and -d go together" in err
+        err = await fails("consumerStatus", *n, "-g", "cg")
+        assert "the consumer group[cg] not online" in err
+
+
+def test_bodies_round_trip() -> None:
+    info = ConsumerRunningInfo(
+        {"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY"},
+        (build_subscription(TOPIC, "a || b", 7),),
+        (ProcessQueueInfo(TOPIC, "broker-a", 3, commit_offset=5, locked=True, droped=True),),
+        {TOPIC: ConsumeStatus(pull_rt=1.5, consume_failed_msgs=2)},
+    )
+    assert decode_running_info(encode_running_info(info)) == info
+    result = ConsumeMessageDirectlyResult(True, False, CMResult.CR_LATER, "why", 12)
+    assert decode_direct_result(encode_direct_result(result)) == result
