@@ -29,7 +29,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -689,6 +689,10 @@ class _ServiceConsumer(_BlockingBase, Generic[C]):
         return self._async
 
 
+IDLE_POLL_S = 1.0
+"""How long one poll of ``PullConsumer.messages(None)`` waits before it polls again."""
+
+
 class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
     """Blocking pull consumer: ``with PullConsumer(group="cg", namesrv=...) as c:``.
 
@@ -697,6 +701,9 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
     """
 
     _kind = "pull consumer"
+    _exit_clean = True
+    """Whether the application finished with everything it polled when it closes (see
+    :meth:`close`)."""
 
     def __init__(
         self,
@@ -781,6 +788,59 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
     ) -> None:
         """Commit ``offsets`` (default: every changed position) to the brokers."""
         self._within(self._c().commit, offsets, timeout=timeout)
+
+    def messages(
+        self, timeout: float | None = 1.0, max_records: int | None = None
+    ) -> Iterator[ReceivedMessage]:
+        """The messages one at a time: ``for msg in consumer.messages(timeout=5):``.
+
+        Each step polls (at most ``max_records``) when the last poll's messages are all handed
+        out, so with ``auto_commit`` a batch is committed only once the loop asked for the
+        message after it. The iteration ends when no message arrives within ``timeout``
+        seconds (``None``: never; Ctrl+C still interrupts it) or when the consumer is closed
+        (by another thread). ``for msg in consumer`` is ``consumer.messages(None)``.
+        """
+        seconds = checked_timeout(timeout)
+        if max_records is not None and max_records <= 0:
+            raise ValueError(f"max_records must be > 0, got {max_records}")
+        self._c()  # a consumer not started (or closed) fails here, not at the first step
+        return self._message_steps(seconds, max_records)
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        return self.messages(None)
+
+    def _message_steps(
+        self, seconds: float | None, max_records: int | None
+    ) -> Iterator[ReceivedMessage]:
+        while True:
+            try:
+                batch = self.poll(IDLE_POLL_S if seconds is None else seconds, max_records)
+            except ClientClosedError:
+                return  # closed by another thread while we iterated
+            if batch:
+                yield from batch
+            elif seconds is not None:
+                return
+
+    def close(self) -> None:
+        """Stop the consumer and leave the shared instance (see the base class). With
+        ``auto_commit`` it commits every position: the application is done with all it polled.
+        Leaving a ``with`` block by an exception commits only what polls before the last one
+        handed out, so the last poll's messages come again."""
+        super().close()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exit_clean = exc_type is None
+        self.close()
+
+    def _stop(self, loop: LoopThread, service: _Service[aio_consumer.PullConsumer]) -> None:
+        service.consumer.close_clean = self._exit_clean  # read in the loop once it is cancelled
+        super()._stop(loop, service)
 
 
 async def _stop_service(service: _Service[Any]) -> None:

@@ -40,7 +40,17 @@ Rules:
   at or past where that assignment began: an offset read before the queue left (or before a
   stall) and came back is skipped, as it would overwrite what another member committed.
 - :meth:`commit` sends each changed position to its queue's broker. With ``auto_commit``
-  positions are also committed periodically and when the consumer closes.
+  the *consumed* offsets are committed every ``auto_commit_interval`` s: a queue's consumed
+  offset is its position when the latest poll began, so it covers only what earlier polls
+  handed out, which the application has finished with since it polled again (RocketMQ's lite
+  pull consumer commits in ``poll`` for the same reason). A queue leaving in a rebalance and a
+  stall's write-back commit the consumed offset too, never messages still being processed: a
+  crash then brings the last poll's messages again, never loses them. Closing commits the
+  positions (all handed out) when the application is done with them: an ``async with`` block
+  left normally, or the blocking consumer's ``close()``; a block left by an exception commits
+  the consumed offsets (:attr:`PullConsumer.close_clean` decides).
+- :meth:`messages` (and ``async for msg in consumer``) hands the polled messages out one at a
+  time; a batch counts as consumed once the loop asks for the message after it.
 """
 
 from __future__ import annotations
@@ -127,6 +137,10 @@ class _QueueState:
     mq: MessageQueue
     subscription: SubscriptionData
     position: int | None = None
+    consumed: int | None = None
+    """The position when the latest poll began: everything below it was handed out by an
+    earlier poll, which the application has finished with (it polled again). Background
+    commits (auto commit, a queue leaving, a stall) commit this, never a later position."""
     fetch_offset: int | None = None
     committed: int | None = None
     start: int | None = None
@@ -144,6 +158,8 @@ class _Batch:
     generation: int
     messages: list[ReceivedMessage]
     next_begin_offset: int
+    taken: int = 0
+    """How many of :attr:`messages` polls have handed out already."""
 
 
 class PullConsumer:
@@ -218,6 +234,10 @@ class PullConsumer:
         self._running = False
         self.closed = trio.Event()
         """Set once the consumer has fully closed."""
+        self.close_clean: bool | None = None
+        """Whether the application finished with everything polled when it closes (then
+        closing commits the positions, else only the consumed offsets); ``None``: it did
+        unless the ``async with`` block ends with an exception. The blocking consumer sets it."""
 
     @property
     def instance(self) -> ClientInstance:
@@ -260,7 +280,8 @@ class PullConsumer:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(COMMIT_ON_CLOSE_TIMEOUT_S):
                     if self.auto_commit:
-                        await self._commit_logged()
+                        clean = exc_type is None if self.close_clean is None else self.close_clean
+                        await self._commit_logged(self._changed_offsets(consumed_only=not clean))
                     self._check_stall()  # a stall noticed now still writes its positions back
                     if self._recovering is not None:
                         await self._recovering.wait()
@@ -414,7 +435,7 @@ class PullConsumer:
         )
         if self._stalled_since(stalls):
             return
-        dropped = {mq: s.position for mq, s in self._states.items() if mq not in wanted}
+        dropped = {mq: s.consumed for mq, s in self._states.items() if mq not in wanted}
         commits = {mq: p for mq, p in dropped.items() if p is not None}
         if commits and self._running:
             await self._commit_logged(commits)
@@ -441,6 +462,7 @@ class PullConsumer:
             if state is not None:
                 new.position = new.fetch_offset = state.position
                 new.committed, new.start = state.committed, state.start
+                new.consumed = state.consumed
             self._states[mq] = new
             nursery.start_soon(self._fetch_loop, new, new.generation)
         self._instance.heartbeat_soon()
@@ -462,7 +484,7 @@ class PullConsumer:
         if gap <= self.pull_max_idle_ms or not self._subscriptions:
             return False
         self.stalls += 1
-        positions = {mq: s.position for mq, s in self._states.items() if s.position is not None}
+        positions = {mq: s.consumed for mq, s in self._states.items() if s.consumed is not None}
         for state in self._states.values():
             state.scope.cancel()
         self._states.clear()
@@ -547,7 +569,15 @@ class PullConsumer:
             raise ValueError("offset must be >= 0")
         state = self._state(mq)
         state.scope.cancel()
-        new = _QueueState(mq, state.subscription, offset, offset, state.committed, offset)
+        new = _QueueState(
+            mq,
+            state.subscription,
+            position=offset,
+            consumed=offset,
+            fetch_offset=offset,
+            committed=state.committed,
+            start=offset,
+        )
         new.generation = state.generation + 1
         self._states[mq] = new
         nursery.start_soon(self._fetch_loop, new, new.generation)
@@ -650,6 +680,8 @@ class PullConsumer:
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0, got {max_records}")
         self._check_stall()
+        for state in self._states.values():
+            state.consumed = state.position  # the caller is done with what it polled before
         limit = self.max_poll_records if max_records is None else max_records
         out: list[ReceivedMessage] = []
         while self._buffer and len(out) < limit:
@@ -657,13 +689,12 @@ class PullConsumer:
             state = batch.state
             if batch.generation != state.generation or self._states.get(state.mq) is not state:
                 continue
-            take = batch.messages[: limit - len(out)]
-            rest = batch.messages[len(take) :]
+            begin = batch.taken
+            take = batch.messages[begin : begin + limit - len(out)]
+            batch.taken += len(take)
             out.extend(take)
-            if rest:
-                self._buffer.appendleft(
-                    _Batch(state, batch.generation, rest, batch.next_begin_offset)
-                )
+            if batch.taken < len(batch.messages):
+                self._buffer.appendleft(batch)
                 state.position = take[-1].queue_offset + 1
             else:
                 state.position = batch.next_begin_offset
@@ -692,6 +723,26 @@ class PullConsumer:
             return await self.poll(max_records)
         return []
 
+    def messages(
+        self, idle_timeout: float | None = None, max_records: int | None = None
+    ) -> MessageStream:
+        """The messages one at a time: ``async for msg in consumer.messages(idle_timeout=5):``.
+
+        Each step polls (at most ``max_records``) when the last poll's messages are all handed
+        out, so a batch counts as consumed once the loop asks for the message after it (see
+        :attr:`_QueueState.consumed`). The iteration ends when no message arrives within
+        ``idle_timeout`` seconds (``None``: never) or when the consumer is closed.
+        ``async for msg in consumer`` is ``consumer.messages()``.
+        """
+        if idle_timeout is not None and not idle_timeout >= 0:
+            raise ValueError(f"idle_timeout must be >= 0 seconds or None, got {idle_timeout!r}")
+        if max_records is not None and max_records <= 0:
+            raise ValueError(f"max_records must be > 0, got {max_records}")
+        return MessageStream(self, idle_timeout, max_records)
+
+    def __aiter__(self) -> MessageStream:
+        return self.messages()
+
     # ------------------------------------------------------------------ committing
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
@@ -706,17 +757,23 @@ class PullConsumer:
         if offsets is not None and self._subscriptions:
             offsets = self._owned_offsets(offsets)
         if offsets is None:
-            offsets = {
-                mq: s.position
-                for mq, s in self._states.items()
-                if s.position is not None and s.position != s.committed
-            }
+            offsets = self._changed_offsets(consumed_only=False)
         errors: list[BaseException] = []
         async with trio.open_nursery() as nursery:
             for mq, offset in offsets.items():
                 nursery.start_soon(self._commit_one, mq, offset, errors)
         if errors:
             raise errors[0]
+
+    def _changed_offsets(self, *, consumed_only: bool) -> dict[MessageQueue, int]:
+        """Each queue's position (or, ``consumed_only``, its consumed offset: what polls
+        before the latest one handed out) where it differs from the committed offset."""
+        out = {}
+        for mq, state in self._states.items():
+            offset = state.consumed if consumed_only else state.position
+            if offset is not None and offset != state.committed:
+                out[mq] = offset
+        return out
 
     def _owned_offsets(self, offsets: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         """Group mode: the ``offsets`` of queues assigned now, at or past where this assignment
@@ -760,4 +817,40 @@ class PullConsumer:
         """Commit every ``auto_commit_interval`` seconds; never returns."""
         while True:
             await trio.sleep(self.auto_commit_interval)
-            await self._commit_logged()
+            await self._commit_logged(self._changed_offsets(consumed_only=True))
+
+
+class MessageStream:
+    """An async iterator over a :class:`PullConsumer`'s messages (see
+    :meth:`PullConsumer.messages`)."""
+
+    def __init__(
+        self, consumer: PullConsumer, idle_timeout: float | None, max_records: int | None
+    ) -> None:
+        self._consumer = consumer
+        self._idle_timeout = idle_timeout
+        self._max_records = max_records
+        self._pending: collections.deque[ReceivedMessage] = collections.deque()
+
+    def __aiter__(self) -> MessageStream:
+        return self
+
+    async def __anext__(self) -> ReceivedMessage:
+        if not self._pending:
+            self._pending.extend(await self._next_batch())
+        return self._pending.popleft()
+
+    async def _next_batch(self) -> list[ReceivedMessage]:
+        consumer = self._consumer
+        try:
+            if self._idle_timeout is None:
+                batch = await consumer.poll(self._max_records)
+            else:
+                batch = await consumer.poll_for(self._idle_timeout, self._max_records)
+        except ClientClosedError:
+            if consumer._nursery is None and not consumer.closed.is_set():
+                raise  # never started: a mistake, not the end of the messages
+            raise StopAsyncIteration from None
+        if not batch:
+            raise StopAsyncIteration
+        return batch

@@ -4,7 +4,7 @@ process is frozen), against an in-process name server and broker.
 Blocking the loop with ``time.sleep`` freezes the in-process broker too, so no other member
 takes the queues here (tests/e2e/test_pull_group.py freezes a member process while others run);
 these tests pin down what the consumer itself does after the stall: it drops what it had
-pulled, writes back the positions nobody went past, and starts again from the committed
+pulled, writes back the consumed offsets nobody went past, and starts again from the committed
 offsets.
 """
 
@@ -35,7 +35,13 @@ def stall() -> None:
 
 def buffered(consumer: PullConsumer) -> int:
     """How many pulled messages wait in the consumer for a poll."""
-    return sum(len(batch.messages) for batch in consumer._buffer)
+    return sum(len(batch.messages) - batch.taken for batch in consumer._buffer)
+
+
+def consumed(consumer: PullConsumer) -> dict[MessageQueue, int | None]:
+    """Each assigned queue's consumed offset: what polls before the latest one handed out
+    (what a stall writes back: the latest poll's messages may still be processed)."""
+    return {mq: consumer._states[mq].consumed for mq in consumer.assignment()}
 
 
 async def send_all(namesrv: str) -> set[bytes]:
@@ -67,8 +73,10 @@ def group_consumer(namesrv: str, *, auto_commit: bool = False) -> PullConsumer:
 async def ten_read(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[PullConsumer, set[bytes], list[ReceivedMessage]]]:
-    """A cluster holding N messages and a group-mode consumer that pulled them all and
-    returned the first 10: ``(consumer, bodies sent, messages returned)``."""
+    """A cluster holding N messages and a group-mode consumer that pulled them all, returned
+    the first 10 and then polled once more (the application is still processing that last
+    poll's messages when the stall comes, so they come again after it): ``(consumer, bodies
+    sent, the first 10 messages returned)``."""
     async with cluster(tmp_path, ("broker-a",)) as c:
         sent = await send_all(c.namesrv)
         async with group_consumer(c.namesrv) as consumer:
@@ -76,6 +84,7 @@ async def ten_read(
             await wait_until(lambda: buffered(consumer) == N, "every message pulled")
             got: list[ReceivedMessage] = []
             await poll_until(consumer, got, 10)
+            assert await consumer.poll_for(LIMIT)  # being processed when the stall comes
             yield consumer, sent, got
 
 
@@ -83,14 +92,13 @@ async def test_after_a_stall_nothing_pulled_before_is_returned_and_nothing_is_lo
     tmp_path: Path,
 ) -> None:
     async with ten_read(tmp_path) as (consumer, sent, got):
-        positions = {mq: consumer.position(mq) for mq in consumer.assignment()}
-        assert buffered(consumer) == N - len(got)
+        positions = consumed(consumer)
         stall()
         assert consumer.poll_nowait() == []  # what was pulled before is gone
         assert consumer.stalls == 1
         assert buffered(consumer) == 0
         await poll_until(consumer, got, N)
-        # the positions were written back and the queues start again from them
+        # the consumed offsets were written back and the queues start again from them
         for mq, position in positions.items():
             if position is not None:
                 assert await consumer.committed(mq) == position
@@ -101,8 +109,8 @@ async def test_after_a_stall_nothing_pulled_before_is_returned_and_nothing_is_lo
 async def test_a_position_another_member_went_past_is_not_written_back(tmp_path: Path) -> None:
     async with ten_read(tmp_path) as (consumer, sent, got):
         # the queue read least far (each holds N / 4): 3 or more of its messages are left
-        taken = min(consumer.assignment(), key=lambda mq: consumer.position(mq) or 0)
-        position = consumer.position(taken)
+        taken = min(consumer.assignment(), key=lambda mq: consumed(consumer)[mq] or 0)
+        position = consumed(consumer)[taken]
         assert position is not None
         assert position <= N // 4 - 3
         # "another member" consumed 3 more of that queue and committed while this one was
@@ -127,7 +135,7 @@ async def test_a_position_another_member_went_past_is_not_written_back(tmp_path:
     assert {m.body for m in got + rest} < sent
 
 
-async def test_a_stall_noticed_while_closing_still_writes_the_positions_back(
+async def test_a_stall_noticed_while_closing_still_writes_the_consumed_offsets_back(
     tmp_path: Path,
 ) -> None:
     async with cluster(tmp_path, ("broker-a",)) as c:
@@ -137,7 +145,7 @@ async def test_a_stall_noticed_while_closing_still_writes_the_positions_back(
             consumer.subscribe(TOPIC)
             await wait_until(lambda: buffered(consumer) == N, "every message pulled")
             await poll_until(consumer, [], 10)
-            positions = {mq: consumer.position(mq) for mq in consumer.assignment()}
+            positions = consumed(consumer)
             stall()  # and close at once: the closing commit is the first to notice
         assert consumer.stalls == 1
         async with group_consumer(c.namesrv) as reader:  # asks the broker, joins no group
