@@ -377,6 +377,16 @@ def config_blocks(configs: Iterable[tuple[str, Mapping[str, str]]]) -> None:
         lines(*(f"{k:<50}=  {v}" for k, v in config.items()))
 
 
+def show_configs(result: EachBroker[dict[str, str]], as_json: bool) -> None:
+    """Print the configs each server gave (``--json``: one object by address, else
+    :func:`config_blocks`), then fail if a server did not answer."""
+    if as_json:
+        emit_json(dict(result.done))
+    else:
+        config_blocks(result.done)
+    fail_if_any_failed(result)
+
+
 def java_object(name: str, fields: Mapping[str, Any]) -> str:
     """``Name [key=value, ...]``, as RocketMQ's tools print a config object (``true`` and
     ``false`` for booleans)."""

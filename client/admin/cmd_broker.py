@@ -12,13 +12,13 @@ from client.admin.admin_client import AdminClient
 from client.admin.base import (
     EachBroker,
     admin_command,
-    config_blocks,
     emit_json,
     fail,
     fail_if_any_failed,
     lines,
     on_each_broker,
     run,
+    show_configs,
     table,
     try_each_broker,
 )
@@ -169,12 +169,7 @@ def get_broker_config(
     async def body(admin: AdminClient) -> EachBroker[dict[str, str]]:
         return await try_each_broker(await _targets(admin, broker, cluster), admin.broker_config)
 
-    result = run(namesrv, body)
-    if as_json:
-        emit_json(dict(result.done))
-    else:
-        config_blocks(result.done)
-    fail_if_any_failed(result)
+    show_configs(run(namesrv, body), as_json)
 
 
 RUNTIME_BROKER_KEYS = (

@@ -4,7 +4,7 @@ skipAccumulatedMessage, cloneGroupOffset."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -567,6 +567,13 @@ def producer_connection(namesrv: str | None, as_json: bool, group: str, topic: s
 # ---------------------------------------------------------------------- offsets
 
 
+def force_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``-f/--force`` of resetOffsetByTime and skipAccumulatedMessage (default true)."""
+    return click.option(
+        "-f", "--force", type=click.BOOL, default=True, show_default=True, help=help_text
+    )
+
+
 @admin_command("resetOffsetByTime")
 @click.option("-g", "--group", required=True, help="Consumer group name.")
 @click.option("-t", "--topic", required=True, help="Topic name.")
@@ -577,14 +584,7 @@ def producer_connection(namesrv: str | None, as_json: bool, group: str, topic: s
     required=True,
     help="now, milliseconds, -1 (skip to the end) or yyyy-MM-dd#HH:mm:ss:SSS.",
 )
-@click.option(
-    "-f",
-    "--force",
-    type=click.BOOL,
-    default=True,
-    show_default=True,
-    help="Also move offsets forwards.",
-)
+@force_option("Also move offsets forwards.")
 @click.option("-c", "--cluster", "cluster", help=LMQ_CLUSTER_HELP)
 @click.option("-b", "--broker", help="With -q: the broker address (host:port) of that queue.")
 @click.option("-q", "--queue", "queue_id", type=click.IntRange(min=0), help="With -b: one queue.")
@@ -699,14 +699,7 @@ SKIP_TIMESTAMP = -1
 @admin_command("skipAccumulatedMessage")
 @click.option("-g", "--group", required=True, help="Consumer group name.")
 @click.option("-t", "--topic", required=True, help="Topic name.")
-@click.option(
-    "-f",
-    "--force",
-    type=click.BOOL,
-    default=True,
-    show_default=True,
-    help="Also move offsets forwards (without it, nothing moves: the end is ahead).",
-)
+@force_option("Also move offsets forwards (without it, nothing moves: the end is ahead).")
 @click.option("-c", "--cluster", "cluster", help=LMQ_CLUSTER_HELP)
 def skip_accumulated_message(
     namesrv: str | None, as_json: bool, group: str, topic: str, force: bool, cluster: str | None

@@ -29,12 +29,12 @@ from client.admin.admin_client import AdminClient
 from client.admin.base import (
     EachBroker,
     admin_command,
-    config_blocks,
     emit_json,
     fail_if_any_failed,
     lines,
     on_each_broker,
     run,
+    show_configs,
     try_each_broker,
     warn,
 )
@@ -141,12 +141,7 @@ def get_namesrv_config(namesrv: str | None, as_json: bool) -> None:
         targets = [(addr, addr) for addr in admin.namesrv_addrs]
         return await try_each_broker(targets, admin.namesrv_config)
 
-    result = run(namesrv, body)
-    if as_json:
-        emit_json(dict(result.done))
-    else:
-        config_blocks(result.done)
-    fail_if_any_failed(result)
+    show_configs(run(namesrv, body), as_json)
 
 
 @admin_command("updateNamesrvConfig")
