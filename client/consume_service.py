@@ -74,18 +74,14 @@ EXPIRED_DELAY_LEVEL = 3
 (RocketMQ's ``cleanExpiredMsg``: 10 s with the default levels)."""
 
 
-def _is_async(handler: Handler) -> bool:
-    """True for an ``async def`` handler: a coroutine function, or an object whose
-    ``__call__`` is one. Cached, except for an unhashable handler (a dataclass instance)."""
+def is_async_handler(handler: Handler) -> bool:
+    """True for an ``async def`` handler (it runs in the loop, not in a worker thread): a
+    coroutine function, or an object whose ``__call__`` is one. Cached, except for an
+    unhashable handler (a dataclass instance)."""
     try:
         return _is_async_cached(handler)
     except TypeError:  # unhashable: not cached
         return _is_coroutine_callable(handler)
-
-
-def is_async_handler(handler: Handler) -> bool:
-    """True for an ``async def`` handler (it runs in the loop, not in a worker thread)."""
-    return _is_async(handler)
 
 
 @functools.lru_cache(maxsize=256)
@@ -289,13 +285,13 @@ class Consumption:
         if topic is not None and all(m.topic == topic for b in batches for m in b):
             # the usual case: one topic, so one handler for every batch of the pull
             handler = self.handler_of(topic)
-            if handler is not None and _is_async(handler):
+            if handler is not None and is_async_handler(handler):
                 return await self._call_async(slot, handler, batches, go, results, shield_async)
             plans = [[(handler, b)] for b in batches]
         else:
             plans = [self._plan(b) for b in batches]
         handlers = [h for plan in plans for h, _ in plan if h is not None]
-        if handlers and not any(_is_async(h) for h in handlers):
+        if handlers and not any(is_async_handler(h) for h in handlers):
             return await self._in_thread(self._run_plans_sync, slot, plans, go, results)
         for i, plan in enumerate(plans):
             if not go(i):
@@ -353,7 +349,7 @@ class Consumption:
         self, slot: QueueSlot, handler: Handler, msgs: list[ReceivedMessage], shield_async: bool
     ) -> ConsumeResult:
         """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
-        if _is_async(handler):
+        if is_async_handler(handler):
             (outcome,) = await self._call_async(
                 slot, handler, [msgs], lambda i: True, [], shield_async
             )

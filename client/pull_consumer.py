@@ -730,7 +730,7 @@ class PullConsumer:
 
         Each step polls (at most ``max_records``) when the last poll's messages are all handed
         out, so a batch counts as consumed once the loop asks for the message after it (see
-        :attr:`_QueueState.consumed`). The iteration ends when no message arrives within
+        the module docstring on commits). The iteration ends when no message arrives within
         ``idle_timeout`` seconds (``None``: never) or when the consumer is closed.
         ``async for msg in consumer`` is ``consumer.messages()``.
         """
