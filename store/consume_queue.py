@@ -249,21 +249,25 @@ class ConsumeQueue:
 
     # -- maintenance -----------------------------------------------------------------------
     def truncate_dirty(self, phys_offset: int) -> None:
-        """Cut units pointing at or past ``phys_offset`` (RocketMQ's truncateDirtyLogicFiles)."""
+        """Cut units pointing at or past ``phys_offset`` (RocketMQ's truncateDirtyLogicFiles).
+
+        The cut is durable on return: files deleted whole go with one directory sync, or a
+        power cut could bring them back behind units written since."""
         while files := self.queue.files:
             last = files[-1]
             if last.wrote_position == 0:
                 if len(files) == 1:
                     break
-                files.pop().destroy()  # an empty last file: look at the one before it
+                self.queue.delete_last_file()  # an empty last file: look at the one before it
                 continue
             off, _, _ = UNIT.unpack_from(last.mm, 0)
             if off >= phys_offset and last.file_from_offset > self.min_logic_offset:
-                files.pop().destroy()  # RocketMQ's deleteLastMappedFile
+                self.queue.delete_last_file()
                 continue
             keep = self._units_below(last, phys_offset)
             self.queue.truncate_dirty(last.file_from_offset + keep)
             break
+        self.queue.sync_deletions()
         self._recompute_max_physic()
 
     @staticmethod
@@ -287,7 +291,8 @@ class ConsumeQueue:
             self.max_physic_offset = unit[0] + unit[1]
 
     def delete_expired(self, commitlog_min_offset: int) -> int:
-        """Delete leading files whose every unit points below ``commitlog_min_offset``."""
+        """Delete leading files whose every unit points below ``commitlog_min_offset``; the
+        deletions are durable (one directory sync) on return."""
 
         def expired(mf: MappedFile) -> bool:
             if mf.wrote_position < CQ_STORE_UNIT_SIZE:
@@ -295,27 +300,53 @@ class ConsumeQueue:
             off, size, _ = UNIT.unpack_from(mf.mm, mf.wrote_position - CQ_STORE_UNIT_SIZE)
             return bool(size != BLANK_UNIT_SIZE and off + size <= commitlog_min_offset)
 
-        deleted = self.queue.delete_first_files(expired, 1 << 30)
+        try:
+            deleted = self.queue.delete_first_files(expired, 1 << 30)
+        finally:
+            self.queue.sync_deletions()
         self.correct_min_offset(commitlog_min_offset)
         return deleted
 
     def correct_min_offset(self, commitlog_min_offset: int) -> None:
-        """Advance the readable minimum past units whose record was deleted."""
-        files = self.queue.files
-        if not files:
-            return
-        first = files[0]
-        lo = max(self.min_logic_offset, first.file_from_offset) - first.file_from_offset
-        hi = first.wrote_position
-        lo_u, hi_u = lo // CQ_STORE_UNIT_SIZE, hi // CQ_STORE_UNIT_SIZE
+        """Advance the readable minimum past units whose record was deleted.
+
+        Whole files may point below ``commitlog_min_offset`` (a crash between retention's
+        commitlog and consume-queue deletions, RocketMQ's ``correctMinOffset`` at recovery):
+        the minimum then lies in the first file that still points at a record, or at the end
+        of the queue when none does.
+        """
+        for mf in self.queue.files:
+            if self._last_unit_at_or_past(mf, commitlog_min_offset):
+                self.min_logic_offset = self._first_unit_at_or_past(mf, commitlog_min_offset)
+                return
+        last = self.queue.files[-1] if self.queue.files else None
+        if last is not None:
+            self.min_logic_offset = max(
+                self.min_logic_offset, last.file_from_offset + last.wrote_position
+            )
+
+    def _last_unit_at_or_past(self, mf: MappedFile, commitlog_min_offset: int) -> bool:
+        """True when ``mf`` holds a unit at or past the readable minimum that points at or past
+        ``commitlog_min_offset`` (its last unit: units are in commitlog order)."""
+        end = mf.file_from_offset + mf.wrote_position
+        if mf.wrote_position < CQ_STORE_UNIT_SIZE or end <= self.min_logic_offset:
+            return False
+        off, size, _ = UNIT.unpack_from(mf.mm, mf.wrote_position - CQ_STORE_UNIT_SIZE)
+        return bool(size != BLANK_UNIT_SIZE and off >= commitlog_min_offset)
+
+    def _first_unit_at_or_past(self, mf: MappedFile, commitlog_min_offset: int) -> int:
+        """Byte offset of the first unit of ``mf`` (at or past the readable minimum) that is no
+        blank and points at or past ``commitlog_min_offset`` (a binary search)."""
+        lo = max(self.min_logic_offset, mf.file_from_offset) - mf.file_from_offset
+        lo_u, hi_u = lo // CQ_STORE_UNIT_SIZE, mf.wrote_position // CQ_STORE_UNIT_SIZE
         while lo_u < hi_u:
             mid = (lo_u + hi_u) // 2
-            off, size, _ = UNIT.unpack_from(first.mm, mid * CQ_STORE_UNIT_SIZE)
+            off, size, _ = UNIT.unpack_from(mf.mm, mid * CQ_STORE_UNIT_SIZE)
             if size == BLANK_UNIT_SIZE or off < commitlog_min_offset:
                 lo_u = mid + 1
             else:
                 hi_u = mid
-        self.min_logic_offset = first.file_from_offset + lo_u * CQ_STORE_UNIT_SIZE
+        return mf.file_from_offset + lo_u * CQ_STORE_UNIT_SIZE
 
     def flush(self) -> int:
         """Flush dirty files."""

@@ -518,15 +518,20 @@ class IndexService:
 
     # -- maintenance -----------------------------------------------------------------------
     def delete_expired(self, commitlog_min_offset: int) -> int:
-        """Delete files (never the last) whose every entry points below the commitlog's start."""
+        """Delete files (never the last) whose every entry points below the commitlog's start;
+        the deletions are durable (one directory sync) on return."""
         deleted = 0
-        while len(self.files) > 1 and self.files[0].end_phy_offset < commitlog_min_offset:
-            f = self.files[0]
-            f.destroy()  # an unlink that fails raises with the file kept, tried next pass
-            self.files.pop(0)
-            if f in self.unflushed_full:
-                self.unflushed_full.remove(f)
-            deleted += 1
+        try:
+            while len(self.files) > 1 and self.files[0].end_phy_offset < commitlog_min_offset:
+                f = self.files[0]
+                f.destroy()  # an unlink that fails raises with the file kept, tried next pass
+                self.files.pop(0)
+                if f in self.unflushed_full:
+                    self.unflushed_full.remove(f)
+                deleted += 1
+        finally:
+            if deleted:
+                mapped_file.fsync_directory(self.directory)
         return deleted
 
     def flush(self) -> None:

@@ -21,6 +21,8 @@ class MappedFileQueue:
         self.directory = Path(directory)
         self.file_size = file_size
         self.files: list[MappedFile] = []
+        self._deletions_unsynced = False
+        """Files were deleted since the directory was last synced (:meth:`sync_deletions`)."""
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> bool:
@@ -156,10 +158,10 @@ class MappedFileQueue:
             else:
                 doomed.append(mf)
         for mf in reversed(doomed):  # newest first: a crash in between leaves no hole
+            self._deletions_unsynced = True
             mf.destroy()
         self.files = keep
-        if doomed:
-            mapped_file.fsync_directory(self.directory)
+        self.sync_deletions()
 
     def delete_first_files(
         self, should_delete: Callable[[MappedFile], bool], max_count: int
@@ -169,19 +171,36 @@ class MappedFileQueue:
         A file leaves the list only once it is gone from the disk: when its unlink fails the
         ``OSError`` propagates with the file still first (readable through its mapping), so
         the next pass tries it again and the files on disk stay contiguous for the next load.
+        The deletions are durable only after :meth:`sync_deletions` (one directory sync for a
+        whole batch).
         """
         deleted = 0
         while deleted < max_count and len(self.files) > 1 and should_delete(self.files[0]):
+            self._deletions_unsynced = True
             self.files[0].destroy()
             self.files.pop(0)
             deleted += 1
         return deleted
 
+    def delete_last_file(self) -> None:
+        """Delete the last file (RocketMQ's ``deleteLastMappedFile``); durable after
+        :meth:`sync_deletions`."""
+        self._deletions_unsynced = True
+        self.files.pop().destroy()
+
     def destroy(self) -> None:
-        """Delete every file."""
+        """Delete every file (durable after :meth:`sync_deletions`)."""
+        self._deletions_unsynced = bool(self.files) or self._deletions_unsynced
         for mf in self.files:
             mf.destroy()
         self.files = []
+
+    def sync_deletions(self) -> None:
+        """Sync the directory once if files were deleted since the last sync, so that a power
+        cut cannot bring them back (an unlink is durable only once its directory is synced)."""
+        if self._deletions_unsynced and self.directory.is_dir():
+            mapped_file.fsync_directory(self.directory)
+        self._deletions_unsynced = False
 
     # -- durability ------------------------------------------------------------------------
     def flush(self) -> int:

@@ -238,6 +238,7 @@ class MessageStore:
         deletion starts past the cut and stays; one without a readable unit cannot be told
         apart, so it goes and :attr:`dropped_unreadable_queue` makes recovery re-dispatch."""
         dropped = 0
+        topics: set[str] = set()
         for (topic, queue_id), cq in list(self.cq_table.items()):
             cut = self.deleted_topics.cuts.get(topic)
             if cut is None:
@@ -249,6 +250,9 @@ class MessageStore:
                 self.dropped_unreadable_queue |= first is None
                 dropped += cq.max_offset
                 self._remove_queue(topic, queue_id)
+                topics.add(topic)
+        for topic in sorted(topics):
+            self._sync_removed_queues(topic)
         return dropped
 
     def delete_topic(self, topic: str) -> int:
@@ -280,6 +284,8 @@ class MessageStore:
             self.checkpoint.flush()
             for key in queues:
                 self._remove_queue(*key)
+            if queues:
+                self._sync_removed_queues(topic)
         log.info("deleted topic %s: %d queues, records below %d dead", topic, len(queues), cut)
         return len(queues)
 
@@ -291,14 +297,29 @@ class MessageStore:
         )
 
     def _remove_queue(self, topic: str, queue_id: int) -> None:
-        """Forget a consume queue and delete its files and directory."""
+        """Forget a consume queue and delete its files and directory (durable once
+        :meth:`_sync_removed_queues` ran for the topic)."""
         with self.queues_lock:
             cq = self.cq_table.pop((topic, queue_id))
             cq.destroy()
         directory = self.config.consume_queue_dir / topic
-        with contextlib.suppress(OSError):
+        try:
             (directory / str(queue_id)).rmdir()
+        except OSError:
+            cq.queue.sync_deletions()  # the directory stays (a stray file in it): its unlinks
+            return
+        with contextlib.suppress(OSError):
             directory.rmdir()  # fails while other queues of the topic remain
+
+    def _sync_removed_queues(self, topic: str) -> None:
+        """Make the removal of ``topic``'s queue directories durable, so that a power cut
+        cannot bring a queue back: one sync of the directory that held the topmost one
+        removed (the topic's, or ``consumequeue/`` once that went too)."""
+        directory = self.config.consume_queue_dir / topic
+        if not directory.is_dir():
+            directory = directory.parent
+        if directory.is_dir():
+            fsync_directory(directory)
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The consume queue of (topic, queue_id), if it exists."""

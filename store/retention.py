@@ -5,7 +5,8 @@ RocketMQ's ``CleanCommitLogService`` rules: expired files (modified more than
 is fuller than ``diskMaxUsedSpaceRatio``, ``diskSpaceCleanForciblyRatio`` or
 ``diskSpaceWarningLevelRatio`` (whichever is lowest). Past either of the last two, files go
 even if not expired, unless ``cleanFileForciblyEnable`` is false. Past
-``diskSpaceWarningLevelRatio`` the store refuses puts until space is back. The file being
+``diskSpaceWarningLevelRatio`` the store refuses puts until usage is back at or below
+``diskSpaceCleanForciblyRatio`` (or the warning level, if lower). The file being
 written is never deleted. Consume-queue and index files that only point below the
 commitlog's new minimum go next, and on every pass once that minimum moved, at any hour
 (RocketMQ's ``CleanConsumeQueueService``): a crash between the two halves of a pass, or a
@@ -88,21 +89,27 @@ def delete_commitlog_files(store: MessageStore, expired: Callable[[MappedFile], 
     """Delete leading ``expired`` commitlog files, at most ``deleteFileBatchMax``, one per
     hold of the commitlog lock, pausing ``deleteCommitLogFilesInterval`` before each one
     after the first (RocketMQ's ``deleteExpiredFileByTime``); return how many went. Setting
-    ``store.retention_stop`` (the services stopping) ends the pass at its next pause."""
+    ``store.retention_stop`` (the services stopping) ends the pass at its next pause. The
+    deletions are durable on return (one directory sync for the pass, even one that failed
+    part way), before anything that counts on them (the deleted topics' entries the new
+    minimum lets go) is written."""
     cfg = store.config
     queue = store.commitlog.queue
     pause_s = cfg.delete_commit_log_files_interval / 1000
     deleted = 0
-    while deleted < cfg.delete_file_batch_max:
-        if deleted:
-            if len(queue.files) <= 1 or not expired(queue.files[0]):
-                break
-            if pause_s and store.retention_stop.wait(pause_s):
-                break
-        with store.commitlog.lock:
-            if not queue.delete_first_files(expired, 1):
-                break
-        deleted += 1
+    try:
+        while deleted < cfg.delete_file_batch_max:
+            if deleted:
+                if len(queue.files) <= 1 or not expired(queue.files[0]):
+                    break
+                if pause_s and store.retention_stop.wait(pause_s):
+                    break
+            with store.commitlog.lock:
+                if not queue.delete_first_files(expired, 1):
+                    break
+            deleted += 1
+    finally:
+        queue.sync_deletions()
     return deleted
 
 
@@ -140,8 +147,22 @@ def delete_logics_below(store: MessageStore, commitlog_min: int) -> int:
     return deleted
 
 
+def disk_full_after(cfg: StoreConfig, ratio: float, *, was_full: bool) -> bool:
+    """Whether puts are refused at a disk ``ratio`` used (RocketMQ's ``isSpaceToDelete``):
+    from above ``diskSpaceWarningLevelRatio`` until usage is back at or below
+    ``diskSpaceCleanForciblyRatio`` (or the warning level, if lower). In between the mark stays
+    as it was, so a disk around the warning level does not flip with every file written or
+    deleted."""
+    percent = ratio * 100
+    if percent > cfg.disk_space_warning_level_ratio:
+        return True
+    if percent > min(cfg.disk_space_clean_forcibly_ratio, cfg.disk_space_warning_level_ratio):
+        return was_full
+    return False
+
+
 def _update_disk_full(store: MessageStore, ratio: float) -> None:
-    full = ratio * 100 > store.config.disk_space_warning_level_ratio
+    full = disk_full_after(store.config, ratio, was_full=store.disk_full)
     if full != store.disk_full:
         if full:
             log.error(

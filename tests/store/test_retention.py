@@ -27,7 +27,13 @@ from store.invariants import check_store
 from store.mapped_file import MappedFile
 from store.retention import disk_usage_ratio, used_space_ratio
 from store.services import StoreServices
-from tests.conftest import drain_dispatch, make_msg, small_store_config
+from tests.conftest import (
+    ManualClock,
+    drain_dispatch,
+    make_msg,
+    small_store_config,
+    tiny_store_config,
+)
 from tests.store.test_services import wait_until
 
 HOUR_MS = 3600 * 1000
@@ -380,6 +386,35 @@ def test_disk_warning_level_refuses_puts_until_usage_drops(env_factory: EnvFacto
     assert check_store(store) == []
 
 
+def test_puts_stay_refused_until_usage_is_back_under_the_forcibly_ratio(
+    env_factory: EnvFactory,
+) -> None:
+    """RocketMQ's ``isSpaceToDelete`` marks the disk full above ``diskSpaceWarningLevelRatio``
+    (90 %) and marks it OK again only at or below ``diskSpaceCleanForciblyRatio`` (85 %): in
+    between the mark stays, so a disk hovering around 90 % does not flip between refusing and
+    taking puts with every file written or deleted."""
+    env = env_factory(at_delete_hour=False, files=2)
+    store = env.store
+    env.ratio[0] = 0.88  # under the warning level, never full: puts go on
+    store.clean_expired_files()
+    assert not store.disk_full
+    env.ratio[0] = 0.91
+    store.clean_expired_files()
+    assert store.disk_full
+    for ratio in (0.895, 0.87, 0.851):
+        env.ratio[0] = ratio
+        store.clean_expired_files()
+        result = store.put_message(make_msg("RetA", b"refused", 0))
+        assert result.status is PutStatus.SERVICE_NOT_AVAILABLE, ratio
+    env.ratio[0] = 0.85
+    store.clean_expired_files()
+    assert not store.disk_full
+    assert store.put_message(make_msg("RetA", b"taken", 0)).status is PutStatus.PUT_OK
+    env.ratio[0] = 0.88  # back up, but not past the warning level: still taking puts
+    store.clean_expired_files()
+    assert store.put_message(make_msg("RetA", b"taken", 0)).status is PutStatus.PUT_OK
+
+
 class UsageProbe:
     """An injected ``disk_usage`` whose answer a trio test sets, and can wait on.
 
@@ -587,7 +622,54 @@ def test_queues_left_by_a_crash_mid_pass_are_cleaned_outside_the_delete_hour(
     reopened = MessageStore(store.config, clock_ms=lambda: env.now[0], disk_usage=lambda _: 0.1)
     with reopened:
         env.store = reopened
-        assert check_store(reopened) != []  # queues still start in deleted data
+        assert check_store(reopened) == []  # recovery put the minimums past the deleted data
         assert reopened.clean_expired_files() > 0  # not the delete hour, low usage
         assert check_store(reopened) == []
         assert reopened.clean_expired_files() == 0
+
+
+@pytest.mark.parametrize("queue_files_deleted", [0, 5])
+def test_recovery_puts_min_offsets_past_data_a_crashed_pass_deleted(
+    tmp_path: Path, queue_files_deleted: int
+) -> None:
+    """A pass deletes commitlog files, then the consume-queue files below them: a crash in
+    between (here: the oldest commitlog files, and some of one queue's files, deleted by hand
+    under a closed store) leaves queues whose first files point into deleted data. Recovery
+    computes each queue's readable minimum from what is on disk (RocketMQ's
+    ``correctMinOffset``): the first unit whose record is still in the commitlog, or the end
+    of a queue none of whose records is left. Pulling from the reported minimum finds it."""
+    cfg = tiny_store_config(tmp_path / "store")  # 8 KiB commitlog files, 4-unit queue files
+    clock = ManualClock()
+    puts: dict[int, list[tuple[int, int]]] = {0: [], 1: []}  # queue -> (queue offset, phys)
+    with MessageStore(cfg, clock_ms=clock) as store:
+        for i in range(300):
+            qid = i % 2 if i < 20 else 0  # queue 1's records: all in the oldest file
+            clock.advance(1)
+            got = store.put_message(make_msg("Crashed", b"m%05d" % i * 20, qid))
+            assert got.status is PutStatus.PUT_OK
+            puts[qid].append((got.queue_offsets[0], got.phys_offsets[0]))
+        drain_dispatch(store)
+    commitlog = sorted((cfg.store_path_root_dir / "commitlog").iterdir())
+    assert len(commitlog) >= 6
+    for path in commitlog[:3]:  # retention's first half
+        path.unlink()
+    queue_files = sorted((cfg.consume_queue_dir / "Crashed" / "0").iterdir())
+    for path in queue_files[:queue_files_deleted]:  # some of the second half
+        path.unlink()
+    new_min = int(commitlog[3].name)
+    with MessageStore(cfg, clock_ms=clock) as store:
+        assert store.commitlog.min_offset == new_min
+        for qid, written in puts.items():
+            kept = [q for q, phys in written if phys >= new_min]
+            expected = kept[0] if kept else len(written)
+            assert store.get_min_offset_in_queue("Crashed", qid) == expected, qid
+            got = store.get_messages("Crashed", qid, expected, 4)
+            if not kept:
+                assert got.status is GetStatus.OFFSET_OVERFLOW_ONE
+                continue
+            assert got.status is GetStatus.FOUND
+            assert decode_record(got.records[0]).queue_offset == expected
+            too_small = store.get_messages("Crashed", qid, expected - 1, 4)
+            assert too_small.status is GetStatus.OFFSET_TOO_SMALL
+            assert too_small.next_begin_offset == expected
+        assert check_store(store) == []
