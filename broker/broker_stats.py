@@ -40,10 +40,10 @@ Rules:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final
+
+from common.stats_item import DAY, HOUR, MINUTE, WINDOWS, StatsItem, StatsSnapshot, Window
 
 TOPIC_PUT_NUMS: Final = "TOPIC_PUT_NUMS"
 TOPIC_PUT_SIZE: Final = "TOPIC_PUT_SIZE"
@@ -62,81 +62,9 @@ names)."""
 _GROUP_KEYED: Final = (GROUP_GET_NUMS, GROUP_GET_SIZE, SNDBCK_PUT_NUMS)
 
 
-@dataclass(frozen=True)
-class Window:
-    """One of the three rings: a sample every ``interval_s``, the last ``keep`` kept."""
-
-    name: str
-    interval_s: float
-    keep: int
-
-
-MINUTE: Final = Window("minute", 10.0, 7)
-HOUR: Final = Window("hour", 600.0, 7)
-DAY: Final = Window("day", 3600.0, 25)
-WINDOWS: Final = (MINUTE, HOUR, DAY)
-
-
 def stats_key(topic: str, group: str) -> str:
     """``topic@group``, the key of a group's items (RocketMQ's ``buildStatsKey``)."""
     return f"{topic}@{group}"
-
-
-@dataclass(frozen=True)
-class StatsSnapshot:
-    """A window's figures (RocketMQ's ``StatsSnapshot``)."""
-
-    sum: int
-    tps: float
-    avgpt: float
-    times: int
-
-    def to_wire(self) -> dict[str, int | float]:
-        """RocketMQ's ``BrokerStatsItem``: ``{"sum", "tps", "avgpt"}``."""
-        return {"sum": self.sum, "tps": self.tps, "avgpt": self.avgpt}
-
-
-class _Sample(NamedTuple):
-    at_s: float
-    times: int
-    value: int
-
-
-class StatsItem:
-    """Running totals of one key and their sample rings (module rules)."""
-
-    __slots__ = ("_rings", "times", "value")
-
-    def __init__(self) -> None:
-        self.value = 0
-        self.times = 0
-        self._rings: tuple[deque[_Sample], ...] = tuple(deque(maxlen=w.keep) for w in WINDOWS)
-
-    def add(self, value: int, times: int = 1) -> None:
-        """Count ``times`` requests that moved ``value`` messages (or bytes)."""
-        self.value += value
-        self.times += times
-
-    def sample(self, window: Window, now_s: float) -> None:
-        """Record the totals in ``window``'s ring (preceded by a zero sample the first time)."""
-        ring = self._rings[WINDOWS.index(window)]
-        if not ring:
-            ring.append(_Sample(now_s - window.interval_s, 0, 0))
-        ring.append(_Sample(now_s, self.times, self.value))
-
-    def snapshot(self, window: Window, now_s: float) -> StatsSnapshot:
-        """The figures from the ring's oldest sample to ``now_s`` (module rules)."""
-        ring = self._rings[WINDOWS.index(window)]
-        first = ring[0] if ring else _Sample(now_s - window.interval_s, 0, 0)
-        total = self.value - first.value
-        times = self.times - first.times
-        span = now_s - first.at_s
-        return StatsSnapshot(
-            total,
-            total / span if span > 0 else 0.0,
-            total / times if times > 0 else 0.0,
-            times,
-        )
 
 
 class BrokerStatsManager:
@@ -227,3 +155,22 @@ class BrokerStatsManager:
             table = self.tables[name]
             for key in [k for k in table if k.endswith(suffix)]:
                 del table[key]
+
+
+__all__ = [
+    "DAY",
+    "GROUP_GET_NUMS",
+    "GROUP_GET_SIZE",
+    "HOUR",
+    "MINUTE",
+    "SNDBCK_PUT_NUMS",
+    "STATS_NAMES",
+    "TOPIC_PUT_NUMS",
+    "TOPIC_PUT_SIZE",
+    "WINDOWS",
+    "BrokerStatsManager",
+    "StatsItem",
+    "StatsSnapshot",
+    "Window",
+    "stats_key",
+]

@@ -34,6 +34,12 @@ Orderly rules:
   queue moves on. Each message of a batch is judged on its own: the others stay and retry.
 - Before a message reaches the handler, a message from the retry topic gets back its original
   topic (``RETRY_TOPIC`` property).
+
+Figures (RocketMQ's ``incConsumeRT`` / ``incConsumeOKTPS`` / ``incConsumeFailedTPS``, under the
+queue's topic): each pull's handler calls add their time and count once they returned, and,
+unless the queue was dropped meanwhile, its acknowledged and failed messages; an orderly batch
+counts the same way. The time is taken around each call by whoever runs it (a worker thread
+or the loop) into the pull's :class:`HandlerTime`, read in the loop after they all returned.
 - A handler call in progress is never cancelled with its queue (a rebalance, an offset reset or
   a stall that drops the queue lets it return, and the broker lock is kept until then), an
   ``async def`` handler's as a thread's; only a close that gives up on it
@@ -49,6 +55,7 @@ import itertools
 import logging
 import math
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,6 +63,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import trio
 
+from client.consumer_stats import ConsumerStatsManager
 from client.message import MessageQueue, ReceivedMessage
 from common.message import MessageConst
 from common.topic import RETRY_GROUP_TOPIC_PREFIX
@@ -125,6 +133,25 @@ awaitable that a plain function returns is awaited in the loop."""
 
 
 @dataclass(eq=False)
+class HandlerTime:
+    """How long the handler calls of one pull (or orderly batch) took: added to by the thread
+    or task that runs them, one call after another, and read once they all returned."""
+
+    seconds: float = 0.0
+    calls: int = 0
+
+    def add(self, began: float) -> None:
+        """One call that began at ``began`` (``time.monotonic()``) returned now."""
+        self.seconds += time.monotonic() - began
+        self.calls += 1
+
+    @property
+    def ms(self) -> int:
+        """The calls' time in whole milliseconds."""
+        return round(self.seconds * 1000)
+
+
+@dataclass(eq=False)
 class QueueSlot:
     """What the consume side needs of one assigned queue."""
 
@@ -157,8 +184,10 @@ class Consumption:
         consume_thread_max: int,
         clustering: bool,
         max_reconsume_times: int,
+        stats: ConsumerStatsManager | None = None,
     ) -> None:
         self.handler_of = handler_of
+        self.stats = stats
         self.send_back = send_back
         self.record_offset = record_offset
         self.group = group
@@ -244,14 +273,36 @@ class Consumption:
             by_topic.setdefault(m.topic, []).append(m)
         return [(self.handler_of(t), group) for t, group in by_topic.items()]
 
+    def count(
+        self,
+        slot: QueueSlot,
+        timing: HandlerTime,
+        batches: Sequence[Sequence[ReceivedMessage]],
+        results: Sequence[ConsumeResult],
+    ) -> None:
+        """Add the handler calls' time and count, and (unless the queue was dropped) how many
+        of the batches' messages were acknowledged or not, to the figures (module rules)."""
+        if self.stats is None:
+            return
+        ok = failed = 0
+        if not slot.pq.dropped:
+            for msgs, result in zip(batches, results, strict=False):
+                if result is ConsumeResult.SUCCESS:
+                    ok += len(msgs)
+                else:
+                    failed += len(msgs)
+        self.stats.inc_consume(self.group, slot.mq.topic, timing.ms, timing.calls, ok, failed)
+
     async def call(self, slot: QueueSlot, msgs: list[ReceivedMessage]) -> ConsumeResult:
         """Orderly: run the handlers for ``msgs``; SUCCESS only if every call succeeded.
         :class:`HandlerAbandoned` when none ran (the queue was dropped while ``msgs`` waited
         for a worker thread) or a close abandoned the call. A cancellation does not stop a
         call that began: it returns first (``async def`` handlers included)."""
-        results = await self.call_batches(slot, [msgs], shield_async=True)
+        timing = HandlerTime()
+        results = await self.call_batches(slot, [msgs], shield_async=True, timing=timing)
         if not results:
             raise HandlerAbandoned
+        self.count(slot, timing, [msgs], results)
         return results[0]
 
     async def call_batches(
@@ -262,11 +313,13 @@ class Consumption:
         results: list[ConsumeResult] | None = None,
         *,
         shield_async: bool = False,
+        timing: HandlerTime | None = None,
     ) -> list[ConsumeResult]:
         """Run the handlers for each batch in turn; one result per batch that ran (appended
         to ``results`` as each batch ends, when given: a closing consumer counts the batches
         that ended while a later one still runs). ``shield_async``: an ``async def``
-        handler's call is not cancelled with the caller (see :meth:`_await_async`).
+        handler's call is not cancelled with the caller (see :meth:`_await_async`). Each
+        batch's time is added to ``timing``, when given.
 
         ``starting(i)`` is asked just before batch ``i`` starts (in the thread that runs the
         handlers, so after any wait for one); False stops there, so fewer results than batches
@@ -279,6 +332,7 @@ class Consumption:
         """
         restore_retry_topic(itertools.chain.from_iterable(batches), self.group)
         results = [] if results is None else results
+        timing = HandlerTime() if timing is None else timing
         pq = slot.pq
         go: Callable[[int], bool] = (lambda i: not pq.dropped) if starting is None else starting
         topic = batches[0][0].topic if batches and batches[0] else None
@@ -286,17 +340,21 @@ class Consumption:
             # the usual case: one topic, so one handler for every batch of the pull
             handler = self.handler_of(topic)
             if handler is not None and is_async_handler(handler):
-                return await self._call_async(slot, handler, batches, go, results, shield_async)
+                return await self._call_async(
+                    slot, handler, batches, go, results, timing, shield_async
+                )
             plans = [[(handler, b)] for b in batches]
         else:
             plans = [self._plan(b) for b in batches]
         handlers = [h for plan in plans for h, _ in plan if h is not None]
         if handlers and not any(is_async_handler(h) for h in handlers):
-            return await self._in_thread(self._run_plans_sync, slot, plans, go, results)
+            return await self._in_thread(self._run_plans_sync, slot, plans, go, results, timing)
         for i, plan in enumerate(plans):
             if not go(i):
                 break
+            began = time.monotonic()
             results.append(await self._run_plan(slot, plan, shield_async))
+            timing.add(began)
         return results
 
     async def _run_plan(
@@ -322,13 +380,15 @@ class Consumption:
         plans: list[list[tuple[Handler | None, list[ReceivedMessage]]]],
         starting: Callable[[int], bool],
         results: list[ConsumeResult],
+        timing: HandlerTime,
     ) -> list[ConsumeResult]:
         """In a worker thread: every batch's plain-function handlers, in order, while
         ``starting(i)`` (it must not need the loop); each outcome is appended to ``results``
-        as its batch ends."""
+        as its batch ends, and its time added to ``timing``."""
         for i, plan in enumerate(plans):
             if not starting(i):
                 break
+            began = time.monotonic()
             outcome = ConsumeResult.SUCCESS
             for handler, msgs in plan:
                 if handler is None:
@@ -342,6 +402,7 @@ class Consumption:
                     result = ConsumeResult.RECONSUME_LATER
                 if result is not ConsumeResult.SUCCESS:
                     outcome = ConsumeResult.RECONSUME_LATER
+            timing.add(began)
             results.append(outcome)
         return results
 
@@ -351,7 +412,7 @@ class Consumption:
         """Run one handler; an exception or a bad return value means RECONSUME_LATER."""
         if is_async_handler(handler):
             (outcome,) = await self._call_async(
-                slot, handler, [msgs], lambda i: True, [], shield_async
+                slot, handler, [msgs], lambda i: True, [], HandlerTime(), shield_async
             )
             return outcome
         result: ConsumeResult | Awaitable[ConsumeResult] | None
@@ -373,14 +434,17 @@ class Consumption:
         batches: list[list[ReceivedMessage]],
         starting: Callable[[int], bool],
         results: list[ConsumeResult],
+        timing: HandlerTime,
         shielded: bool = False,
     ) -> list[ConsumeResult]:
         """Run an ``async def`` handler in the loop on each batch in turn (one result per
-        batch, appended to ``results``, while ``starting(i)``); an exception or a bad return
-        value means RECONSUME_LATER. ``shielded``: see :meth:`_await_async`."""
+        batch, appended to ``results``, while ``starting(i)``; its time added to
+        ``timing``); an exception or a bad return value means RECONSUME_LATER.
+        ``shielded``: see :meth:`_await_async`."""
         for i, msgs in enumerate(batches):
             if not starting(i):
                 break
+            began = time.monotonic()
             try:
                 result = await self._await_async(handler, msgs, shielded)
             except HandlerAbandoned:
@@ -389,6 +453,8 @@ class Consumption:
                 log.exception("handler failed on %d message(s) of %s", len(msgs), slot.mq)
                 results.append(ConsumeResult.RECONSUME_LATER)
                 continue
+            finally:
+                timing.add(began)
             results.append(_checked(result))
         return results
 
@@ -548,6 +614,7 @@ class ConcurrentService:
         pq = slot.pq
         pull = _PullInFlight(slot, batches, [], trio.lowlevel.current_clock())
         self._pulls.add(pull)
+        timing = HandlerTime()
         try:
             # closing stops a pull between batches too: what ran counts, the rest is not done
             results = await self.c.call_batches(
@@ -555,7 +622,9 @@ class ConcurrentService:
                 batches,
                 lambda i: pull.starting(i, pq.dropped or self._stopping),
                 pull.results,
+                timing=timing,
             )
+            self.c.count(slot, timing, batches, results)
             if not pull.timed_out:  # else clean_expired settled it, without the late batch
                 await self._settle(slot, batches, results)
         except HandlerAbandoned:

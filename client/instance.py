@@ -9,6 +9,8 @@ Task tree (``async with ClientInstance(config) as instance:``)::
        ├─ route_loop             refresh the routes of every topic in use every 30 s
        ├─ heartbeat_loop         HEART_BEAT to every known broker every 30 s, and at once
        │                         when woken (a producer or consumer started, a broker appeared)
+       ├─ stats_loop             samples the consumers' figures every 10 s
+       │                         (:mod:`client.consumer_stats`)
        └─ background tasks       started by producers (send_async) via :meth:`start_soon`
 
 Rules:
@@ -41,6 +43,7 @@ import trio
 
 from client import api
 from client.config import ClientConfig
+from client.consumer_stats import SAMPLE_EVERY_S, ConsumerStatsManager
 from client.errors import (
     BrokerNotFoundError,
     ClientClosedError,
@@ -51,7 +54,7 @@ from client.errors import (
 )
 from client.message import MessageQueue, from_record
 from client.queue_selector import publish_queues
-from client.running_info import DirectConsumer, RunningInfoSource
+from client.running_info import DirectConsumer, RunningInfoSource, thread_stacks
 from common.message import MessageConst
 from common.record import MessageRecord, RecordError, decode_record, decode_records
 from common.route import MASTER_ID, TopicRouteData
@@ -168,6 +171,8 @@ class ClientInstance:
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._closed = False
         self._inner_producer: Producer | None = None
+        self.consumer_stats = ConsumerStatsManager()
+        """The consumers' pull and consume figures (RocketMQ's ``ConsumerStatsManager``)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -188,6 +193,7 @@ class ClientInstance:
         self._nursery = await self._nursery_cm.__aenter__()
         self._nursery.start_soon(self.route_loop)
         self._nursery.start_soon(self.heartbeat_loop)
+        self._nursery.start_soon(self.stats_loop)
         return self
 
     async def __aexit__(
@@ -293,8 +299,9 @@ class ClientInstance:
     def _on_running_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """GET_CONSUMER_RUNNING_INFO (header consumerGroup clientId jstackEnable): the group's
         consumer's running info plus the instance's properties (RocketMQ's
-        ``MQClientInstance.consumerRunningInfo``); SYSTEM_ERROR when no consumer of the group
-        runs here. ``jstackEnable`` is ignored."""
+        ``MQClientInstance.consumerRunningInfo``), and with ``jstackEnable`` the stacks of
+        the process's threads (RocketMQ's ``jstack``); SYSTEM_ERROR when no consumer of the
+        group runs here."""
         group = str(request.ext_fields.get("consumerGroup", ""))
         source = self._running_infos.get(group)
         describe = self._consumers.get(group)
@@ -307,6 +314,8 @@ class ClientInstance:
                 PROP_CLIENT_VERSION: minimq_version(),
             }
         )
+        if str(request.ext_fields.get("jstackEnable", "")).lower() == "true":
+            info = info.with_jstack(thread_stacks())
         body = encode_running_info(info)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
@@ -319,6 +328,13 @@ class ClientInstance:
         push consumer of the group runs here or the message cannot be read."""
         group = str(request.ext_fields.get("consumerGroup", ""))
         consume = self._direct_consumers.get(group)
+        if consume is None and group in self._consumers:
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"this {self.client_id} client is not push consumer, not support direct push "
+                f"(group {group} is consumed by a pull consumer here)",
+            )
         if consume is None:
             return _group_not_here(request, group)
         broker_name = str(request.ext_fields.get("brokerName", ""))
@@ -596,10 +612,17 @@ class ClientInstance:
         self.heartbeat_soon()
 
     def unregister_consumer(self, group: str) -> None:
-        """Forget a consumer group."""
+        """Forget a consumer group (and its figures)."""
         self._consumers.pop(group, None)
         self._running_infos.pop(group, None)
         self._direct_consumers.pop(group, None)
+        self.consumer_stats.forget_group(group)
+
+    async def stats_loop(self) -> None:
+        """Sample the consumers' figures every :data:`SAMPLE_EVERY_S`; never returns."""
+        while True:
+            self.consumer_stats.tick(trio.current_time())
+            await trio.sleep(SAMPLE_EVERY_S)
 
     def heartbeat_data(self) -> HeartbeatData:
         """The current heartbeat body."""

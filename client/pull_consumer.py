@@ -77,6 +77,7 @@ from client.offset_store import (
     default_consume_timestamp_ms,
     offset_from_where,
 )
+from client.running_info import consume_status_table
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
@@ -326,7 +327,9 @@ class PullConsumer:
         """What ``mqadmin consumerStatus`` shows of this consumer: its settings, subscriptions
         and one row per assigned queue (the committed offset, and how many messages are
         buffered as ``cachedMsgCount``; the other process-queue figures of a push consumer do
-        not apply and stay 0)."""
+        not apply and stay 0), and per subscribed topic its pull figures (the consume figures
+        of a push consumer's handler do not apply and stay 0; RocketMQ's lite pull consumer
+        sends none at all)."""
         props = {
             "consumerGroup": self.group,
             "messageModel": MessageModel.CLUSTERING.name,
@@ -337,7 +340,9 @@ class PullConsumer:
             "groupMode": str(bool(self._subscriptions)).lower(),
         }
         queues = tuple(self._queue_info(s) for _, s in sorted(self._states.items()))
-        return ConsumerRunningInfo(props, self.consumer_data().subscriptions, queues)
+        subscriptions = self.consumer_data().subscriptions
+        status = consume_status_table(self._instance.consumer_stats, self.group, subscriptions)
+        return ConsumerRunningInfo(props, subscriptions, queues, status)
 
     @staticmethod
     def _queue_info(state: _QueueState) -> ProcessQueueInfo:
@@ -648,11 +653,15 @@ class PullConsumer:
             suspend_timeout_ms=self.suspend_timeout_ms,
         )
         timeout = self.suspend_timeout_ms / 1000 + self._instance.config.request_timeout_s
+        asked = _now_ms()
         resp = await self._instance.invoke(addr, cmd, timeout)
         self._check_stall()  # an answer after a stall must not be buffered
         result = api.parse_pull(resp, state.mq, state.subscription, addr)
         if generation != state.generation or self._states.get(state.mq) is not state:
             return
+        if result.status is api.PullStatus.FOUND:  # as the push consumer's figures
+            stats = self._instance.consumer_stats
+            stats.inc_pull(self.group, state.mq.topic, _now_ms() - asked, len(result.messages))
         if result.status is api.PullStatus.OFFSET_ILLEGAL:
             log.warning(
                 "offset %d of %s is illegal (queue holds %d..%d); moving to %d",

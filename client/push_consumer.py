@@ -112,7 +112,12 @@ from client.offset_store import (
     offset_from_where,
 )
 from client.process_queue import ProcessQueue
-from client.running_info import consume_directly, epoch_offset_ms, process_queue_info
+from client.running_info import (
+    consume_directly,
+    consume_status_table,
+    epoch_offset_ms,
+    process_queue_info,
+)
 from client.send_back import send_to_retry_topic
 from client.validation import validate_group
 from common.subscription import SubscriptionData, build_subscription
@@ -448,7 +453,8 @@ class PushConsumer:
     def running_info(self) -> ConsumerRunningInfo:
         """What ``mqadmin consumerStatus`` shows of this member (RocketMQ's
         ``DefaultMQPushConsumerImpl.consumerRunningInfo``): its settings, subscriptions and
-        one row per assigned queue (see :mod:`client.running_info`)."""
+        one row per assigned queue, and per subscribed topic its pull and consume figures (see
+        :mod:`client.running_info`)."""
         epoch = epoch_offset_ms()
         queues = tuple(
             process_queue_info(
@@ -456,7 +462,9 @@ class PushConsumer:
             )
             for mq, q in sorted(self._queues.items())
         )
-        return ConsumerRunningInfo(self._properties(), self.consumer_data().subscriptions, queues)
+        subscriptions = self.consumer_data().subscriptions
+        status = consume_status_table(self._instance.consumer_stats, self.group, subscriptions)
+        return ConsumerRunningInfo(self._properties(), subscriptions, queues, status)
 
     def _properties(self) -> dict[str, str]:
         """The settings, under RocketMQ's names, and its ``PROP_*`` properties."""
@@ -536,6 +544,7 @@ class PushConsumer:
             consume_thread_max=self.consume_thread_max,
             clustering=self.clustering,
             max_reconsume_times=self.max_reconsume_times,
+            stats=instance.consumer_stats,
         )
         self._started_at_ms = int(time.time() * 1000)
         instance.register_consumer(
@@ -1015,6 +1024,9 @@ class PushConsumer:
         result = api.parse_pull(resp, slot.mq, q.subscription, addr)
         if pq.dropped:
             return
+        if result.status is api.PullStatus.FOUND:  # RocketMQ's incPullRT / incPullTPS
+            stats = self._instance.consumer_stats
+            stats.inc_pull(self.group, slot.mq.topic, answered - issued, len(result.messages))
         if result.status is api.PullStatus.OFFSET_ILLEGAL:
             log.warning(
                 "offset %d of %s is illegal; moving to %d",

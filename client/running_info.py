@@ -8,7 +8,10 @@ Rules:
 - The running info is a snapshot of the consumer's existing state, taken in the loop with no
   lock: the properties, the subscriptions, and one :class:`ProcessQueueInfo` per assigned
   queue. Times are ms since the epoch (the process queues keep trio's clock; the snapshot
-  converts), 0 for never. The per-topic RT/TPS figures (``statusTable``) are not measured.
+  converts), 0 for never. The per-topic RT/TPS figures (``statusTable``) come from the
+  instance's :mod:`client.consumer_stats`, one row per subscribed topic.
+- Asked for ``jstack``, the info carries the stacks of every Python thread of the process
+  (:func:`thread_stacks`), at most :data:`JSTACK_MAX_CHARS` characters.
 - Consuming directly runs the topic's handler on that one message, exactly once, and reports
   how it ended; nothing else happens: no offset is recorded or committed, a failure is not
   sent back, nothing enters a process queue (RocketMQ's ``consumeMessageDirectly``). A
@@ -20,22 +23,32 @@ Rules:
 from __future__ import annotations
 
 import inspect
+import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 import trio
 
 from client.consume_service import ConsumeResult, Handler, is_async_handler
+from client.consumer_stats import ConsumerStatsManager
 from client.message import MessageQueue, ReceivedMessage
 from client.process_queue import ProcessQueue
+from common.subscription import SubscriptionData
 from remoting.consumer_bodies import (
     CMResult,
     ConsumeMessageDirectlyResult,
     ConsumerRunningInfo,
+    ConsumeStatus,
     ProcessQueueInfo,
 )
 
 MIB = 1024 * 1024
+JSTACK_MAX_CHARS: Final = 256 * 1024
+"""The most characters of thread stacks one running info carries (a process with thousands of
+threads or deep recursion must not make a huge answer)."""
 
 RunningInfoSource = Callable[[], ConsumerRunningInfo]
 """Gives a consumer's running info (registered with the client instance)."""
@@ -79,6 +92,38 @@ def process_queue_info(
         last_pull_timestamp=wall(pq.last_pull_ms),
         last_consume_timestamp=wall(pq.last_consume_ms),
     )
+
+
+def consume_status_table(
+    stats: ConsumerStatsManager, group: str, subscriptions: Sequence[SubscriptionData]
+) -> dict[str, ConsumeStatus]:
+    """The ``statusTable``: each subscribed topic's figures now (RocketMQ's
+    ``consumerRunningInfo`` asks ``consumeStatus`` for each subscription)."""
+    now = trio.current_time()
+    return {s.topic: stats.consume_status(group, s.topic, now) for s in subscriptions}
+
+
+def thread_stacks(max_chars: int = JSTACK_MAX_CHARS) -> str:
+    """The stack of every Python thread of this process, innermost call last, in the shape
+    of RocketMQ's ``UtilAll.jstack``: a line ``<name> TID: <ident> DAEMON: <bool>`` then
+    one line per frame, each led by the thread's name, and a blank line. Cut at
+    ``max_chars`` with a last line saying how much was left out."""
+    threads = {t.ident: t for t in threading.enumerate()}
+    parts: list[str] = []
+    for ident, frame in sorted(sys._current_frames().items()):
+        thread = threads.get(ident)
+        name = thread.name if thread is not None else f"thread-{ident}"
+        daemon = str(thread.daemon).lower() if thread is not None else "unknown"
+        lines = [f"{name:<40}TID: {ident} DAEMON: {daemon}"]
+        lines.extend(
+            f"{name:<40}{fs.name}({fs.filename}:{fs.lineno})"
+            for fs in traceback.extract_stack(frame)
+        )
+        parts.append("\n".join(lines) + "\n\n")
+    text = "".join(parts)
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + f"\n... {len(text) - max_chars} more characters left out\n"
 
 
 async def consume_directly(

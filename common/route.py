@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 MASTER_ID = 0
 """Broker id of a master (RocketMQ's ``MixAll.MASTER_ID``)."""
@@ -89,6 +89,10 @@ def _non_negative(value: int, key: str, what: str) -> int:
         raise ValueError(f"{what}: {key!r} must be >= 0, got {value}")
     return value
 
+
+NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
+"""The name server's KV namespace of the topics' order confs, keyed by topic (RocketMQ's
+``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``)."""
 
 MAX_QUEUE_NUMS = 1024
 """The most queues a topic (or a group's retry topic) may have on one broker. RocketMQ sets
@@ -204,20 +208,27 @@ class BrokerData:
 class TopicRouteData:
     """Everything a client needs to reach a topic (RocketMQ's ``TopicRouteData``).
 
-    ``filter_server_table`` maps a broker address to its filter servers.
+    ``filter_server_table`` maps a broker address to its filter servers. ``order_topic_conf``
+    is the topic's ``ORDER_TOPIC_CONFIG`` KV entry (``"brokerName:num;..."``), which a name
+    server with ``orderMessageEnable`` adds to its answer; None otherwise (and absent from the
+    map, as RocketMQ's JSON leaves a null field out).
     """
 
     queue_datas: list[QueueData] = field(default_factory=list)
     broker_datas: list[BrokerData] = field(default_factory=list)
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
+    order_topic_conf: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """RocketMQ's JSON map."""
-        return {
+        wire: dict[str, Any] = {
             "queueDatas": [qd.to_wire() for qd in self.queue_datas],
             "brokerDatas": [bd.to_wire() for bd in self.broker_datas],
             "filterServerTable": {k: list(v) for k, v in self.filter_server_table.items()},
         }
+        if self.order_topic_conf is not None:
+            wire["orderTopicConf"] = self.order_topic_conf
+        return wire
 
     @classmethod
     def from_wire(cls, obj: object) -> TopicRouteData:
@@ -234,7 +245,12 @@ class TopicRouteData:
             if not all(isinstance(s, str) for s in servers):
                 raise ValueError(f"{what}: 'filterServerTable'[{addr!r}] must be a list of str")
             table[addr] = list(servers)
-        return cls(queue_datas=queue_datas, broker_datas=broker_datas, filter_server_table=table)
+        return cls(
+            queue_datas=queue_datas,
+            broker_datas=broker_datas,
+            filter_server_table=table,
+            order_topic_conf=_get(wire, "orderTopicConf", str, what, None),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,10 @@ clock and offers :meth:`NamesrvProcessor.handlers`, the ``{code: handler}`` tabl
                                              brokerId; body {"topicConfigTable", "filterServerList",
                                              "dataVersion"}
     UNREGISTER_BROKER                   104  ext: clusterName brokerAddr brokerName brokerId
-    GET_ROUTEINFO_BY_TOPIC              105  ext: topic -> TopicRouteData map | TOPIC_NOT_EXIST
+    GET_ROUTEINFO_BY_TOPIC              105  ext: topic -> TopicRouteData map | TOPIC_NOT_EXIST;
+                                             with orderMessageEnable, the map carries the
+                                             topic's ORDER_TOPIC_CONFIG KV entry as
+                                             orderTopicConf (when there is one)
     GET_BROKER_CLUSTER_INFO             106  -> ClusterInfo map
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER  206  -> {"topicList": [...]}
     WIPE_WRITE_PERM_OF_BROKER           205  ext: brokerName -> ext: wipeTopicCount
@@ -38,10 +41,12 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 from common.properties import parse_properties
+from common.route import NAMESPACE_ORDER_TOPIC_CONFIG, TopicRouteData
 from namesrv.config import ConfigUpdateRefused, NamesrvConfig, updated_config
 from namesrv.kv_config import KVConfigManager
 from namesrv.route_info import RegisterResult, RouteInfoManager
@@ -197,9 +202,18 @@ class NamesrvProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"No topic route info in name server for the topic: {topic}",
             )
+        route = self._with_order_topic_conf(topic, route)
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, body=encode_route_body(route)
         )
+
+    def _with_order_topic_conf(self, topic: str, route: TopicRouteData) -> TopicRouteData:
+        """``route`` with the topic's ORDER_TOPIC_CONFIG entry as ``orderTopicConf`` when
+        ``orderMessageEnable`` is on (RocketMQ's ``getRouteInfoByTopic``)."""
+        if not self.config().order_message_enable:
+            return route
+        conf = self.kv_config.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        return route if conf is None else dataclasses.replace(route, order_topic_conf=conf)
 
     def get_broker_cluster_info(self, request: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CLUSTER_INFO: brokers and clusters."""

@@ -7,8 +7,9 @@ names), shared by the consumer, the broker and ``mqadmin``:
   "cachedMsgCount", "cachedMsgSizeInMiB", "locked", "tryUnlockTimes", "lastLockTimestamp",
   "droped", "lastPullTimestamp", "lastConsumeTimestamp"}], "statusTable": {topic:
   {"pullRT", "pullTPS", "consumeRT", "consumeOKTPS", "consumeFailedTPS",
-  "consumeFailedMsgs"}}}`` (a ``MessageQueue``-keyed map is a list of rows, as in
-  :mod:`remoting.admin_bodies`; ``droped`` is RocketMQ's spelling).
+  "consumeFailedMsgs"}}, "jstack": text}`` (a ``MessageQueue``-keyed map is a list of rows,
+  as in :mod:`remoting.admin_bodies`; ``droped`` is RocketMQ's spelling; ``jstack``, the
+  consumer process's thread stacks, only when the request's ``jstackEnable`` asked for it).
 - CONSUME_MESSAGE_DIRECTLY response (``ConsumeMessageDirectlyResult``): ``{"order",
   "autoCommit", "consumeResult", "remark", "spentTimeMills"}``, ``consumeResult`` one of
   :class:`CMResult`'s names.
@@ -19,6 +20,7 @@ offending field.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -116,12 +118,16 @@ class ConsumerRunningInfo:
     subscriptions: tuple[SubscriptionData, ...] = ()
     queues: tuple[ProcessQueueInfo, ...] = ()
     status: dict[str, ConsumeStatus] = field(default_factory=dict)
+    jstack: str | None = None
+    """The consumer process's thread stacks, when asked for (RocketMQ's ``jstack``)."""
 
     def with_properties(self, extra: Mapping[str, str]) -> ConsumerRunningInfo:
         """A copy with ``extra`` added to the properties (the client instance adds its own)."""
-        return ConsumerRunningInfo(
-            {**self.properties, **extra}, self.subscriptions, self.queues, self.status
-        )
+        return dataclasses.replace(self, properties={**self.properties, **extra})
+
+    def with_jstack(self, jstack: str) -> ConsumerRunningInfo:
+        """A copy carrying the thread stacks ``jstack``."""
+        return dataclasses.replace(self, jstack=jstack)
 
     def subscription_key(self) -> frozenset[tuple[str, str, str]]:
         """The subscriptions as RocketMQ's ``SubscriptionData.equals`` compares them (topic,
@@ -143,17 +149,18 @@ class ConsumeMessageDirectlyResult:
 
 def encode_running_info(info: ConsumerRunningInfo) -> bytes:
     """The GET_CONSUMER_RUNNING_INFO response body."""
-    return _pack(
-        {
-            "properties": dict(sorted(info.properties.items())),
-            "subscriptionSet": [subscription_to_wire(s) for s in info.subscriptions],
-            "mqTable": [_queue_info_to_wire(q) for q in info.queues],
-            "statusTable": {
-                topic: {wire: getattr(s, attr) for wire, attr, _ in _STATUS_FIELDS}
-                for topic, s in sorted(info.status.items())
-            },
-        }
-    )
+    wire: dict[str, Any] = {
+        "properties": dict(sorted(info.properties.items())),
+        "subscriptionSet": [subscription_to_wire(s) for s in info.subscriptions],
+        "mqTable": [_queue_info_to_wire(q) for q in info.queues],
+        "statusTable": {
+            topic: {wire: getattr(s, attr) for wire, attr, _ in _STATUS_FIELDS}
+            for topic, s in sorted(info.status.items())
+        },
+    }
+    if info.jstack is not None:
+        wire["jstack"] = info.jstack
+    return _pack(wire)
 
 
 def _queue_info_to_wire(q: ProcessQueueInfo) -> dict[str, Any]:
@@ -183,6 +190,7 @@ def decode_running_info(body: bytes) -> ConsumerRunningInfo:
             )
             for topic, s in status.items()
         },
+        _get(wire, "jstack", str, what) if "jstack" in wire else None,
     )
 
 

@@ -347,14 +347,15 @@ class AdminClient:
         return bodies.decode_consumer_connection(resp.body)
 
     async def consumer_running_info(
-        self, addr: str, group: str, client_id: str
+        self, addr: str, group: str, client_id: str, *, jstack: bool = False
     ) -> ConsumerRunningInfo:
         """GET_CONSUMER_RUNNING_INFO of member ``client_id`` of ``group``, asked through the
-        broker at ``addr`` (:meth:`call_consumer`)."""
+        broker at ``addr`` (:meth:`call_consumer`); with ``jstack`` the member adds its
+        process's thread stacks."""
         fields: dict[str, ExtValue] = {
             "consumerGroup": group,
             "clientId": client_id,
-            "jstackEnable": False,
+            "jstackEnable": jstack,
         }
         resp = await self.call_consumer(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
         return _decoded(decode_running_info, resp.body, addr)

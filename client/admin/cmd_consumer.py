@@ -71,18 +71,33 @@ def _member(all_members: list[Member], group: str, client_id: str) -> Member:
 @admin_command("consumerStatus")
 @click.option("-g", "--consumerGroup", "group", required=True, help="Consumer group name.")
 @click.option("-i", "--clientId", "client_id", help="Only this member, in full.")
-def consumer_status(namesrv: str | None, as_json: bool, group: str, client_id: str | None) -> None:
+@click.option(
+    "-s",
+    "--jstack",
+    "jstack",
+    is_flag=True,
+    help="With -i: also the stacks of the threads of the member's process.",
+)
+def consumer_status(
+    namesrv: str | None, as_json: bool, group: str, client_id: str | None, jstack: bool
+) -> None:
     """Query consumer's internal data structure (each member's running info).
 
     Without -i: one line per online member and whether their subscriptions agree; with -i:
-    that member's properties, subscriptions, offsets and process queues.
+    that member's properties, subscriptions, offsets, process queues and per-topic pull and
+    consume figures (RT in ms, TPS in messages a second, over the last minute; failed
+    messages over the last hour), and with -s its process's thread stacks.
     """
+    if jstack and client_id is None:
+        raise click.UsageError("-s (jstack) needs -i clientId")
 
     async def body(admin: AdminClient) -> dict[str, ConsumerRunningInfo]:
         online = await members(admin, group)
         chosen = online if client_id is None else [_member(online, group, client_id)]
         return {
-            m.client_id: await admin.consumer_running_info(m.broker_addr, group, m.client_id)
+            m.client_id: await admin.consumer_running_info(
+                m.broker_addr, group, m.client_id, jstack=jstack
+            )
             for m in chosen
         }
 
@@ -100,8 +115,9 @@ def consumer_status(namesrv: str | None, as_json: bool, group: str, client_id: s
 
 
 def running_info_json(info: ConsumerRunningInfo) -> dict[str, Any]:
-    """``ConsumerRunningInfo`` as JSON, with RocketMQ's field names."""
-    return {
+    """``ConsumerRunningInfo`` as JSON, with RocketMQ's field names (``jstack`` only when
+    the member sent its thread stacks)."""
+    out: dict[str, Any] = {
         "properties": info.properties,
         "subscriptionSet": [
             {"topic": s.topic, "subString": s.sub_string, "expressionType": s.expression_type}
@@ -120,6 +136,9 @@ def running_info_json(info: ConsumerRunningInfo) -> dict[str, Any]:
             for topic, s in info.status.items()
         },
     }
+    if info.jstack is not None:
+        out["jstack"] = info.jstack
+    return out
 
 
 def _queue_json(q: ProcessQueueInfo) -> dict[str, Any]:
@@ -190,6 +209,8 @@ def print_running_info(info: ConsumerRunningInfo) -> None:
             for topic, s in sorted(info.status.items())
         ),
     )
+    if info.jstack is not None:
+        lines("", "", "#Consumer jstack#", info.jstack.rstrip("\n"))
 
 
 def _kind(info: ConsumerRunningInfo) -> str:

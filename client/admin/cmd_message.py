@@ -129,7 +129,7 @@ def query_msg_by_id(
         return MessageQuery(messages, failed)
 
     if group is not None and client_id is not None:
-        _consume_directly(namesrv, as_json, ids, body, group, client_id)
+        _consume_directly(namesrv, as_json, body, group, client_id)
         return
     result = run(namesrv, body)
     _warn_failed(result.failed)
@@ -139,12 +139,12 @@ def query_msg_by_id(
 def _consume_directly(
     namesrv: str | None,
     as_json: bool,
-    ids: list[str],
     find: Callable[[AdminClient], Awaitable[MessageQuery]],
     group: str,
     client_id: str,
 ) -> None:
-    """queryMsgById -g -d: each message found is consumed directly by member ``client_id``."""
+    """queryMsgById / queryMsgByUniqueKey -g -d: each message ``find`` gives is consumed
+    directly by member ``client_id`` of ``group``."""
 
     async def body(admin: AdminClient) -> tuple[MessageQuery, list[ConsumeMessageDirectlyResult]]:
         query = await find(admin)
@@ -176,28 +176,52 @@ UNIQ_KEY_QUERY_MAX = 32
     help=f"Print every message with this id (at most {UNIQ_KEY_QUERY_MAX} per broker), "
     "not only the first stored.",
 )
+@click.option("-g", "--consumerGroup", "group", help="With -d: consume directly in this group.")
+@click.option("-d", "--clientId", "client_id", help="With -g: the member that consumes directly.")
 @charset_option
 def query_msg_by_unique_key(
-    namesrv: str | None, as_json: bool, msg_id: str, topic: str, show_all: bool, charset: str
+    namesrv: str | None,
+    as_json: bool,
+    msg_id: str,
+    topic: str,
+    show_all: bool,
+    group: str | None,
+    client_id: str | None,
+    charset: str,
 ) -> None:
     """Query Message by Unique key: the first stored message whose UNIQ_KEY is -i (every one
     with -a, a resent message say), oldest first.
 
     A broker of the topic that does not answer is named on stderr; the command fails when
-    none answers or no message has the id.
+    none answers or no message has the id. With -g and -d, member -d of group -g runs its
+    handler on that message (each one with -a) once, as queryMsgById -g -d does, and the
+    outcome is printed instead of the message.
     """
+    if (group is None) != (client_id is None):
+        raise click.UsageError("-g and -d go together (consume directly)")
+
+    def not_found(failed: dict[str, str]) -> str:
+        return f"{msg_id}: no message with this UNIQ_KEY in topic {topic}{_unanswered(failed)}"
 
     async def body(admin: AdminClient) -> MessageQuery:
-        return await admin.query_message(topic, msg_id, max_num=UNIQ_KEY_QUERY_MAX, unique=True)
+        query = await admin.query_message(topic, msg_id, max_num=UNIQ_KEY_QUERY_MAX, unique=True)
+        msgs = sorted(query.messages, key=lambda m: m.store_timestamp)
+        return MessageQuery(msgs if show_all else msgs[:1], query.failed)
 
+    async def found(admin: AdminClient) -> MessageQuery:
+        query = await body(admin)
+        if not query.messages:
+            raise MQClientError(ResponseCode.QUERY_NOT_FOUND, not_found(query.failed))
+        return query
+
+    if group is not None and client_id is not None:
+        _consume_directly(namesrv, as_json, found, group, client_id)
+        return
     result = run(namesrv, body)
     _warn_failed(result.failed)
-    msgs = sorted(result.messages, key=lambda m: m.store_timestamp)
-    if not msgs:
-        fail(
-            f"{msg_id}: no message with this UNIQ_KEY in topic {topic}{_unanswered(result.failed)}"
-        )
-    _show(msgs if show_all else msgs[:1], as_json, charset)
+    if not result.messages:
+        fail(not_found(result.failed))
+    _show(result.messages, as_json, charset)
 
 
 @admin_command("queryMsgByKey")

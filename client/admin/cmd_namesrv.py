@@ -1,7 +1,8 @@
 """``mqadmin`` name-server commands: wipeWritePerm, addWritePerm (RocketMQ's
 ``WipeWritePermSubCommand`` / ``AddWritePermSubCommand``), getNamesrvConfig,
-updateNamesrvConfig, updateKvConfig and deleteKvConfig (RocketMQ's ``GetNamesrvConfigCommand``,
-``UpdateNamesrvConfigCommand``, ``UpdateKvConfigCommand``, ``DeleteKvConfigCommand``).
+updateNamesrvConfig, updateKvConfig, deleteKvConfig and updateOrderConf (RocketMQ's
+``GetNamesrvConfigCommand``, ``UpdateNamesrvConfigCommand``, ``UpdateKvConfigCommand``,
+``DeleteKvConfigCommand``, ``UpdateOrderConfCommand``).
 
 Every one of them asks each name server of ``-n`` / ``NAMESRV_ADDR`` in turn, as RocketMQ's
 do; one that fails does not stop the others, and then one line on stderr names it (with the
@@ -30,6 +31,7 @@ from client.admin.base import (
     EachBroker,
     admin_command,
     emit_json,
+    fail,
     fail_if_any_failed,
     lines,
     on_each_broker,
@@ -38,6 +40,9 @@ from client.admin.base import (
     try_each_broker,
     warn,
 )
+from client.errors import MQClientError
+from common.route import NAMESPACE_ORDER_TOPIC_CONFIG
+from remoting.codes import ResponseCode
 
 PermCall = Callable[[AdminClient, str, str], Awaitable[int]]
 """``(admin, name server address, broker name) -> topic count``."""
@@ -195,6 +200,120 @@ def delete_kv_config(namesrv: str | None, as_json: bool, namespace: str, key: st
         emit_json({"namespace": namespace, "key": key, "namesrvAddrs": done})
         return
     lines("delete kv config from namespace success.")
+
+
+ORDER_CONF_METHODS = ("get", "put", "delete")
+
+
+@admin_command("updateOrderConf")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-v", "--orderConf", "order_conf", help="With -m put: brokerName1:num;brokerName2:num."
+)
+@click.option(
+    "-m",
+    "--method",
+    required=True,
+    type=click.Choice(ORDER_CONF_METHODS),
+    help="put, get or delete.",
+)
+def update_order_conf(
+    namesrv: str | None, as_json: bool, topic: str, order_conf: str | None, method: str
+) -> None:
+    """Create or update or delete order conf: the topic's entry of the name servers' KV
+    namespace ORDER_TOPIC_CONFIG.
+
+    put and delete go to every name server of -n; get asks them in turn until one answers. A
+    name server with orderMessageEnable=true hands the entry to clients in the topic's route
+    (orderTopicConf); a put warns about each name server where it is false.
+    """
+    if method == "get":
+        _get_order_conf(namesrv, as_json, topic)
+    elif method == "put":
+        _put_order_conf(namesrv, as_json, topic, parse_order_conf(order_conf or ""))
+    else:
+        done = on_each_namesrv(
+            namesrv,
+            lambda admin, addr: admin.delete_kv_config(addr, NAMESPACE_ORDER_TOPIC_CONFIG, topic),
+        )
+        if as_json:
+            emit_json({"topic": topic, "namesrvAddrs": done})
+            return
+        lines(f"delete orderConf success. topic=[{topic}]")
+
+
+def parse_order_conf(text: str) -> str:
+    """``-v`` checked to be ``brokerName:num`` items (num > 0) separated by ``;``, trimmed;
+    a usage error naming the bad item otherwise (RocketMQ stores any text, and its clients then
+    fail to parse a bad one)."""
+    items = [item.strip() for item in text.split(";") if item.strip()]
+    if not items:
+        raise click.BadParameter("please set orderConf with option -v.", param_hint="-v")
+    for item in items:
+        name, sep, num = item.partition(":")
+        if not sep or not name.strip() or not num.strip().isdigit() or int(num) <= 0:
+            raise click.BadParameter(
+                f"{item!r} is not brokerName:num (num > 0), e.g. broker-a:4;broker-b:4",
+                param_hint="-v",
+            )
+    return ";".join(items)
+
+
+def _get_order_conf(namesrv: str | None, as_json: bool, topic: str) -> None:
+    """The topic's entry from the first name server that answers; a failure when it has
+    none."""
+
+    async def body(admin: AdminClient) -> str | None:
+        errors: list[str] = []
+        for addr in admin.namesrv_addrs:
+            try:
+                return await admin.get_kv_config(addr, NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+            except MQClientError as exc:
+                errors.append(f"{addr}: {exc.reason}")
+        raise MQClientError(
+            ResponseCode.SYSTEM_ERROR, f"no name server answered ({'; '.join(errors)})"
+        )
+
+    conf = run(namesrv, body)
+    if conf is None:
+        fail(f"no order conf of topic {topic} (KV namespace {NAMESPACE_ORDER_TOPIC_CONFIG})")
+    if as_json:
+        emit_json({"topic": topic, "orderConf": conf})
+        return
+    lines(f"get orderConf success. topic=[{topic}], orderConf=[{conf}]")
+
+
+def _put_order_conf(namesrv: str | None, as_json: bool, topic: str, conf: str) -> None:
+    """Store the entry on every name server, then warn about the ones whose routes will not
+    carry it (orderMessageEnable=false)."""
+
+    async def put(admin: AdminClient, addr: str) -> None:
+        await admin.put_kv_config(addr, NAMESPACE_ORDER_TOPIC_CONFIG, topic, conf)
+
+    async def body(admin: AdminClient) -> tuple[list[str], list[str]]:
+        targets = [(addr, addr) for addr in admin.namesrv_addrs]
+        done = [addr for addr, _ in await on_each_broker(targets, lambda a: put(admin, a))]
+        return done, [a for a in done if not await _order_message_enabled(admin, a)]
+
+    done, disabled = run(namesrv, body)
+    if as_json:
+        emit_json({"topic": topic, "orderConf": conf, "namesrvAddrs": done})
+    else:
+        lines(f"update orderConf success. topic=[{topic}], orderConf=[{conf}]")
+    if disabled:
+        warn(
+            f"orderMessageEnable is false on {', '.join(disabled)}: routes from there do not "
+            "carry orderTopicConf (mqadmin updateNamesrvConfig -k orderMessageEnable -v true)"
+        )
+
+
+async def _order_message_enabled(admin: AdminClient, addr: str) -> bool:
+    """True when name server ``addr`` says ``orderMessageEnable=true`` (or cannot say)."""
+    try:
+        config = await admin.namesrv_config(addr)
+    except MQClientError:
+        return True
+    return config.get("orderMessageEnable", "true").strip().lower() == "true"
 
 
 def _bracketed(addrs: list[str]) -> str:

@@ -4,11 +4,14 @@ consumers' own connections."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
 from client.consume_service import ConsumeResult
+from client.consumer_stats import CONSUME_OK_TPS
 from client.message import ReceivedMessage
+from client.running_info import thread_stacks
 from common.subscription import build_subscription
 from remoting.consumer_bodies import (
     CMResult,
@@ -226,5 +229,121 @@ def test_bodies_round_trip() -> None:
         {TOPIC: ConsumeStatus(pull_rt=1.5, consume_failed_msgs=2)},
     )
     assert decode_running_info(encode_running_info(info)) == info
+    with_stacks = info.with_jstack("main  TID: 1\n")
+    assert decode_running_info(encode_running_info(with_stacks)) == with_stacks
     result = ConsumeMessageDirectlyResult(True, False, CMResult.CR_LATER, "why", 12)
     assert decode_direct_result(encode_direct_result(result)) == result
+
+
+async def test_query_msg_by_unique_key_consumes_directly(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        calls.extend(m.body.decode() for m in msgs)
+        return ConsumeResult.RECONSUME_LATER
+
+    async with cluster(tmp_path) as c:
+        n = ("-n", c.namesrv)
+        consumer = PushConsumer("cg", c.namesrv)
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            consumer.suspend()  # it consumes only what it is sent directly
+            msg = Message(TOPIC, b"twice")
+            first = await producer.send(msg)
+            await producer.send(msg)  # the same UNIQ_KEY again
+            client_id = consumer.instance.client_id
+            await online_everywhere(c, "cg", client_id)
+            q = ("queryMsgByUniqueKey", *n, "-t", TOPIC, "-i", first.msg_id)
+
+            [answer] = await as_json(*q, "-g", "cg", "-d", client_id)
+            assert (answer["msgId"], answer["consumeResult"]) == (first.msg_id, "CR_LATER")
+            assert calls == ["twice"]  # the first stored copy only
+            text = await ok(*q, "-g", "cg", "-d", client_id, "-a")
+            assert text.count("ConsumeMessageDirectlyResult [order=false") == 2  # each copy
+            assert calls == ["twice"] * 3
+            err = await fails(*q, "-g", "cg")
+            assert "-g and -d go together" in err
+            err = await fails(*q, "-g", "cg", "-d", "10.0.0.1@gone")
+            assert "The Consumer <cg> <10.0.0.1@gone> not online" in err
+            err = await fails(*q[:-1], "0A0B0C", "-g", "cg", "-d", client_id)
+            assert f"0A0B0C: no message with this UNIQ_KEY in topic {TOPIC}" in err
+            assert len(calls) == 3
+
+
+async def test_status_table_shows_the_pull_and_consume_figures(tmp_path: Path) -> None:
+    handled: list[str] = []
+
+    def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        time.sleep(0.02)  # every call takes at least 20 ms
+        handled.extend(m.body.decode() for m in msgs)
+        return ConsumeResult.RECONSUME_LATER if msgs[0].body == b"bad" else ConsumeResult.SUCCESS
+
+    async with cluster(tmp_path) as c:
+        consumer = PushConsumer("cg", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            for body in ("ok", "ok", "bad", "ok", "bad", "ok"):
+                await producer.send(Message(TOPIC, body.encode()))
+            await wait_until(lambda: len(handled) >= 6, "every message handled once")
+            client_id = consumer.instance.client_id
+            await online_everywhere(c, "cg", client_id)
+            n = ("-n", c.namesrv, "-g", "cg", "-i", client_id)
+
+            async def both_counted() -> bool:
+                row = (await as_json("consumerStatus", *n))["statusTable"][TOPIC]
+                return row["consumeFailedMsgs"] == 2 and row["consumeOKTPS"] > 0
+
+            await wait_until(both_counted, "the outcomes counted")
+            info = await as_json("consumerStatus", *n)
+            assert set(info["statusTable"]) == {TOPIC, "%RETRY%cg"}  # one row per subscription
+            row = info["statusTable"][TOPIC]
+            assert row["pullTPS"] > 0
+            assert row["pullRT"] >= 0
+            assert row["consumeRT"] >= 20  # ms per handler call
+            assert row["consumeOKTPS"] > 0
+            assert row["consumeFailedTPS"] > 0
+            ok_item = consumer.instance.consumer_stats.tables[CONSUME_OK_TPS][f"{TOPIC}@cg"]
+            assert ok_item.value == 4  # the four acknowledged messages, each once
+            text = await ok("consumerStatus", *n)
+            rt_tps = text[text.index("#Consumer RT&TPS#") :].splitlines()
+            [line] = [ln for ln in rt_tps if ln.startswith(f"{TOPIC} ")]
+            assert line.split()[-1] == "2"  # #ConsumeFailedMsgsInHour
+            assert "#Consumer jstack#" not in text
+            assert "jstack" not in info
+
+
+async def test_jstack_shows_the_consumer_threads(tmp_path: Path) -> None:
+    async with (
+        cluster(tmp_path) as c,
+        PullConsumer("pull-g", c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer,
+    ):
+        consumer.subscribe(TOPIC)
+        async with Producer("pg", c.namesrv) as producer:
+            sent = await producer.send(Message(TOPIC, b"x"))
+        got: list[ReceivedMessage] = []
+        await wait_until(lambda: bool(got.extend(consumer.poll_nowait()) or got), "a message")
+        client_id = consumer.instance.client_id
+        await online_everywhere(c, "pull-g", client_id)
+        n = ("-n", c.namesrv, "-g", "pull-g", "-i", client_id)
+        text = await ok("consumerStatus", *n, "-s")
+        jstack = text[text.index("#Consumer jstack#") :]
+        assert "MainThread" in jstack
+        assert "TID: " in jstack
+        info = await as_json("consumerStatus", *n, "-s")
+        assert "MainThread" in info["jstack"]
+        row = info["statusTable"][TOPIC]  # a pull consumer's pull figures
+        assert row["pullTPS"] > 0
+        assert (row["consumeOKTPS"], row["consumeFailedMsgs"]) == (0.0, 0)
+        err = await fails("consumerStatus", "-n", c.namesrv, "-g", "pull-g", "-s")
+        assert "-s (jstack) needs -i clientId" in err
+        direct = ("-n", c.namesrv, "-g", "pull-g", "-d", client_id, "-t", TOPIC, "-i")
+        err = await fails("queryMsgByUniqueKey", *direct, sent.msg_id)
+        assert f"this {client_id} client is not push consumer, not support direct push" in err
+
+
+def test_thread_stacks_are_bounded() -> None:
+    stacks = thread_stacks()
+    assert "thread_stacks(" in stacks  # this very call, in the main thread's stack
+    cut = thread_stacks(100)
+    assert cut.startswith(stacks[:100])
+    assert cut.endswith(f"... {len(stacks) - 100} more characters left out\n")
