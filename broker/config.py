@@ -49,7 +49,11 @@ from common.properties import convert_value, format_entry, load_properties
 from common.route import MASTER_ID, MAX_QUEUE_NUMS, PermName
 from remoting.busy_poll import default_window_us
 from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
-from remoting.server import DEFAULT_FRAME_READ_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S
+from remoting.server import (
+    DEFAULT_FRAME_READ_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+)
 from store.config import (
     DISK_RATIO_BOUNDS,
     StoreConfig,
@@ -232,6 +236,12 @@ class BrokerConfig:
     server_max_connections: int = field(default=0, metadata=_meta("serverMaxConnections", int))
     """Client connections served at once; more are closed as they come (0: half the
     process's file-descriptor limit, leaving the rest for the store's files)."""
+    server_max_connections_per_ip: int = field(
+        default=DEFAULT_MAX_CONNECTIONS_PER_IP, metadata=_meta("serverMaxConnectionsPerIp", int)
+    )
+    """Connections one client IP address may hold at once; more from it are closed as they
+    come, so one host cannot take every ``serverMaxConnections`` slot (0: no per-IP cap;
+    Kafka's ``max.connections.per.ip``, RocketMQ has none)."""
     server_channel_max_idle_time_seconds: int = field(
         default=int(DEFAULT_IDLE_TIMEOUT_S), metadata=_meta("serverChannelMaxIdleTimeSeconds", int)
     )
@@ -310,6 +320,7 @@ class BrokerConfig:
         for key, value, low in (
             ("busyPollMicros", self.busy_poll_us, 0),
             ("serverMaxConnections", self.server_max_connections, 0),
+            ("serverMaxConnectionsPerIp", self.server_max_connections_per_ip, 0),
             ("serverChannelMaxIdleTimeSeconds", self.server_channel_max_idle_time_seconds, 0),
             ("serverFrameReadTimeoutSeconds", self.server_frame_read_timeout_seconds, 0),
             ("serverMaxPendingRequests", self.server_max_pending_requests, 1),

@@ -314,6 +314,7 @@ class BrokerController:
             frame_read_timeout_s=self.config.server_frame_read_timeout_seconds,
             busy_poll_s=self.config.busy_poll_us / 1e6,
             max_connections=self.config.server_max_connections or None,
+            max_connections_per_ip=self.config.server_max_connections_per_ip,
             max_pending=self.config.server_max_pending_requests,
             max_pending_per_connection=self.config.server_max_pending_requests_per_connection,
         )
@@ -400,6 +401,7 @@ class BrokerController:
             "rejectedBusyRequests": str(limit.rejected),
             "connections": f"{len(server.channels)} of {server.max_connections}",
             "refusedConnections": str(server.refused),
+            "refusedConnectionsPerIp": str(server.refused_per_ip),
         }
 
     # ------------------------------------------------------------------ name servers

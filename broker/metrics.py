@@ -34,6 +34,11 @@ brokerName, as RocketMQ 5's native metrics do):
   sends), ``minimq_requests_rejected_busy_total`` (answered ``SYSTEM_BUSY`` past
   ``serverMaxPendingRequests[PerConnection]``) and ``minimq_connections_refused_total``
   (closed at once past ``serverMaxConnections``);
+- ``minimq_connections`` (client connections open now), ``minimq_connections_top_ip`` (the
+  most any one client IP address holds now, to compare with ``serverMaxConnectionsPerIp``;
+  one number, not a series per address, which peers could multiply) and
+  ``minimq_connections_refused_per_ip_total`` (closed at once past
+  ``serverMaxConnectionsPerIp``);
 - ``minimq_pull_requests_held`` (pulls parked by long polling, or held by short polling, now:
   RocketMQ's ``PullRequestHoldService`` table, which it does not export) and
   ``minimq_trio_tasks`` (live tasks of the broker's trio event loop, counted on the loop by the
@@ -139,6 +144,24 @@ def _plain_counters(
         counter = CounterMetricFamily(name, doc, labels=names)
         counter.add_metric(values, number)
         yield counter
+
+
+def _connection_gauges(
+    names: list[str], values: list[str], server: RemotingServer
+) -> Iterator[Metric]:
+    """``minimq_connections`` and ``minimq_connections_top_ip`` of ``server`` now."""
+    by_ip = server.connections_by_ip()
+    for name, doc, number in (
+        ("minimq_connections", "Client connections open now.", len(server.channels)),
+        (
+            "minimq_connections_top_ip",
+            "Most connections any one client IP address holds now.",
+            max(by_ip.values(), default=0),
+        ),
+    ):
+        gauge = GaugeMetricFamily(name, doc, labels=names)
+        gauge.add_metric(values, number)
+        yield gauge
 
 
 def count_trio_tasks() -> int:
@@ -259,7 +282,13 @@ class BrokerMetrics(Collector):
                 "Connections closed at once: serverMaxConnections were open.",
                 server.refused,
             ),
+            (
+                "minimq_connections_refused_per_ip",
+                "Connections closed at once: their IP held serverMaxConnectionsPerIp.",
+                server.refused_per_ip,
+            ),
         )
+        yield from _connection_gauges(names, values, server)
 
     def _busy_poll(self, names: list[str], values: list[str]) -> Iterator[Metric]:
         poll = self.source.busy_poll

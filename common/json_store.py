@@ -8,6 +8,9 @@ Rules:
   the same way (its parent synced). Before that, the previous ``<name>`` is saved
   the same way as ``<name>.bak`` if it still loads (parses as JSON, and the caller's decoder
   accepts it), so a corrupt file never replaces a good backup.
+- :func:`write_file_atomic` writes any bytes the same way (tmp, fsync, rename, directory
+  fsync), the previous file kept as ``<name>.bak`` whatever it holds (RocketMQ's
+  ``MixAll.string2File``: the name server's ``configStorePath``).
 - :func:`load_json` reads ``<name>``; if it is missing, empty, not JSON or JSON of the wrong
   shape (its decoder refuses it) it logs a warning and falls back to ``<name>.bak``. A
   leftover ``<name>.tmp`` (a crashed writer) is ignored.
@@ -105,6 +108,19 @@ def write_json_atomic(path: Path, obj: Any, decode: Callable[[Any], object] | No
             log.warning("%s is corrupt; not copying it over %s", path, backup_path(path))
         else:
             _replace_with(backup_path(path), old)
+    _replace_with(path, data)
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see the module rules), the old file kept as
+    ``<path>.bak``; OSError when it cannot be written (``path`` is then unchanged)."""
+    _make_directories(path.parent)
+    try:
+        old = path.read_bytes()
+    except FileNotFoundError:
+        old = None
+    if old is not None:
+        _replace_with(backup_path(path), old)
     _replace_with(path, data)
 
 

@@ -11,6 +11,11 @@ Rules:
 
 - Settings come from ``-c FILE`` (a ``.properties`` file with RocketMQ's keys), then
   ``--listenPort`` / ``--bindAddress`` override it; defaults are RocketMQ's (9876, 0.0.0.0).
+- With ``-c FILE``, FILE is the ``configStorePath`` whatever the file says (RocketMQ's
+  ``NamesrvStartup``): ``mqadmin updateNamesrvConfig`` rewrites FILE (the old one kept as
+  ``FILE.bak``), so a restart with the same ``-c`` keeps the update; the command-line
+  overrides are not written into it. Without ``-c`` updates go to
+  ``~/namesrv/namesrv.properties``, which is not read at start (as in RocketMQ).
 - ``-p`` prints the effective settings as ``key=value`` lines (escaped, so that they read back
   with ``-c``) and exits 0.
 - The name server reads no environment variable (``NAMESRV_ADDR`` is for brokers and clients).
@@ -28,6 +33,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import click
 import trio
@@ -56,17 +62,29 @@ BOOT_LINE = "The Name Server boot success. listening on {host}:{port}"
 
 def build_config(
     config_file: str | None, listen_port: int | None, bind_address: str | None
-) -> NamesrvConfig:
-    """The effective config: the file's properties, then the command-line overrides.
+) -> tuple[NamesrvConfig, NamesrvConfig]:
+    """The effective config (the file's properties, then the command-line overrides) and the
+    file's own (the base of what an update saves: see :mod:`namesrv.server`).
 
     Raises ValueError (or OSError for an unreadable file) with a one-line message.
     """
-    props = load_properties(config_file) if config_file is not None else {}
+    props = file_properties(config_file)
+    file_config = NamesrvConfig.from_properties(props)
     if listen_port is not None:
         props["listenPort"] = str(listen_port)
     if bind_address is not None:
         props["bindAddress"] = bind_address
-    return NamesrvConfig.from_properties(props)
+    return NamesrvConfig.from_properties(props), file_config
+
+
+def file_properties(config_file: str | None) -> dict[str, str]:
+    """The ``-c`` file's properties (none without one), its ``configStorePath`` being the
+    file itself (RocketMQ's ``NamesrvStartup``: updates are saved where they are read)."""
+    if config_file is None:
+        return {}
+    props = load_properties(config_file)
+    props["configStorePath"] = str(Path(config_file).resolve())
+    return props
 
 
 async def _serve(server: NameServer) -> None:
@@ -106,7 +124,7 @@ def main(
 ) -> None:
     """Start a minimq name server."""
     try:
-        config = build_config(config_file, listen_port, bind_address)
+        config, file_config = build_config(config_file, listen_port, bind_address)
     except (ValueError, OSError) as exc:
         fail(PROGRAM, f"bad config: {exc}")
     if print_config:
@@ -118,7 +136,7 @@ def main(
         fail(PROGRAM, f"cannot open log file: {exc}")
     raise_open_files_limit(log)  # before the server computes its connection cap from it
     try:
-        server = NameServer(config)  # loads the KV config
+        server = NameServer(config, file_config=file_config)  # loads the KV config
     except (ValueError, OSError) as exc:
         fail(PROGRAM, f"cannot load the KV config: {exc}")
     try:

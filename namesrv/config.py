@@ -13,6 +13,10 @@ Rules:
 - :func:`updated_config` applies UPDATE_NAMESRV_CONFIG: only :data:`RUNTIME_KEYS` change at
   runtime; :data:`CONFIG_BLACK_LIST` keys (RocketMQ's ``configBlackList``) and the other known
   keys are refused with :class:`ConfigUpdateRefused`, as are unknown keys and bad values.
+- ``configStorePath`` is where an accepted update is saved (RocketMQ's ``Configuration``
+  persisting to ``NamesrvConfig#configStorePath``): ``~/namesrv/namesrv.properties`` by
+  default, the ``-c`` file when ``mqnamesrv`` was given one (:mod:`namesrv.server`).
+  :func:`stored_config` says what is saved.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from common.properties import convert_value, format_entry
-from remoting.server import DEFAULT_FRAME_READ_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S
+from remoting.server import (
+    DEFAULT_FRAME_READ_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+)
 
 
 def _key(name: str) -> dict[str, str]:
@@ -45,6 +53,11 @@ class NamesrvConfig:
     )
     """A frame whose first bytes arrived must arrive whole within this, else its connection is
     closed (0: no limit)."""
+    server_max_connections_per_ip: int = field(
+        default=DEFAULT_MAX_CONNECTIONS_PER_IP, metadata=_key("serverMaxConnectionsPerIp")
+    )
+    """Connections one client IP address may hold at once; more from it are closed as they
+    come (0: no per-IP cap), as the broker's key of the same name."""
     scan_not_active_broker_interval_ms: int = field(
         default=5000, metadata=_key("scanNotActiveBrokerInterval")
     )
@@ -56,6 +69,11 @@ class NamesrvConfig:
         default_factory=lambda: str(Path.home() / "namesrv" / "kvConfig.json"),
         metadata=_key("kvConfigPath"),
     )
+    config_store_path: str = field(
+        default_factory=lambda: str(Path.home() / "namesrv" / "namesrv.properties"),
+        metadata=_key("configStorePath"),
+    )
+    """Where UPDATE_NAMESRV_CONFIG saves the config (``mqnamesrv -c FILE`` makes it FILE)."""
     product_env_name: str = field(default="center", metadata=_key("productEnvName"))
     cluster_test: bool = field(default=False, metadata=_key("clusterTest"))
     order_message_enable: bool = field(default=False, metadata=_key("orderMessageEnable"))
@@ -75,6 +93,11 @@ class NamesrvConfig:
         ):
             if value < 0:
                 raise ValueError(f"{key} must be >= 0 s (0: no limit), got {value}")
+        if self.server_max_connections_per_ip < 0:
+            raise ValueError(
+                "serverMaxConnectionsPerIp must be >= 0 (0: no cap), "
+                f"got {self.server_max_connections_per_ip}"
+            )
 
     @classmethod
     def property_keys(cls) -> dict[str, str]:
@@ -133,6 +156,16 @@ class ConfigUpdateRefused(ValueError):
     def __init__(self, reason: str, *, black_listed: bool = False) -> None:
         super().__init__(reason)
         self.black_listed = black_listed
+
+
+def stored_config(started: NamesrvConfig, live: NamesrvConfig) -> NamesrvConfig:
+    """What ``configStorePath`` gets after an update: ``started`` (the config as read at start,
+    before command-line overrides) with ``live``'s values of :data:`RUNTIME_KEYS`. So a value
+    given on the command line for one run (``--listenPort``) is not written into the file."""
+    names = NamesrvConfig.property_keys()
+    return dataclasses.replace(
+        started, **{names[key]: getattr(live, names[key]) for key in RUNTIME_KEYS}
+    )
 
 
 def updated_config(config: NamesrvConfig, props: dict[str, str]) -> NamesrvConfig:

@@ -24,7 +24,9 @@ clock and offers :meth:`NamesrvProcessor.handlers`, the ``{code: handler}`` tabl
     UPDATE_NAMESRV_CONFIG               318  body: key=value lines (.properties text) ->
                                              NO_PERMISSION for a configBlackList key,
                                              INVALID_PARAMETER for any other key that does not
-                                             change at runtime or a bad value (nothing changed)
+                                             change at runtime or a bad value, SYSTEM_ERROR
+                                             when configStorePath cannot be written (nothing
+                                             changed in any of these cases)
     GET_NAMESRV_CONFIG                  319  -> body: the effective config, key=value lines
                                              (as ``mqnamesrv -p`` prints)
 
@@ -82,7 +84,8 @@ def register_response_fields(result: RegisterResult) -> dict[str, ExtValue]:
 
 class NamesrvProcessor:
     """The name server's handlers over ``route_info`` and ``kv_config``; ``now_ms`` stamps
-    registrations; ``config`` gives the effective config and ``apply_config`` replaces it."""
+    registrations; ``config`` gives the effective config and ``apply_config`` saves and
+    replaces it (raising OSError, nothing changed, when it cannot save it)."""
 
     def __init__(
         self,
@@ -296,7 +299,15 @@ class NamesrvProcessor:
             )
         except ValueError as exc:  # not UTF-8, or not properties text
             return error(request, ResponseCode.INVALID_PARAMETER, f"bad properties body: {exc}")
-        self.apply_config(config)
+        try:
+            self.apply_config(config)
+        except OSError as exc:
+            log.error("namesrv config update %s not saved: %s", props, exc)
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"cannot save the config to configStorePath, nothing changed: {exc}",
+            )
         log.info("namesrv config updated: %s", props)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 

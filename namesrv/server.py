@@ -17,16 +17,28 @@ Rules:
 - Cancelling :meth:`NameServer.run` stops the server (see :mod:`remoting.server`) and the loop.
 - The KV config (:class:`~namesrv.kv_config.KVConfigManager`) is loaded from ``kvConfigPath``
   when the :class:`NameServer` is built (ValueError when the file and its backup are corrupt).
+- An accepted UPDATE_NAMESRV_CONFIG is saved to ``configStorePath`` before it takes effect
+  (RocketMQ's ``Configuration#update`` then ``#persist``): the whole config as ``key=value``
+  lines, written atomically (:func:`common.json_store.write_file_atomic`, the previous file
+  kept as ``.bak``). What is saved is ``file_config`` (the config as read at start, before
+  command-line overrides) with the runtime keys changed (:func:`namesrv.config.stored_config`).
+  When the file cannot be written the update raises :class:`OSError` and nothing changes
+  (RocketMQ logs the failure and keeps the change in memory only, lost at restart).
+- As in RocketMQ, the name server never reads ``configStorePath`` itself: ``mqnamesrv -c FILE``
+  makes FILE the ``configStorePath`` (RocketMQ's ``NamesrvStartup``), so a restart with the
+  same ``-c`` reads the saved updates back, with the command line still overriding them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
 
-from namesrv.config import NamesrvConfig
+from common.json_store import write_file_atomic
+from namesrv.config import NamesrvConfig, stored_config
 from namesrv.kv_config import KVConfigManager
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
@@ -61,9 +73,12 @@ async def expire_loop(
 class NameServer:
     """Routing tables served over the remoting protocol; see the module docstring."""
 
-    def __init__(self, config: NamesrvConfig) -> None:
+    def __init__(self, config: NamesrvConfig, *, file_config: NamesrvConfig | None = None) -> None:
         self.config = config
         """The effective config; UPDATE_NAMESRV_CONFIG replaces it (:meth:`apply_config`)."""
+        self.file_config = file_config if file_config is not None else config
+        """The config as read at start, before command-line overrides: the base of what an
+        update saves to ``configStorePath``."""
         self.route_info = RouteInfoManager(config.broker_channel_expired_time_ms)
         self.kv_config = KVConfigManager(config.kv_config_path)
         self.kv_config.load()
@@ -78,7 +93,13 @@ class NameServer:
         """The bound port once :meth:`run` has started."""
 
     def apply_config(self, config: NamesrvConfig) -> None:
-        """Make ``config`` (changed only in its runtime keys) the effective one."""
+        """Save ``config`` (changed only in its runtime keys) to ``configStorePath``, then make
+        it the effective one; OSError (nothing changed) when it cannot be saved."""
+        stored = stored_config(self.file_config, config)
+        path = Path(self.config.config_store_path).expanduser()
+        write_file_atomic(path, stored.to_properties().encode("utf-8"))
+        log.info("namesrv config saved to %s", path)
+        self.file_config = stored
         self.config = config
         self.route_info.broker_channel_expired_time_ms = config.broker_channel_expired_time_ms
 
@@ -90,6 +111,7 @@ class NameServer:
             port=self.config.listen_port,
             idle_timeout_s=self.config.server_channel_max_idle_time_seconds,
             frame_read_timeout_s=self.config.server_frame_read_timeout_seconds,
+            max_connections_per_ip=self.config.server_max_connections_per_ip,
             on_close=self.processor.channel_closed,
         )
         async with trio.open_nursery() as nursery:

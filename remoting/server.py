@@ -32,6 +32,16 @@ Rules:
   file-descriptor limit, so that clients can never take the descriptors the store needs for
   its files); one more is closed as soon as it is accepted, with a warning at most every
   :data:`OVER_CAP_LOG_INTERVAL_S`.
+- At most ``max_connections_per_ip`` of them come from one peer IP address (by default
+  :data:`DEFAULT_MAX_CONNECTIONS_PER_IP`; ``0``: no per-IP cap), so one host (a client
+  leaking connections, a flood) cannot take every slot of ``max_connections`` from the
+  others. One more from that address is closed as soon as it is accepted, counted in
+  ``refused_per_ip`` and warned about through the server's
+  :class:`~remoting.log_limit.WarningLimiter` (the first such warning of an interval names
+  the address); connections from other addresses are served as before. An address's count
+  drops when its connection ends, however it ends (the peer closing or resetting, the idle
+  timeout, a protocol error, the server stopping), and an address with none open is
+  forgotten, so the table holds only addresses with connections open.
 - At most ``max_pending`` requests wait for their answer at once (long polls, ``SYNC_FLUSH``
   sends), at most ``max_pending_per_connection`` of them on one connection; a request past
   either is answered ``SYSTEM_BUSY`` at once (:mod:`remoting.flow_control`).
@@ -52,19 +62,20 @@ import trio
 from common.net import open_listeners
 from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, ConnectionContext, Handler
-from remoting.connection import Connection
+from remoting.connection import Connection, peer_address
 from remoting.flow_control import (
     DEFAULT_MAX_PENDING,
     DEFAULT_MAX_PENDING_PER_CONNECTION,
     PendingLimit,
 )
-from remoting.log_limit import WARNING_INTERVAL_S, WarningLimiter
+from remoting.log_limit import WARNING_INTERVAL_S, WarningLimiter, suppressed_note
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_FRAME_READ_TIMEOUT_S",
     "DEFAULT_IDLE_TIMEOUT_S",
+    "DEFAULT_MAX_CONNECTIONS_PER_IP",
     "ConnectionContext",
     "Handler",
     "RemotingServer",
@@ -72,6 +83,15 @@ __all__ = [
 ]
 
 OVER_CAP_LOG_INTERVAL_S = 10.0
+
+DEFAULT_MAX_CONNECTIONS_PER_IP = 1024
+"""Connections one peer IP address may hold at once. RocketMQ has no such cap; Kafka's
+``max.connections.per.ip`` defaults to unlimited. A client process shares one connection per
+server (RocketMQ's ``MQClientInstance``), so 1024 is far above what the clients of one host
+need, and still keeps one host from taking every slot of a default ``max_connections`` (tens
+of thousands once ``mqbroker`` / ``mqnamesrv`` raised the descriptor limit)."""
+PER_IP_CAP_WARNING = "connections per IP"
+"""The :class:`~remoting.log_limit.WarningLimiter` kind of the per-IP refusal warning."""
 
 DEFAULT_IDLE_TIMEOUT_S = 120.0
 """RocketMQ's ``serverChannelMaxIdleTimeSeconds``."""
@@ -110,6 +130,7 @@ class RemotingServer:
         on_close: Callable[[Channel], None] | None = None,
         busy_poll_s: float = 0.0,
         max_connections: int | None = None,
+        max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
         max_pending: int = DEFAULT_MAX_PENDING,
         max_pending_per_connection: int = DEFAULT_MAX_PENDING_PER_CONNECTION,
         port_setting: str = "listenPort",
@@ -126,6 +147,15 @@ class RemotingServer:
         self.refused = 0
         """Connections closed at once because ``max_connections`` were open."""
         self._refusal_logged = -math.inf
+        if max_connections_per_ip < 0:
+            raise ValueError(
+                f"max_connections_per_ip must be >= 0 (0: no cap), got {max_connections_per_ip}"
+            )
+        self.max_connections_per_ip = max_connections_per_ip
+        """Connections one peer IP address may hold at once (0: no cap)."""
+        self.refused_per_ip = 0
+        """Connections closed at once because their address held ``max_connections_per_ip``."""
+        self._per_ip: dict[str, int] = {}
         self.on_close = on_close
         self.host = host
         self.port = port
@@ -153,11 +183,37 @@ class RemotingServer:
             await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
             task_status.started(self.port)
 
+    def connections_by_ip(self) -> dict[str, int]:
+        """Peer IP address -> connections it holds now (addresses with none are absent)."""
+        return dict(self._per_ip)
+
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        """Run one connection's channel; log and swallow anything it raises."""
+        """Run one connection's channel unless a cap refuses it; while it runs, count it
+        against its peer's address."""
         if len(self._channels) >= self.max_connections:
             await self._refuse(stream)
             return
+        ip = _peer_ip(stream)
+        if ip is not None and 0 < self.max_connections_per_ip <= self._per_ip.get(ip, 0):
+            await self._refuse_per_ip(stream, ip)
+            return
+        if ip is not None:
+            self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        try:
+            await self._run_channel(stream)
+        finally:
+            if ip is not None:
+                self._release_ip(ip)
+
+    def _release_ip(self, ip: str) -> None:
+        left = self._per_ip[ip] - 1
+        if left:
+            self._per_ip[ip] = left
+        else:
+            del self._per_ip[ip]
+
+    async def _run_channel(self, stream: trio.SocketStream) -> None:
+        """Run one connection's channel; log and swallow anything it raises."""
         channel = Channel(
             Connection(stream, frame_read_timeout_s=self.frame_read_timeout_s),
             self.handlers,
@@ -180,6 +236,20 @@ class RemotingServer:
                 except Exception:
                     log.exception("close hook for %s failed", channel.remote_addr)
 
+    async def _refuse_per_ip(self, stream: trio.SocketStream, ip: str) -> None:
+        self.refused_per_ip += 1
+        dropped = self.warnings.allow(PER_IP_CAP_WARNING)
+        if dropped is not None:
+            log.warning(
+                "%s already holds %d connections, the most one address may "
+                "(serverMaxConnectionsPerIp): closing its new one (%d refused so far)%s",
+                ip,
+                self._per_ip.get(ip, 0),
+                self.refused_per_ip,
+                suppressed_note(dropped),
+            )
+        await _close_at_once(stream)
+
     async def _refuse(self, stream: trio.SocketStream) -> None:
         self.refused += 1
         now = time.monotonic()
@@ -190,6 +260,19 @@ class RemotingServer:
                 len(self._channels),
                 self.refused,
             )
-        with trio.move_on_after(1) as scope:
-            scope.shield = True
-            await stream.aclose()
+        await _close_at_once(stream)
+
+
+def _peer_ip(stream: trio.SocketStream) -> str | None:
+    """The peer's IP address, or None when it is unknown (the peer already went away)."""
+    addr = peer_address(stream)
+    if addr == "?":
+        return None
+    return addr.rsplit(":", 1)[0]
+
+
+async def _close_at_once(stream: trio.SocketStream) -> None:
+    """Close a refused connection (shielded and bounded, so it works while cancelled)."""
+    with trio.move_on_after(1) as scope:
+        scope.shield = True
+        await stream.aclose()

@@ -10,11 +10,12 @@ from pathlib import Path
 import trio
 
 from client.admin.admin_client import AdminClient
+from common.properties import load_properties
 from namesrv.config import NamesrvConfig
 from namesrv.route_info import RouteInfoManager
 from namesrv.server import NameServer, expire_loop, trio_now_ms
 from tests.admin.harness import as_json, fails, ok
-from tests.processes import run_cli
+from tests.processes import NAMESRV_BOOT, run_cli, start_process, stop_process
 
 LIMIT = 30.0
 
@@ -24,9 +25,17 @@ def kv_path(tmp_path: Path, index: int = 0) -> Path:
     return tmp_path / f"namesrv{index}" / "kvConfig.json"
 
 
+def store_path(tmp_path: Path, index: int = 0) -> Path:
+    """Where name server ``index`` saves its config updates (its ``configStorePath``)."""
+    return tmp_path / f"namesrv{index}" / "namesrv.properties"
+
+
 @asynccontextmanager
-async def name_servers(tmp_path: Path, count: int = 1) -> AsyncIterator[list[NameServer]]:
-    """``count`` name servers, each with its own kvConfigPath under ``tmp_path``."""
+async def name_servers(
+    tmp_path: Path, count: int = 1, *, config_store: Path | None = None
+) -> AsyncIterator[list[NameServer]]:
+    """``count`` name servers, each with its own kvConfigPath and configStorePath under
+    ``tmp_path`` (or ``config_store`` as every one's configStorePath)."""
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery:
             servers = []
@@ -35,6 +44,7 @@ async def name_servers(tmp_path: Path, count: int = 1) -> AsyncIterator[list[Nam
                     listen_port=0,
                     bind_address="127.0.0.1",
                     kv_config_path=str(kv_path(tmp_path, index)),
+                    config_store_path=str(config_store or store_path(tmp_path, index)),
                 )
                 server = NameServer(config)
                 await nursery.start(server.run)
@@ -105,6 +115,10 @@ async def test_update_of_a_runtime_key_takes_effect_on_every_name_server(tmp_pat
         configs = await as_json("getNamesrvConfig", "-n", n)
         assert {c["brokerChannelExpiredTime"] for c in configs.values()} == {"7000"}
         assert {c["scanNotActiveBrokerInterval"] for c in configs.values()} == {"250"}
+    for index in range(2):  # each saved it to its configStorePath
+        saved = load_properties(store_path(tmp_path, index))
+        assert saved["brokerChannelExpiredTime"] == "7000"
+        assert saved["scanNotActiveBrokerInterval"] == "250"
 
 
 async def test_refused_keys_and_values_change_nothing(tmp_path: Path) -> None:
@@ -161,3 +175,71 @@ def test_mqnamesrv_with_a_corrupt_kv_file_exits_1_with_one_line(tmp_path: Path) 
     last = done.stderr.strip().splitlines()[-1]
     assert "cannot load the KV config" in last, done.stderr
     assert str(kv) in last, done.stderr
+
+
+async def run_namesrv_with(conf: Path, log: Path) -> tuple[trio.Process, str]:
+    """``mqnamesrv -c conf`` on 127.0.0.1 and a free port (given on the command line)."""
+    args = ["namesrv", "-c", str(conf), "--listenPort", "0", "--bindAddress", "127.0.0.1"]
+    proc, boot = await start_process(args, log, NAMESRV_BOOT)
+    return proc, f"127.0.0.1:{boot[1]}"
+
+
+async def test_an_update_is_saved_to_the_c_file_and_kept_across_a_restart(tmp_path: Path) -> None:
+    """As RocketMQ's NamesrvStartup: the ``-c`` file is the configStorePath, rewritten on an
+    update (the old one kept as ``.bak``), so a restart with the same ``-c`` keeps the value;
+    the command-line overrides stay out of the file and still win over it."""
+    conf = tmp_path / "namesrv.conf"
+    original = f"kvConfigPath={tmp_path / 'kv.json'}\nconfigStorePath=/elsewhere.properties\n"
+    conf.write_text(original, encoding="utf-8")
+    log = tmp_path / "namesrv.log"
+    with trio.fail_after(4 * LIMIT):
+        proc, addr = await run_namesrv_with(conf, log)
+        try:
+            assert (await as_json("getNamesrvConfig", "-n", addr))[addr]["configStorePath"] == str(
+                conf
+            )
+            await ok(
+                "updateNamesrvConfig", "-n", addr, "-k", "brokerChannelExpiredTime", "-v", "7000"
+            )
+        finally:
+            await stop_process(proc)  # SIGKILL: the update was saved when it was answered
+        saved = load_properties(conf)
+        assert saved["brokerChannelExpiredTime"] == "7000"
+        assert saved["listenPort"] == "9876"  # the file's (default), not --listenPort 0
+        assert saved["bindAddress"] == "0.0.0.0"
+        assert saved["kvConfigPath"] == str(tmp_path / "kv.json")
+        assert conf.with_name("namesrv.conf.bak").read_text(encoding="utf-8") == original
+        proc, addr = await run_namesrv_with(conf, log)
+        try:
+            config = (await as_json("getNamesrvConfig", "-n", addr))[addr]
+            assert config["brokerChannelExpiredTime"] == "7000"
+            assert config["bindAddress"] == "127.0.0.1"  # the command line still wins
+        finally:
+            await stop_process(proc)
+
+
+async def test_an_update_that_cannot_be_saved_changes_nothing(tmp_path: Path) -> None:
+    """configStorePath unwritable (its directory is a file): SYSTEM_ERROR naming the cause,
+    and the running config is unchanged (a change the next restart would lose is refused)."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("", encoding="utf-8")
+    async with name_servers(tmp_path, config_store=blocker / "namesrv.properties") as servers:
+        n = addrs(servers)
+        err = await fails(
+            "updateNamesrvConfig", "-n", n, "-k", "brokerChannelExpiredTime", "-v", "7"
+        )
+        assert "CODE: 1" in err
+        assert "cannot save the config to configStorePath" in err
+        assert servers[0].route_info.broker_channel_expired_time_ms == 120_000
+        config = (await as_json("getNamesrvConfig", "-n", n))[n]
+        assert config["brokerChannelExpiredTime"] == "120000"
+        err = await fails("updateNamesrvConfig", "-n", n, "-k", "configStorePath", "-v", "/tmp/x")
+        assert "black list: configStorePath" in err
+
+
+def test_print_config_shows_the_c_file_as_config_store_path(tmp_path: Path) -> None:
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("configStorePath=/elsewhere.properties\n", encoding="utf-8")
+    done = run_cli("namesrv", "-c", str(conf), "-p")
+    assert done.returncode == 0, done.stderr
+    assert f"configStorePath={conf}\n" in done.stdout

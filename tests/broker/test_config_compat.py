@@ -469,7 +469,9 @@ def test_namesrv_print_config_reads_back_with_c(tmp_path: Path) -> None:
     conf = tmp_path / "again.conf"
     conf.write_text(first.stdout, encoding="utf-8")
     again = cli("namesrv", "-c", str(conf), "-p")
-    assert again.stdout == first.stdout
+    # the one difference: the -c file is the configStorePath (RocketMQ's NamesrvStartup)
+    assert f"configStorePath={tmp_path / 'ns.conf'}\n" in first.stdout
+    assert again.stdout == first.stdout.replace(str(tmp_path / "ns.conf"), str(conf))
     assert "kvConfigPath=C:\\\\kv\\\\new.json\n" in again.stdout
 
 

@@ -117,7 +117,14 @@ class LiveServers:
 
     async def _serve(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
-        namesrv = NameServer(NamesrvConfig(listen_port=0, bind_address="127.0.0.1"))
+        namesrv = NameServer(
+            NamesrvConfig(
+                listen_port=0,
+                bind_address="127.0.0.1",
+                kv_config_path=str(self.root / "namesrv" / "kvConfig.json"),
+                config_store_path=str(self.root / "namesrv" / "namesrv.properties"),
+            )
+        )
         with trio.CancelScope() as self._scope:
             async with trio.open_nursery() as nursery:
                 port = await nursery.start(namesrv.run)

@@ -1,0 +1,114 @@
+"""``serverMaxConnectionsPerIp`` on a live in-process broker and name server: one address's
+connections past it are closed at once, another address (127.0.0.2, loopback on Linux) is
+served, and the broker's runtime info and metrics show the counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgpack
+import pytest
+import trio
+
+from broker.config import BrokerConfig
+from namesrv.config import NamesrvConfig
+from namesrv.server import NameServer
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.frame import FrameDecoder, encode_frame
+from remoting.server import DEFAULT_MAX_CONNECTIONS_PER_IP
+from tests.broker.inprocess import req, running_broker
+from tests.deploy.netutil import free_port
+from tests.deploy.test_metrics import scrape, value
+
+LIMIT = 30.0
+
+
+async def connect(port: int, source_ip: str = "127.0.0.1") -> trio.SocketStream:
+    """A TCP connection to 127.0.0.1:``port`` from ``source_ip``."""
+    sock = trio.socket.socket()
+    await sock.bind((source_ip, 0))
+    await sock.connect(("127.0.0.1", port))
+    return trio.SocketStream(sock)
+
+
+async def exchange(stream: trio.SocketStream, request: RemotingCommand) -> RemotingCommand:
+    """Send ``request`` on ``stream`` and read its response."""
+    await stream.send_all(encode_frame(request))
+    decoder = FrameDecoder()
+    with trio.fail_after(LIMIT):
+        while (cmd := decoder.next_command()) is None:
+            data = await stream.receive_some()
+            assert data, "the server closed the connection"
+            decoder.receive_data(data)
+    return cmd
+
+
+async def refused(stream: trio.SocketStream) -> bool:
+    """True when the server ends ``stream`` at once, whatever it was sent."""
+    with trio.fail_after(LIMIT):
+        try:
+            return await stream.receive_some() == b""
+        except trio.BrokenResourceError:
+            return True
+
+
+async def test_broker_caps_connections_per_ip_and_reports_them(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    overrides = {"serverMaxConnectionsPerIp": "2", "metricsPort": str(metrics_port)}
+    runtime = req(RequestCode.GET_BROKER_RUNTIME_INFO)
+    with trio.fail_after(4 * LIMIT):
+        async with running_broker(tmp_path, overrides=overrides) as (broker, addr):
+            port = int(addr.rsplit(":", 1)[1])
+            held = [await connect(port) for _ in range(2)]
+            for stream in held:
+                assert (await exchange(stream, runtime)).code == ResponseCode.SUCCESS
+            over = await connect(port)
+            assert await refused(over)
+            other = await connect(port, "127.0.0.2")
+            answer = await exchange(other, runtime)
+            table = msgpack.unpackb(answer.body)["table"]
+            assert table["refusedConnectionsPerIp"] == "1"
+            assert table["refusedConnections"] == "0"
+            found = await scrape(metrics_port)
+            assert value(found, "minimq_connections_refused_per_ip_total") == 1
+            assert value(found, "minimq_connections") == 3
+            assert value(found, "minimq_connections_top_ip") == 2
+            for stream in [*held, over, other]:
+                await stream.aclose()
+            assert broker.server is not None
+            assert broker.server.max_connections_per_ip == 2
+
+
+async def test_name_server_caps_connections_per_ip(tmp_path: Path) -> None:
+    config = NamesrvConfig(
+        listen_port=0,
+        bind_address="127.0.0.1",
+        kv_config_path=str(tmp_path / "kvConfig.json"),
+        server_max_connections_per_ip=1,
+    )
+    server = NameServer(config)
+    get_config = req(RequestCode.GET_NAMESRV_CONFIG)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            port: int = await nursery.start(server.run)
+            first = await connect(port)
+            answer = await exchange(first, get_config)
+            assert "serverMaxConnectionsPerIp=1\n" in answer.body.decode()
+            second = await connect(port)
+            assert await refused(second)
+            other = await connect(port, "127.0.0.2")
+            assert (await exchange(other, get_config)).code == ResponseCode.SUCCESS
+            for stream in (first, second, other):
+                await stream.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def test_a_negative_per_ip_cap_is_refused(tmp_path: Path) -> None:
+    bad = {"serverMaxConnectionsPerIp": "-1"}
+    with pytest.raises(ValueError, match="serverMaxConnectionsPerIp must be >= 0"):
+        NamesrvConfig.from_properties(bad)
+    with pytest.raises(ValueError, match="serverMaxConnectionsPerIp must be >= 0"):
+        BrokerConfig.from_properties({"storePathRootDir": str(tmp_path), **bad})
+    assert NamesrvConfig().server_max_connections_per_ip == DEFAULT_MAX_CONNECTIONS_PER_IP
+    assert BrokerConfig().server_max_connections_per_ip == DEFAULT_MAX_CONNECTIONS_PER_IP
