@@ -13,7 +13,8 @@ its own thread and client id.
 Every blocking call takes a ``timeout`` (seconds) and raises
 :class:`~client.errors.RequestTimeoutError` when it runs out; Ctrl+C interrupts a waiting call
 (the work in the loop is cancelled); ``close()`` always returns. A bad ``timeout`` (NaN, not a
-number) raises in the calling thread and never reaches the shared loop.
+number; for a send, also 0 or less) raises in the calling thread and never reaches the shared
+loop: nothing is sent. A consumer's ``poll(timeout=0)`` returns what is buffered at once.
 
 ``send_async`` callbacks run in the instance's callback thread (:mod:`client.callback_thread`),
 one at a time, never in the loop thread: they may block and may call the blocking API, waiting
@@ -324,8 +325,8 @@ class Producer(_BlockingBase):
 
     Options are those of :class:`client.aio.Producer`. A send's ``timeout`` is its whole
     budget, retries included, as RocketMQ's ``send(msg, timeout)`` (default ``send_timeout``,
-    3 s); a ``timeout`` of 0 or less fails at once with RequestTimeoutError. ``client_config``
-    tunes the shared client instance (see the module docstring).
+    3 s); a ``timeout`` of 0 or less (or not finite) raises ValueError before anything is
+    sent. ``client_config`` tunes the shared client instance (see the module docstring).
     """
 
     def __init__(
@@ -370,20 +371,27 @@ class Producer(_BlockingBase):
         assert self._async is not None
         return self._async
 
-    def _timeout(self, timeout: float | None) -> float:
-        return self.send_timeout + SLACK_S if timeout is None else timeout
+    def _call_timeout(self, timeout: float | None) -> float:
+        """A call's bound: ``timeout`` (checked as :meth:`_budget` checks it), else
+        ``send_timeout`` and some slack."""
+        if timeout is None:
+            return self.send_timeout + SLACK_S
+        return self._budget(timeout, "oneway send")
 
     def _budget(self, timeout: float | None, what: str) -> float:
-        """A send's budget: ``timeout`` (checked; infinity is refused), else
-        ``send_timeout``."""
-        budget = checked_timeout(timeout)
-        if budget is None:
+        """A send's budget: ``timeout``, else ``send_timeout``. Anything but a finite number
+        of seconds > 0 raises here, before anything is sent (TypeError, ValueError), as the
+        trio producer's ``send_timeout`` does: a send with no time to run is a caller's bug,
+        and a RequestTimeoutError would say its outcome is unknown."""
+        if timeout is None:
             return self.send_timeout
-        if math.isinf(budget):
-            raise ValueError(f"timeout of a {what} must be a finite number of seconds, got inf")
-        if budget <= 0:
-            raise RequestTimeoutError(f"{self._what} {what}", budget)
-        return budget
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError(f"timeout of a {what} must be a number of seconds, got {timeout!r}")
+        if not 0 < timeout < math.inf:  # also NaN
+            raise ValueError(
+                f"timeout of a {what} must be a finite number of seconds > 0, got {timeout!r}"
+            )
+        return float(timeout)
 
     def send(
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -402,7 +410,7 @@ class Producer(_BlockingBase):
 
     def send_oneway(self, msg: Message, *, timeout: float | None = None) -> None:
         """Send without waiting for the broker's answer."""
-        self._run(self._p().send_oneway, msg, timeout=self._timeout(timeout))
+        self._run(self._p().send_oneway, msg, timeout=self._call_timeout(timeout))
 
     def send_orderly(
         self,
@@ -452,7 +460,7 @@ class Producer(_BlockingBase):
             if callback is not None:
                 shared.callbacks.submit(_call_back, callback, result, error)
 
-        self._run(_call_sync, producer.send_async, msg, done, timeout=self._timeout(None))
+        self._run(_call_sync, producer.send_async, msg, done, timeout=self._call_timeout(None))
         return future
 
 

@@ -20,6 +20,9 @@ Rules:
   answered (a random one at first, as RocketMQ's ``namesrvIndex``: clients spread over the
   name servers, and a dead or hung first one does not cost every new client a timeout); only
   when all fail does the call fail.
+- ``route_loop`` keeps asking for the route of a topic in use that the name servers no
+  longer know (deleted), and keeps its last route, as RocketMQ's client; it warns once, when
+  the topic goes missing, not every round, and logs at info level when its route is back.
 - The broker address table (broker name -> {broker id: address}) is rebuilt from the cached
   routes after every change, so a broker the name servers dropped disappears with its routes.
 - Broker calls never retry here; the producer and consumer decide what a failure means.
@@ -153,6 +156,8 @@ class ClientInstance:
         self._publish: dict[str, list[MessageQueue]] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._route_locks: dict[str, trio.Lock] = {}
+        self._vanished: set[str] = set()
+        """Cached topics the name servers no longer know (deleted), warned about once."""
         self._namesrv_index = random.randrange(max(1, len(config.namesrv_addrs)))
         self._producer_groups: dict[str, int] = {}
         self._consumers: dict[str, Callable[[], ConsumerData]] = {}
@@ -456,6 +461,7 @@ class ClientInstance:
         """Drop a cached route (the topic no longer exists, or nobody here uses it)."""
         self._routes.pop(topic, None)
         self._publish.pop(topic, None)
+        self._vanished.discard(topic)
         self._rebuild_broker_addrs()
 
     def cached_topics(self) -> list[str]:
@@ -533,13 +539,43 @@ class ClientInstance:
         """Ask again for the route of every cached topic in use (:meth:`topics_in_use`); a
         vanished topic keeps its old route. The routes of topics no client here uses any more
         (a closed consumer's retry topic, a closed producer's topics) are forgotten, not asked
-        for again for the instance's lifetime: they are fetched anew if needed."""
+        for again for the instance's lifetime: they are fetched anew if needed.
+
+        A topic still in use that the name servers no longer know (deleted) is asked for again
+        every round, as RocketMQ's ``updateTopicRouteInfoFromNameServer`` does, so its route
+        comes back if it is created again; that is warned about once, not every round (see
+        :meth:`_route_vanished`)."""
         self._forget_unused_routes()
         for topic in list(self._routes):
             try:
                 await self.topic_route(topic, refresh=True)
+            except TopicRouteError as exc:
+                self._route_vanished(topic, exc)
             except MQClientError as exc:
                 log.warning("refreshing the route of %s failed: %s", topic, exc)
+            else:
+                self._route_back(topic)
+
+    def _route_vanished(self, topic: str, exc: TopicRouteError) -> None:
+        """Log that the name servers no longer know ``topic``: a warning the first round, a
+        debug line the rounds after, until its route is back."""
+        if topic in self._vanished:
+            log.debug("the route of %s is still missing: %s", topic, exc)
+            return
+        self._vanished.add(topic)
+        log.warning(
+            "the name servers no longer know topic %s (%s): its last route is kept and asked "
+            "for again every %g s (not warned again until it is back)",
+            topic,
+            exc,
+            self.config.poll_name_server_interval_s,
+        )
+
+    def _route_back(self, topic: str) -> None:
+        """A topic warned about by :meth:`_route_vanished` has a route again."""
+        if topic in self._vanished:
+            self._vanished.discard(topic)
+            log.info("the route of topic %s is back", topic)
 
     def _forget_unused_routes(self) -> None:
         in_use = self.topics_in_use()
@@ -552,6 +588,7 @@ class ClientInstance:
         for topic, lock in list(self._route_locks.items()):
             if topic not in self._routes and not lock.locked():
                 del self._route_locks[topic]
+        self._vanished.intersection_update(self._routes)
 
     async def inner_producer(self) -> Producer:
         """The instance's own producer (group ``CLIENT_INNER_PRODUCER``; RocketMQ's

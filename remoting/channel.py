@@ -101,6 +101,18 @@ class _Call:
     """The outcome, when it came before the caller parked."""
 
 
+def check_time_left(addr: str, timeout_s: float) -> None:
+    """Refuse a call to ``addr`` that has no time left, before anything is sent: a request
+    written with a deadline already passed could be carried out and still be reported as
+    timed out (its outcome unknown). ``timeout_s`` 0 or less raises RemotingTimeoutError, as
+    RocketMQ's ``invokeSync`` throws ``RemotingTimeoutException`` when ``left <= 0`` before
+    writing; NaN, a caller's bug, raises ValueError."""
+    if math.isnan(timeout_s):
+        raise ValueError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+    if timeout_s <= 0:
+        raise RemotingTimeoutError(addr, timeout_s)
+
+
 class Channel:
     """A connection plus its pending requests and the table of request handlers."""
 
@@ -158,8 +170,11 @@ class Channel:
         """Send ``cmd`` as a request with a fresh opaque and return the peer's response.
 
         Raises RemotingTimeoutError if no response came within ``timeout_s`` (send included),
-        RemotingSendRequestError if the connection failed or closed first.
+        at once and with nothing sent when ``timeout_s`` is 0 or less (see
+        :func:`check_time_left`), RemotingSendRequestError if the connection failed or closed
+        first.
         """
+        check_time_left(self.remote_addr, timeout_s)
         if self.closed:
             raise RemotingSendRequestError(self.remote_addr)
         opaque = self._new_opaque()

@@ -14,7 +14,8 @@ Rules:
   share one connection. Connection refused or timed out raises :class:`RemotingConnectError`.
 - :meth:`RemotingClient.invoke` gives the request a fresh opaque, waits for the response with
   the same opaque under ``timeout_s`` (default ``default_timeout_s``; it covers the send and
-  the wait, not the connect) and raises :class:`RemotingTimeoutError` when it runs out.
+  the wait, not the connect) and raises :class:`RemotingTimeoutError` when it runs out; a
+  ``timeout_s`` of 0 or less has run out already: it raises at once, nothing sent.
 - A connection that fails or closes fails all its pending calls with
   :class:`RemotingSendRequestError` and is forgotten, so the next call to that address
   reconnects.
@@ -39,7 +40,7 @@ import trio
 
 from common.digits import parse_uint
 from remoting.busy_poll import BusyPoll
-from remoting.channel import Channel, Handler
+from remoting.channel import Channel, Handler, check_time_left
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.errors import RemotingConnectError, RemotingError
@@ -136,9 +137,12 @@ class RemotingClient:
     async def invoke(
         self, addr: str, cmd: RemotingCommand, *, timeout_s: float | None = None
     ) -> RemotingCommand:
-        """Send ``cmd`` to ``addr`` as a request and return the response."""
-        channel = await self._channel(addr)
+        """Send ``cmd`` to ``addr`` as a request and return the response (see the module
+        rules; a ``timeout_s`` of 0 or less raises RemotingTimeoutError before connecting or
+        sending anything)."""
         timeout = self.default_timeout_s if timeout_s is None else timeout_s
+        check_time_left(addr, timeout)
+        channel = await self._channel(addr)
         return await channel.invoke(cmd, timeout_s=timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:

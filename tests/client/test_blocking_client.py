@@ -194,23 +194,30 @@ def test_ctrl_c_during_close_reaches_the_caller_and_the_loop_is_released(
 
 
 @pytest.mark.parametrize(
-    ("timeout", "error"),
+    ("timeout", "send_error", "read_error"),
     [
-        (math.nan, ValueError),
-        ("2", TypeError),
-        (-1.0, RequestTimeoutError),
-        (0, RequestTimeoutError),
+        (math.nan, ValueError, ValueError),
+        ("2", TypeError, TypeError),
+        (-1.0, ValueError, RequestTimeoutError),
+        (0, ValueError, RequestTimeoutError),
     ],
 )
 def test_a_bad_timeout_fails_in_the_caller_and_the_loop_lives_on(
-    silent_namesrv: str, timeout: object, error: type[Exception]
+    silent_namesrv: str, timeout: object, send_error: type[Exception], read_error: type[Exception]
 ) -> None:
     """A bad timeout used to reach the shared loop, end it (every client of the process then
-    said "is closed") and leave the caller waiting for ever."""
+    said "is closed") and leave the caller waiting for ever. A send with no time to run (0 or
+    less) is a caller's bug: ValueError before anything is sent, as the trio producer's
+    ``send_timeout`` (it was a RequestTimeoutError, which says the outcome is unknown); a read
+    such as fetch_queues just times out at once, as Kafka's ``Duration.ZERO``."""
+    msg = Message("Orders", b"x")
     with Producer("pg", silent_namesrv) as producer, PullConsumer("cg", silent_namesrv) as other:
-        with pytest.raises(error):
-            producer.send(Message("Orders", b"x"), timeout=timeout)  # type: ignore[arg-type]
-        with pytest.raises(error):
+        for send in (producer.send, producer.send_oneway):
+            with pytest.raises(send_error):
+                send(msg, timeout=timeout)  # type: ignore[arg-type]
+        with pytest.raises(send_error):
+            producer.send_batch([msg], timeout=timeout)  # type: ignore[arg-type]
+        with pytest.raises(read_error):
             other.fetch_queues("Orders", timeout=timeout)  # type: ignore[arg-type]
         assert other.poll(timeout=-1) == []
         with pytest.raises(RequestTimeoutError):  # the loop still serves: a real timeout
