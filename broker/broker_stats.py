@@ -43,7 +43,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Final
 
-from common.stats_item import DAY, HOUR, MINUTE, WINDOWS, StatsItem, StatsSnapshot, Window
+from common.stats_item import (
+    DAY,
+    HOUR,
+    MINUTE,
+    WINDOWS,
+    StatsItem,
+    StatsSnapshot,
+    StatsTables,
+    Window,
+    stats_key,
+)
 
 TOPIC_PUT_NUMS: Final = "TOPIC_PUT_NUMS"
 TOPIC_PUT_SIZE: Final = "TOPIC_PUT_SIZE"
@@ -62,26 +72,13 @@ names)."""
 _GROUP_KEYED: Final = (GROUP_GET_NUMS, GROUP_GET_SIZE, SNDBCK_PUT_NUMS)
 
 
-def stats_key(topic: str, group: str) -> str:
-    """``topic@group``, the key of a group's items (RocketMQ's ``buildStatsKey``)."""
-    return f"{topic}@{group}"
-
-
-class BrokerStatsManager:
+class BrokerStatsManager(StatsTables):
     """The broker's stats tables (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, dict[str, StatsItem]] = {name: {} for name in STATS_NAMES}
-        self._due: dict[str, float] = {}
+        super().__init__(STATS_NAMES)
 
     # ------------------------------------------------------------------ counting
-
-    def _add(self, name: str, key: str, value: int) -> None:
-        table = self.tables[name]
-        item = table.get(key)
-        if item is None:
-            item = table[key] = StatsItem()
-        item.add(value)
 
     def inc_topic_put(self, topic: str, nums: int, size: int) -> None:
         """One send (or batch) stored ``nums`` messages of ``size`` body bytes in ``topic``."""
@@ -100,24 +97,7 @@ class BrokerStatsManager:
 
     # ------------------------------------------------------------------ sampling
 
-    def tick(self, now_s: float) -> None:
-        """Sample every item in each window whose interval has passed since its last sampling
-        (all three at the first call)."""
-        for window in WINDOWS:
-            due = self._due.get(window.name)
-            if due is not None and now_s < due:
-                continue
-            self._due[window.name] = now_s + window.interval_s
-            for table in self.tables.values():
-                for item in table.values():
-                    item.sample(window, now_s)
-
     # ------------------------------------------------------------------ reading
-
-    def item(self, name: str, key: str) -> StatsItem | None:
-        """The item of ``name`` and ``key``; None when either is unknown."""
-        table = self.tables.get(name)
-        return None if table is None else table.get(key)
 
     def snapshots(self, name: str, key: str, now_s: float) -> dict[str, StatsSnapshot] | None:
         """``{"minute", "hour", "day"}`` snapshots of an item at ``now_s``; None if unknown."""

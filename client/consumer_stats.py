@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from common.stats_item import HOUR, MINUTE, WINDOWS, StatsItem, StatsSnapshot
+from common.stats_item import HOUR, MINUTE, StatsSnapshot, StatsTables, stats_key
 from remoting.consumer_bodies import ConsumeStatus
 
 PULL_RT: Final = "PULL_RT"
@@ -41,28 +41,16 @@ SAMPLE_EVERY_S: Final = MINUTE.interval_s
 """How often the instance's stats loop calls :meth:`ConsumerStatsManager.tick`."""
 
 
-def _key(group: str, topic: str) -> str:
-    return f"{topic}@{group}"
-
-
-class ConsumerStatsManager:
+class ConsumerStatsManager(StatsTables):
     """The consume figures of every consumer of one client instance (module rules)."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, dict[str, StatsItem]] = {name: {} for name in STATS_NAMES}
-        self._due: dict[str, float] = {}
-
-    def _add(self, name: str, key: str, value: int, times: int = 1) -> None:
-        table = self.tables[name]
-        item = table.get(key)
-        if item is None:
-            item = table[key] = StatsItem()
-        item.add(value, times)
+        super().__init__(STATS_NAMES)
 
     def inc_pull(self, group: str, topic: str, rt_ms: int, msgs: int) -> None:
         """A FOUND pull of ``group`` from a queue of ``topic`` took ``rt_ms`` and brought
         ``msgs`` messages (RocketMQ's ``incPullRT`` and ``incPullTPS``)."""
-        key = _key(group, topic)
+        key = stats_key(topic, group)
         self._add(PULL_RT, key, max(0, rt_ms))
         if msgs > 0:
             self._add(PULL_TPS, key, msgs)
@@ -73,7 +61,7 @@ class ConsumerStatsManager:
         """``calls`` handler calls on messages of a queue of ``topic`` took ``rt_ms`` in all;
         ``ok`` messages were acknowledged and ``failed`` not (RocketMQ's ``incConsumeRT``,
         ``incConsumeOKTPS``, ``incConsumeFailedTPS``)."""
-        key = _key(group, topic)
+        key = stats_key(topic, group)
         if calls > 0:
             self._add(CONSUME_RT, key, max(0, rt_ms), calls)
         if ok > 0:
@@ -81,22 +69,10 @@ class ConsumerStatsManager:
         if failed > 0:
             self._add(CONSUME_FAILED_TPS, key, failed)
 
-    def tick(self, now_s: float) -> None:
-        """Sample every item in each window whose interval has passed since its last sampling
-        (all three at the first call)."""
-        for window in WINDOWS:
-            due = self._due.get(window.name)
-            if due is not None and now_s < due:
-                continue
-            self._due[window.name] = now_s + window.interval_s
-            for table in self.tables.values():
-                for item in table.values():
-                    item.sample(window, now_s)
-
     def consume_status(self, group: str, topic: str, now_s: float) -> ConsumeStatus:
         """``group``'s figures for ``topic`` at ``now_s`` (module rules; 0 for nothing
         counted)."""
-        key = _key(group, topic)
+        key = stats_key(topic, group)
         consume_rt = self._snapshot(CONSUME_RT, key, now_s)
         if consume_rt.sum == 0:
             consume_rt = self._snapshot(CONSUME_RT, key, now_s, hour=True)

@@ -23,6 +23,7 @@ Rules:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -97,3 +98,42 @@ class StatsItem:
             total / times if times > 0 else 0.0,
             times,
         )
+
+
+def stats_key(topic: str, group: str) -> str:
+    """``topic@group``, the key of a group's items (RocketMQ's ``buildStatsKey``)."""
+    return f"{topic}@{group}"
+
+
+class StatsTables:
+    """One table of :class:`StatsItem` per stats name, keyed by topic, group or
+    :func:`stats_key` (RocketMQ's ``StatsItemSet`` per name), sampled together by
+    :meth:`tick`. Subclasses add the named counting and reading methods."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.tables: dict[str, dict[str, StatsItem]] = {name: {} for name in names}
+        self._due: dict[str, float] = {}
+
+    def _add(self, name: str, key: str, value: int, times: int = 1) -> None:
+        table = self.tables[name]
+        item = table.get(key)
+        if item is None:
+            item = table[key] = StatsItem()
+        item.add(value, times)
+
+    def tick(self, now_s: float) -> None:
+        """Sample every item in each window whose interval has passed since its last sampling
+        (all three at the first call)."""
+        for window in WINDOWS:
+            due = self._due.get(window.name)
+            if due is not None and now_s < due:
+                continue
+            self._due[window.name] = now_s + window.interval_s
+            for table in self.tables.values():
+                for item in table.values():
+                    item.sample(window, now_s)
+
+    def item(self, name: str, key: str) -> StatsItem | None:
+        """The item of ``name`` and ``key``; None when either is unknown."""
+        table = self.tables.get(name)
+        return None if table is None else table.get(key)

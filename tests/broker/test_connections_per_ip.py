@@ -14,34 +14,11 @@ from broker.config import BrokerConfig
 from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
 from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.frame import FrameDecoder, encode_frame
 from remoting.server import DEFAULT_MAX_CONNECTIONS_PER_IP
 from tests.broker.inprocess import req, running_broker
 from tests.deploy.netutil import free_port
 from tests.deploy.test_metrics import scrape, value
-
-LIMIT = 30.0
-
-
-async def connect(port: int, source_ip: str = "127.0.0.1") -> trio.SocketStream:
-    """A TCP connection to 127.0.0.1:``port`` from ``source_ip``."""
-    sock = trio.socket.socket()
-    await sock.bind((source_ip, 0))
-    await sock.connect(("127.0.0.1", port))
-    return trio.SocketStream(sock)
-
-
-async def exchange(stream: trio.SocketStream, request: RemotingCommand) -> RemotingCommand:
-    """Send ``request`` on ``stream`` and read its response."""
-    await stream.send_all(encode_frame(request))
-    decoder = FrameDecoder()
-    with trio.fail_after(LIMIT):
-        while (cmd := decoder.next_command()) is None:
-            data = await stream.receive_some()
-            assert data, "the server closed the connection"
-            decoder.receive_data(data)
-    return cmd
+from tests.remoting.test_connections_per_ip import LIMIT, connect, exchange
 
 
 async def refused(stream: trio.SocketStream) -> bool:

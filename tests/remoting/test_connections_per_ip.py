@@ -52,9 +52,8 @@ async def connect(port: int, source_ip: str = "127.0.0.1") -> trio.SocketStream:
     return trio.SocketStream(sock)
 
 
-async def echo(stream: trio.SocketStream, body: bytes = b"ping") -> bytes:
-    """One request/response on ``stream``: the body the server echoed."""
-    request = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body, opaque=1)
+async def exchange(stream: trio.SocketStream, request: RemotingCommand) -> RemotingCommand:
+    """Send ``request`` on ``stream`` and read its response."""
     await stream.send_all(encode_frame(request))
     decoder = FrameDecoder()
     with trio.fail_after(LIMIT):
@@ -62,6 +61,13 @@ async def echo(stream: trio.SocketStream, body: bytes = b"ping") -> bytes:
             data = await stream.receive_some()
             assert data, "the server closed the connection"
             decoder.receive_data(data)
+    return cmd
+
+
+async def echo(stream: trio.SocketStream, body: bytes = b"ping") -> bytes:
+    """One request/response on ``stream``: the body the server echoed."""
+    request = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body, opaque=1)
+    cmd = await exchange(stream, request)
     assert cmd.code == ResponseCode.SUCCESS
     return cmd.body
 
