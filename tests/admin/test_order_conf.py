@@ -24,10 +24,13 @@ TOPIC = "Ordered"
 
 @asynccontextmanager
 async def namesrv_and_broker(tmp_path: Path) -> AsyncIterator[str]:
-    """A name server keeping its KV file under ``tmp_path`` and a broker ``broker-a`` with
-    TOPIC (4 queues) in its routes; yields the name server's address."""
+    """A name server keeping its KV and config files under ``tmp_path`` and a broker
+    ``broker-a`` with TOPIC (4 queues) in its routes; yields the name server's address."""
     config = NamesrvConfig(
-        listen_port=0, bind_address="127.0.0.1", kv_config_path=str(tmp_path / "kvConfig.json")
+        listen_port=0,
+        bind_address="127.0.0.1",
+        kv_config_path=str(tmp_path / "kvConfig.json"),
+        config_store_path=str(tmp_path / "namesrv.properties"),
     )
     server = NameServer(config)
     with trio.fail_after(LIMIT):
