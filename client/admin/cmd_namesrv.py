@@ -129,12 +129,14 @@ def on_each_namesrv(namesrv: str | None, call: NamesrvCall) -> list[str]:
     fails does not stop the others; then the command fails naming it (see
     :func:`~client.admin.base.on_each_broker`)."""
 
-    async def body(admin: AdminClient) -> list[str]:
-        targets = [(addr, addr) for addr in admin.namesrv_addrs]
-        done = await on_each_broker(targets, lambda addr: call(admin, addr))
-        return [addr for addr, _ in done]
+    return run(namesrv, lambda admin: each_namesrv(admin, call))
 
-    return run(namesrv, body)
+
+async def each_namesrv(admin: AdminClient, call: NamesrvCall) -> list[str]:
+    """:func:`on_each_namesrv` inside a command's body that does more with ``admin``."""
+    targets = [(addr, addr) for addr in admin.namesrv_addrs]
+    done = await on_each_broker(targets, lambda addr: call(admin, addr))
+    return [addr for addr, _ in done]
 
 
 @admin_command("getNamesrvConfig")
@@ -287,12 +289,11 @@ def _put_order_conf(namesrv: str | None, as_json: bool, topic: str, conf: str) -
     """Store the entry on every name server, then warn about the ones whose routes will not
     carry it (orderMessageEnable=false)."""
 
-    async def put(admin: AdminClient, addr: str) -> None:
-        await admin.put_kv_config(addr, NAMESPACE_ORDER_TOPIC_CONFIG, topic, conf)
-
     async def body(admin: AdminClient) -> tuple[list[str], list[str]]:
-        targets = [(addr, addr) for addr in admin.namesrv_addrs]
-        done = [addr for addr, _ in await on_each_broker(targets, lambda a: put(admin, a))]
+        done = await each_namesrv(
+            admin,
+            lambda adm, addr: adm.put_kv_config(addr, NAMESPACE_ORDER_TOPIC_CONFIG, topic, conf),
+        )
         return done, [a for a in done if not await _order_message_enabled(admin, a)]
 
     done, disabled = run(namesrv, body)
