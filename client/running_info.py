@@ -11,7 +11,9 @@ Rules:
   converts), 0 for never. The per-topic RT/TPS figures (``statusTable``) come from the
   instance's :mod:`client.consumer_stats`, one row per subscribed topic.
 - Asked for ``jstack``, the info carries the stacks of every Python thread of the process
-  (:func:`thread_stacks`), at most :data:`JSTACK_MAX_CHARS` characters.
+  (:func:`thread_stacks`) and, since a trio program's concurrency lives in tasks rather than
+  threads, where each task of the client's trio loop is waiting (:func:`trio_task_stacks`):
+  at most :data:`JSTACK_MAX_CHARS` characters in all.
 - Consuming directly runs the topic's handler on that one message, exactly once, and reports
   how it ended; nothing else happens: no offset is recorded or committed, a failure is not
   sent back, nothing enters a process queue (RocketMQ's ``consumeMessageDirectly``). A
@@ -106,8 +108,9 @@ def consume_status_table(
 def thread_stacks(max_chars: int = JSTACK_MAX_CHARS) -> str:
     """The stack of every Python thread of this process, innermost call last, in the shape
     of RocketMQ's ``UtilAll.jstack``: a line ``<name> TID: <ident> DAEMON: <bool>`` then
-    one line per frame, each led by the thread's name, and a blank line. Cut at
-    ``max_chars`` with a last line saying how much was left out."""
+    one line per frame, each led by the thread's name, and a blank line; then, when called
+    in a trio loop, :func:`trio_task_stacks`. Cut at ``max_chars`` with a last line saying
+    how much was left out."""
     threads = {t.ident: t for t in threading.enumerate()}
     parts: list[str] = []
     for ident, frame in sorted(sys._current_frames().items()):
@@ -120,10 +123,45 @@ def thread_stacks(max_chars: int = JSTACK_MAX_CHARS) -> str:
             for fs in traceback.extract_stack(frame)
         )
         parts.append("\n".join(lines) + "\n\n")
+    parts.append(trio_task_stacks())
     text = "".join(parts)
     if len(text) <= max_chars:
         return text
     return text[:max_chars] + f"\n... {len(text) - max_chars} more characters left out\n"
+
+
+def trio_task_stacks() -> str:
+    """Where every task of the running trio loop waits, outermost call first: a line
+    ``<task name> TASK: <n> PARENT: <parent's n>`` (numbered depth first from the root
+    task, 0), one line per awaiting frame led by the task's name, and a blank line.
+    Empty outside a trio loop. The calling task shows the frames up to this call."""
+    try:
+        root = trio.lowlevel.current_root_task()
+    except RuntimeError:
+        return ""
+    if root is None:
+        return ""
+    parts: list[str] = []
+    todo: list[tuple[trio.lowlevel.Task, int]] = [(root, -1)]
+    number = 0
+    while todo:
+        task, parent = todo.pop()
+        name = _short_task_name(task.name)
+        lines = [f"{name:<40} TASK: {number} PARENT: {parent}"]
+        lines.extend(
+            f"{name:<40} {frame.f_code.co_name}({frame.f_code.co_filename}:{lineno})"
+            for frame, lineno in task.iter_await_frames()
+        )
+        parts.append("\n".join(lines) + "\n\n")
+        children = [t for n in task.child_nurseries for t in n.child_tasks]
+        todo.extend((child, number) for child in reversed(children))
+        number += 1
+    return "".join(parts)
+
+
+def _short_task_name(name: str) -> str:
+    """A task's name without the ``<locals>`` noise trio's default names carry."""
+    return name.replace(".<locals>", "")
 
 
 async def consume_directly(

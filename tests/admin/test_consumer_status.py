@@ -7,11 +7,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import trio
+import trio.testing
+
 from client.aio import ConsumeFrom, Message, Producer, PullConsumer, PushConsumer
 from client.consume_service import ConsumeResult
 from client.consumer_stats import CONSUME_OK_TPS
 from client.message import ReceivedMessage
-from client.running_info import thread_stacks
+from client.running_info import thread_stacks, trio_task_stacks
 from common.subscription import build_subscription
 from remoting.consumer_bodies import (
     CMResult,
@@ -329,6 +332,7 @@ async def test_jstack_shows_the_consumer_threads(tmp_path: Path) -> None:
         jstack = text[text.index("#Consumer jstack#") :]
         assert "MainThread" in jstack
         assert "TID: " in jstack
+        assert "<init>" + " " * 34 + " TASK: 0 PARENT: -1" in jstack  # trio's tasks follow
         info = await as_json("consumerStatus", *n, "-s")
         assert "MainThread" in info["jstack"]
         row = info["statusTable"][TOPIC]  # a pull consumer's pull figures
@@ -347,3 +351,29 @@ def test_thread_stacks_are_bounded() -> None:
     cut = thread_stacks(100)
     assert cut.startswith(stacks[:100])
     assert cut.endswith(f"... {len(stacks) - 100} more characters left out\n")
+
+
+async def test_task_stacks_show_where_each_trio_task_waits() -> None:
+    parked = trio.Event()
+
+    async def parked_on_an_event() -> None:
+        await parked.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked_on_an_event)
+        await trio.testing.wait_all_tasks_blocked()
+        stacks = trio_task_stacks()
+        parked.set()
+    blocks = [b.splitlines() for b in stacks.strip("\n").split("\n\n")]
+    heads = {b[0].split(" TASK: ")[0].strip(): b[0].split(" TASK: ")[1] for b in blocks}
+    assert heads["<init>"] == "0 PARENT: -1"
+    [mine] = [b for b in blocks if "parked_on_an_event" in b[0]]
+    this_test = heads[next(n for n in heads if "test_task_stacks_show" in n)].split()[0]
+    assert mine[0].endswith(f"PARENT: {this_test}")  # the nursery's owner
+    assert any(line.split()[-1].startswith("parked_on_an_event(") for line in mine[1:])
+    assert any(" wait(" in line for line in mine[1:])  # the Event it waits on
+    assert "test_task_stacks_show" in "".join(thread_stacks().split("TASK: 0")[1:])
+
+
+def test_task_stacks_are_empty_outside_trio() -> None:
+    assert trio_task_stacks() == ""
