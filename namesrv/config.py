@@ -53,6 +53,9 @@ class NamesrvConfig:
     )
     """A frame whose first bytes arrived must arrive whole within this, else its connection is
     closed (0: no limit)."""
+    server_max_connections: int = field(default=0, metadata=_key("serverMaxConnections"))
+    """Connections served at once; more are closed as they come (0: a quarter of the
+    process's file-descriptor limit), as the broker's key of the same name."""
     server_max_connections_per_ip: int = field(
         default=DEFAULT_MAX_CONNECTIONS_PER_IP, metadata=_key("serverMaxConnectionsPerIp")
     )
@@ -93,11 +96,12 @@ class NamesrvConfig:
         ):
             if value < 0:
                 raise ValueError(f"{key} must be >= 0 s (0: no limit), got {value}")
-        if self.server_max_connections_per_ip < 0:
-            raise ValueError(
-                "serverMaxConnectionsPerIp must be >= 0 (0: no cap), "
-                f"got {self.server_max_connections_per_ip}"
-            )
+        for key, value in (
+            ("serverMaxConnections", self.server_max_connections),
+            ("serverMaxConnectionsPerIp", self.server_max_connections_per_ip),
+        ):
+            if value < 0:
+                raise ValueError(f"{key} must be >= 0, got {value}")
 
     @classmethod
     def property_keys(cls) -> dict[str, str]:

@@ -111,6 +111,7 @@ class NameServer:
             port=self.config.listen_port,
             idle_timeout_s=self.config.server_channel_max_idle_time_seconds,
             frame_read_timeout_s=self.config.server_frame_read_timeout_seconds,
+            max_connections=self.config.server_max_connections or None,
             max_connections_per_ip=self.config.server_max_connections_per_ip,
             on_close=self.processor.channel_closed,
         )

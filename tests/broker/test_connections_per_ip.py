@@ -89,3 +89,45 @@ def test_a_negative_per_ip_cap_is_refused(tmp_path: Path) -> None:
         BrokerConfig.from_properties({"storePathRootDir": str(tmp_path), **bad})
     assert NamesrvConfig().server_max_connections_per_ip == DEFAULT_MAX_CONNECTIONS_PER_IP
     assert BrokerConfig().server_max_connections_per_ip == DEFAULT_MAX_CONNECTIONS_PER_IP
+
+
+async def test_name_server_caps_connections(tmp_path: Path) -> None:
+    config = NamesrvConfig(
+        listen_port=0,
+        bind_address="127.0.0.1",
+        kv_config_path=str(tmp_path / "kvConfig.json"),
+        server_max_connections=2,
+        server_max_connections_per_ip=0,
+    )
+    server = NameServer(config)
+    get_config = req(RequestCode.GET_NAMESRV_CONFIG)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            port: int = await nursery.start(server.run)
+            held = [await connect(port), await connect(port, "127.0.0.2")]
+            answer = await exchange(held[0], get_config)
+            assert "serverMaxConnections=2\n" in answer.body.decode()
+            assert (await exchange(held[1], get_config)).code == ResponseCode.SUCCESS
+            third = await connect(port, "127.0.0.3")
+            assert await refused(third)
+            await held[0].aclose()
+            # the slot comes back once the server has seen the close
+            with trio.fail_after(LIMIT):
+                while True:
+                    again = await connect(port)
+                    try:
+                        answer = await exchange(again, get_config)
+                        break
+                    except (trio.BrokenResourceError, trio.EndOfChannel, AssertionError):
+                        await again.aclose()
+                        await trio.sleep(0.05)
+            assert answer.code == ResponseCode.SUCCESS
+            for stream in (held[1], third, again):
+                await stream.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def test_a_negative_connection_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match="serverMaxConnections must be >= 0"):
+        NamesrvConfig.from_properties({"serverMaxConnections": "-1"})
+    assert NamesrvConfig().server_max_connections == 0
