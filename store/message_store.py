@@ -484,7 +484,13 @@ class MessageStore:
         """Read up to ``max_msgs`` records (and ``max_bytes``) of a queue from ``offset``.
 
         ``tag_codes`` filters by the units' tag hash codes (None = everything). Status and
-        ``next_begin_offset`` follow RocketMQ's ``DefaultMessageStore.getMessage``.
+        ``next_begin_offset`` follow RocketMQ's ``DefaultMessageStore.getMessage``, but for
+        one thing: an answer never mixes records found with (matching) records whose data is
+        gone. RocketMQ skips the latter and answers FOUND with the rest, so a reader that
+        filters by tag cannot tell gone data from filtered-out data. Here a read that found
+        records stops at the first gone one, and one that met gone ones first answers
+        MESSAGE_WAS_REMOVING up to the first kept one (retention deletes from the front, so
+        that is the only order they come in).
         """
         cq = self.cq_table.get((topic, queue_id))
         if cq is None:
@@ -543,9 +549,13 @@ class MessageStore:
                 continue
             data = read(phys, size) if phys >= cl_min else None
             if data is None:
+                if records:  # an answer is all found or all removed: the reader can tell
+                    break
                 removed = True
                 next_offset += 1
                 continue
+            if removed:  # removed records end where the kept ones begin
+                break
             records.append(data)
             queue_offsets.append(next_offset)
             total += size

@@ -9,6 +9,8 @@ Pulls never wait on the broker
 (``suspendTimeoutMillis`` 0). Without a tag filter the offsets of the next pulls are known, so
 several pulls are kept in flight; a short answer discards the guesses after it. Records are
 decoded straight into Arrow columns (:mod:`client.spark.columns`, no per-message objects).
+Offsets whose data retention deleted are data loss (failOnDataLoss) whether or not a tag filter
+is set: the broker answers them apart from the records it found (``MESSAGE_WAS_REMOVING``).
 
 The whole pull, decode and column-building loop is one producer task in the client's loop
 thread (pulls in flight are its child tasks); it hands finished record batches through a small
@@ -25,6 +27,7 @@ import os
 import threading
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 import pyarrow as pa
 import trio
@@ -115,6 +118,13 @@ class _Raw:
     min_offset: int
     max_offset: int
     body: bytes
+    remark: str = ""
+    """The broker's store status (RocketMQ sets the remark to ``GetMessageStatus``'s name)."""
+
+
+REMOVING: Final = "MESSAGE_WAS_REMOVING"
+"""The remark of an answer whose records' data retention deleted (the queue's minimum had
+not followed yet); its code is the same as a tag-filtered pull's that matched nothing."""
 
 
 class PullGroupError(MQBrokerError):
@@ -195,6 +205,7 @@ async def _pull(
         int(str(fields.get("minOffset", 0))),
         int(str(fields.get("maxOffset", 0))),
         resp.body,
+        resp.remark or "",
     )
 
 
@@ -406,7 +417,11 @@ class RangePuller:
                 )
             self.cur = raw.next_begin
             return True
-        if status is api.PullStatus.NO_MATCHED_MSG and raw.next_begin > self.cur:
+        if (
+            status is api.PullStatus.NO_MATCHED_MSG
+            and raw.next_begin > self.cur
+            and raw.remark != REMOVING
+        ):
             self.cur = raw.next_begin
             return True
         if raw.next_begin > self.cur:  # offset moved / entries pointing at deleted data

@@ -25,6 +25,7 @@ from store import (
     PutStatus,
     StoreConfig,
     StoreLockedError,
+    retention,
 )
 from store.checkpoint import NO_INDEX_FILE, IndexMark, StoreCheckpoint
 from store.invariants import check_store
@@ -419,6 +420,37 @@ def test_offset_too_small_and_overflow_badly_after_retention(
         assert g.status is GetStatus.FOUND
         assert g.queue_offsets[0] == 130
         assert s.lookup_message_by_offset(0) is None
+
+
+def test_reads_never_mix_found_records_with_gone_ones(
+    small_config: Callable[..., StoreConfig],
+) -> None:
+    """Between retention deleting commitlog files and the consume queue's minimum following
+    (the pauses of a pass, the next pass), units point at gone data. A read that meets them
+    answers MESSAGE_WAS_REMOVING up to the first kept record and never FOUND with them
+    skipped, so a reader that filters by tag can tell them from filtered-out records."""
+    cfg = small_config(file_reserved_time=0)
+    with MessageStore(cfg, disk_usage=lambda p: 0.1) as s:
+        body = b"b" * (1000 - 91 - len(TOPIC) - 10)
+        for i in range(150):  # about 65 per commitlog file: 3 files
+            msg = make_msg(body=body, tags=f"T{i % 2}")
+            assert put_and_dispatch(s, msg).status is PutStatus.PUT_OK
+        assert retention.delete_commitlog_files(s, lambda mf: True) == 2  # queues not yet
+        assert s.get_min_offset_in_queue(TOPIC, 0) == 0
+        cq = s.find_consume_queue(TOPIC, 0)
+        assert cq is not None
+        kept = next(o for o in range(150) if cq.unit_at(o)[0] >= s.commitlog.min_offset)
+        assert 120 < kept < 140
+        t0 = [java_string_hash("T0")]
+        for codes in (None, t0):
+            g = s.get_messages(TOPIC, 0, 0, 32, tag_codes=codes)
+            assert (g.status, g.message_count) == (GetStatus.MESSAGE_WAS_REMOVING, 0)
+            assert g.next_begin_offset <= kept  # 16,000 bytes of units a read at most
+            g = s.get_messages(TOPIC, 0, kept - 5, 32, tag_codes=codes)
+            assert (g.status, g.next_begin_offset) == (GetStatus.MESSAGE_WAS_REMOVING, kept)
+            g = s.get_messages(TOPIC, 0, kept, 32, tag_codes=codes)
+            assert g.status is GetStatus.FOUND
+            assert g.queue_offsets[0] in (kept, kept + 1)
 
 
 def test_max_msgs_and_max_bytes(small_config: Callable[..., StoreConfig]) -> None:
