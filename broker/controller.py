@@ -133,6 +133,8 @@ class BrokerController:
         self.clients.on_consumer_group = self._consumer_group_seen
         self.groups: SubscriptionGroupManager | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.consumer_calls: ConsumerCallProcessor | None = None
+        """The admin calls forwarded to consumers (its ``call_timeout_s`` bounds each)."""
         self.transactions: TransactionService | None = None
         """Half messages, END_TRANSACTION and the check service (set by :meth:`run`)."""
         self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
@@ -267,6 +269,9 @@ class BrokerController:
             self.groups,
             stats=self.broker_stats,
         )
+        self.consumer_calls = ConsumerCallProcessor(
+            self.store, self.clients, self.config.broker_name
+        )
         handlers = {
             **self.send_processor.handlers(),
             **make_pull_handlers(
@@ -302,7 +307,7 @@ class BrokerController:
             **LockProcessor(self.locks).handlers(),
             **schedule.handlers(),
             **EndTransactionProcessor(self.transactions).handlers(),
-            **ConsumerCallProcessor(self.store, self.clients, self.config.broker_name).handlers(),
+            **self.consumer_calls.handlers(),
             **ConsumeQueueQueryProcessor(self.store, self.topics, self.clients).handlers(),
         }
         server = self.server = RemotingServer(

@@ -205,6 +205,45 @@ async def test_consume_directly_runs_the_handler_once_and_commits_nothing(
             assert sorted(b for b, _ in calls) == sorted(sent)
 
 
+async def test_a_handler_slower_than_the_call_timeout_is_a_timeout_and_nothing_breaks(
+    tmp_path: Path,
+) -> None:
+    """The broker gives a forwarded call ``call_timeout_s`` (RocketMQ's 10 s; shortened here):
+    a handler still running then is CONSUME_MSG_TIMEOUT for the admin, its late answer is
+    dropped, and the member stays online and can be called again."""
+    release = trio.Event()
+    calls: list[bytes] = []
+
+    async def handle(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        calls.append(msgs[0].body)
+        if msgs[0].body == b"slow":
+            await release.wait()
+        return ConsumeResult.SUCCESS
+
+    async with cluster(tmp_path) as c:
+        for ctl in c.controllers.values():
+            assert ctl.consumer_calls is not None
+            ctl.consumer_calls.call_timeout_s = 0.5
+        n = ("-n", c.namesrv)
+        consumer = PushConsumer("cg", c.namesrv)
+        consumer.subscribe(TOPIC, "*", handle)
+        async with consumer, Producer("pg", c.namesrv) as producer:
+            consumer.suspend()  # it never pulls: only the direct calls run the handler
+            slow = await producer.send(Message(TOPIC, b"slow"))
+            fast = await producer.send(Message(TOPIC, b"fast"))
+            client_id = consumer.instance.client_id
+            await online_everywhere(c, "cg", client_id)
+            args = ("-g", "cg", "-d", client_id)
+            err = await fails("queryMsgById", *n, "-i", slow.offset_msg_id, *args)
+            assert f"consumer <cg> <{client_id}> Timeout" in err, err
+            assert calls == [b"slow"]
+            release.set()  # the late answer reaches a broker no longer waiting for it
+            [answer] = await as_json("queryMsgById", *n, "-i", fast.offset_msg_id, *args)
+            assert answer["consumeResult"] == CMResult.CR_SUCCESS.value
+            assert calls == [b"slow", b"fast"]
+            await online_everywhere(c, "cg", client_id)
+
+
 async def test_offline_client_is_a_clear_error(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
         n = ("-n", c.namesrv)
