@@ -4,6 +4,8 @@ served, and the broker's runtime info and metrics show the counts."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgpack
@@ -57,18 +59,27 @@ async def test_broker_caps_connections_per_ip_and_reports_them(tmp_path: Path) -
             assert broker.server.max_connections_per_ip == 2
 
 
-async def test_name_server_caps_connections_per_ip(tmp_path: Path) -> None:
+@asynccontextmanager
+async def name_server_port(tmp_path: Path, **settings: int) -> AsyncIterator[int]:
+    """An in-process name server with ``settings``; yields its port."""
     config = NamesrvConfig(
         listen_port=0,
         bind_address="127.0.0.1",
         kv_config_path=str(tmp_path / "kvConfig.json"),
-        server_max_connections_per_ip=1,
+        **settings,  # type: ignore[arg-type]
     )
-    server = NameServer(config)
-    get_config = req(RequestCode.GET_NAMESRV_CONFIG)
+    async with trio.open_nursery() as nursery:
+        yield await nursery.start(NameServer(config).run)
+        nursery.cancel_scope.cancel()
+
+
+GET_CONFIG = req(RequestCode.GET_NAMESRV_CONFIG)
+
+
+async def test_name_server_caps_connections_per_ip(tmp_path: Path) -> None:
+    get_config = GET_CONFIG
     with trio.fail_after(LIMIT):
-        async with trio.open_nursery() as nursery:
-            port: int = await nursery.start(server.run)
+        async with name_server_port(tmp_path, server_max_connections_per_ip=1) as port:
             first = await connect(port)
             answer = await exchange(first, get_config)
             assert "serverMaxConnectionsPerIp=1\n" in answer.body.decode()
@@ -78,7 +89,6 @@ async def test_name_server_caps_connections_per_ip(tmp_path: Path) -> None:
             assert (await exchange(other, get_config)).code == ResponseCode.SUCCESS
             for stream in (first, second, other):
                 await stream.aclose()
-            nursery.cancel_scope.cancel()
 
 
 def test_a_negative_per_ip_cap_is_refused(tmp_path: Path) -> None:
@@ -92,18 +102,10 @@ def test_a_negative_per_ip_cap_is_refused(tmp_path: Path) -> None:
 
 
 async def test_name_server_caps_connections(tmp_path: Path) -> None:
-    config = NamesrvConfig(
-        listen_port=0,
-        bind_address="127.0.0.1",
-        kv_config_path=str(tmp_path / "kvConfig.json"),
-        server_max_connections=2,
-        server_max_connections_per_ip=0,
-    )
-    server = NameServer(config)
-    get_config = req(RequestCode.GET_NAMESRV_CONFIG)
+    get_config = GET_CONFIG
+    caps = {"server_max_connections": 2, "server_max_connections_per_ip": 0}
     with trio.fail_after(LIMIT):
-        async with trio.open_nursery() as nursery:
-            port: int = await nursery.start(server.run)
+        async with name_server_port(tmp_path, **caps) as port:
             held = [await connect(port), await connect(port, "127.0.0.2")]
             answer = await exchange(held[0], get_config)
             assert "serverMaxConnections=2\n" in answer.body.decode()
@@ -124,7 +126,6 @@ async def test_name_server_caps_connections(tmp_path: Path) -> None:
             assert answer.code == ResponseCode.SUCCESS
             for stream in (held[1], third, again):
                 await stream.aclose()
-            nursery.cancel_scope.cancel()
 
 
 def test_a_negative_connection_cap_is_refused() -> None:
