@@ -91,7 +91,10 @@ async def _serve(config: BrokerConfig) -> None:
         addr, namesrv = controller.broker_addr, config.namesrv_addr or ""
         print(BOOT_LINE.format(name=config.broker_name, addr=addr, namesrv=namesrv), flush=True)
 
-    await serve_until_signal(controller.run, announce, log)
+    acl = controller.acl
+    await serve_until_signal(
+        controller.run, announce, log, on_hangup=None if acl is None else acl.reload
+    )
     log.info("broker process exiting")
 
 

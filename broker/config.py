@@ -47,6 +47,7 @@ from common.digits import parse_uint
 from common.net import primary_ipv4
 from common.properties import convert_value, format_entry, load_properties
 from common.route import MASTER_ID, MAX_QUEUE_NUMS, PermName
+from remoting.acl.config import PLAIN_ACL_FILE
 from remoting.busy_poll import default_window_us
 from remoting.flow_control import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_CONNECTION
 from remoting.server import (
@@ -61,6 +62,8 @@ from store.config import (
     effective_disk_ratio,
 )
 
+HIDDEN_SECRET: Final = "******"
+"""What GET_BROKER_CONFIG shows for a set ``secretKey``."""
 MAX_REGISTER_PERIOD_MS: Final = 60_000
 """RocketMQ's upper clamp of ``registerNameServerPeriod``: well inside the name servers' 120 s."""
 MIN_REGISTER_PERIOD_MS: Final = 100
@@ -263,6 +266,17 @@ class BrokerConfig:
         metadata=_meta("serverMaxPendingRequestsPerConnection", int),
     )
     """The same, on one connection."""
+    acl_enable: bool = field(default=False, metadata=_meta("aclEnable", bool))
+    """Check every request against the accounts file (RocketMQ's ``aclEnable``; see
+    :mod:`remoting.acl`)."""
+    acl_file_full_path: str = field(default="", metadata=_meta("aclFileFullPath", str))
+    """The accounts file (RocketMQ's ``plain_acl.yml`` shape); empty: ``plain_acl.yml`` in the
+    store's config directory, ``<storePathRootDir>/config``."""
+    access_key: str = field(default="", metadata=_meta("accessKey", str))
+    """The broker's own account, signing its requests to the name servers (their ACL);
+    empty: not signed."""
+    secret_key: str = field(default="", metadata=_meta("secretKey", str))
+    """That account's secret key (never shown by GET_BROKER_CONFIG)."""
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
     compat_settings: tuple[tuple[str, str], ...] = field(default=(), metadata={})
@@ -289,6 +303,8 @@ class BrokerConfig:
                 raise ValueError(f"{key} must not be empty, got {name!r}")
         if self.broker_id < 0:
             raise ValueError(f"brokerId must be >= 0, got {self.broker_id}")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ValueError("accessKey and secretKey must be given together (or neither)")
         if self.broker_role in _REPLICATED_ROLES:
             raise ValueError(
                 f"brokerRole {self.broker_role} is not supported: minimq brokers have no "
@@ -446,6 +462,13 @@ class BrokerConfig:
         """``brokerIP1:<advertised port>``, the address registered with the name server."""
         return f"{self.broker_ip1}:{self.advertised()}"
 
+    def acl_file(self) -> Path:
+        """The accounts file: ``aclFileFullPath``, else ``plain_acl.yml`` in the store's
+        config directory."""
+        if self.acl_file_full_path:
+            return Path(self.acl_file_full_path).expanduser()
+        return self.store_config().config_dir / PLAIN_ACL_FILE
+
     def store_config(self) -> StoreConfig:
         """A fresh :class:`StoreConfig` with the store settings; ``store_host`` = broker addr."""
         return StoreConfig(
@@ -518,13 +541,18 @@ class BrokerConfig:
             props["busyPollMicros"] = str(default_window_us(env))
         return cls.from_properties(props)
 
-    def to_properties(self) -> str:
+    def to_properties(self, *, hide_secrets: bool = False) -> str:
         """``key=value`` lines (as ``mqbroker -p`` prints): broker keys then every store key,
-        escaped as ``Properties#store`` does, so that the text reads back to this config."""
+        escaped as ``Properties#store`` does, so that the text reads back to this config.
+        ``hide_secrets`` writes a set ``secretKey`` as :data:`HIDDEN_SECRET` (for answers to
+        peers)."""
         lines = []
         for f in dataclasses.fields(self):
             if "key" in f.metadata:
-                lines.append(format_entry(f.metadata["key"], getattr(self, f.name)))
+                value = getattr(self, f.name)
+                if hide_secrets and f.name == "secret_key" and value:
+                    value = HIDDEN_SECRET
+                lines.append(format_entry(f.metadata["key"], value))
         store = self.store_config()
         for key, name in STORE_KEYS.items():
             lines.append(format_entry(key, getattr(store, name)))

@@ -20,6 +20,8 @@
           │                      metrics on, counts the trio tasks every few seconds
           ├─ scan_loop           drops clients silent for channelExpiredTimeout ms (every 10 s)
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
+          ├─ acl.watch           with aclEnable: reloads the accounts file when it changes
+          │                      (every 5 s; see remoting.acl.service)
           ├─ schedule.run        delayed-message delivery, one task per delay level, plus
           │                      delayOffset.json every flushDelayOffsetInterval ms
           └─ transactions.run    transaction check service every transactionCheckInterval ms
@@ -48,6 +50,11 @@ Rules:
   ``autoCreateSubscriptionGroup``) and its ``%RETRY%<group>`` topic (``retryQueueNums`` queues,
   read|write); a newly created retry topic triggers one registration round at once. One that
   cannot be written (a full disk) is logged and tried at the next heartbeat: the consumer joins.
+- With ``aclEnable`` the accounts file is loaded when the controller is built (a missing or
+  malformed file raises ValueError: the broker does not start) and every handler of the table
+  runs the ACL check first (:func:`remoting.acl.guard.guard_handlers`); without it the table
+  is served as it is. With ``accessKey`` / ``secretKey`` set, REGISTER_BROKER and
+  UNREGISTER_BROKER are signed with that account (name servers with ACL on need an admin one).
 - Shutdown is cancellation. Order: the net nursery stops (accepting, requests, loops), then
   UNREGISTER_BROKER goes to every name server (shielded, at most ``UNREGISTER_TIMEOUT_S``), then
   the store services are cancelled (they drain under their own bounded shield), then consumer
@@ -90,6 +97,9 @@ from broker.transaction import TransactionService, to_half_message
 from common.record import MessageRecord
 from common.route import PermName, TopicConfig
 from common.topic import retry_topic
+from remoting.acl.guard import guard_handlers
+from remoting.acl.service import WATCH_INTERVAL_S, AclService
+from remoting.acl.signing import RequestSigner, SessionCredentials
 from remoting.busy_poll import BusyPoll
 from remoting.client import RemotingClient
 from remoting.client_bodies import ConsumerData, LockedQueue
@@ -158,6 +168,10 @@ class BrokerController:
         metrics on, by :meth:`stats_loop`)."""
         self.send_processor: SendProcessor | None = None
         """The send handlers' processor while the broker serves."""
+        self.acl = AclService(config.acl_file()) if config.acl_enable else None
+        """The accounts and the request check with ``aclEnable`` (None without)."""
+        self.acl_watch_interval_s = WATCH_INTERVAL_S
+        """How often the accounts file is checked for changes (set before :meth:`run`)."""
 
     @property
     def broker_addr(self) -> str:
@@ -310,6 +324,8 @@ class BrokerController:
             **self.consumer_calls.handlers(),
             **ConsumeQueueQueryProcessor(self.store, self.topics, self.clients).handlers(),
         }
+        if self.acl is not None:
+            handlers = guard_handlers(handlers, self.acl.validator)
         server = self.server = RemotingServer(
             handlers,
             host=self.host,
@@ -329,7 +345,9 @@ class BrokerController:
             _chain(previous_listener, self.holds.notify), schedule.notify
         )
         registering = False
-        async with RemotingClient(default_timeout_s=REGISTER_TIMEOUT_S) as client:
+        async with RemotingClient(
+            default_timeout_s=REGISTER_TIMEOUT_S, rpc_hook=self._signer()
+        ) as client:
             self._client = client
             try:
                 async with trio.open_nursery() as net:
@@ -348,6 +366,8 @@ class BrokerController:
                     net.start_soon(self.stats_loop)
                     net.start_soon(self.clients.scan_loop)
                     net.start_soon(self.clients.notify_loop)
+                    if self.acl is not None:
+                        net.start_soon(self.acl.watch, self.acl_watch_interval_s)
                     await net.start(schedule.run)
                     await net.start(self.transactions.run)
                     log.info(
@@ -410,6 +430,13 @@ class BrokerController:
         }
 
     # ------------------------------------------------------------------ name servers
+
+    def _signer(self) -> RequestSigner | None:
+        """Signs the broker's requests to the name servers with ``accessKey`` / ``secretKey``
+        (None when unset)."""
+        if not self.config.access_key:
+            return None
+        return RequestSigner(SessionCredentials(self.config.access_key, self.config.secret_key))
 
     def _header(self) -> dict[str, ExtValue]:
         return {
@@ -493,7 +520,9 @@ class BrokerController:
         are already cancelled when this runs, so they could not receive the responses.
         """
         with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True):
-            async with RemotingClient(default_timeout_s=UNREGISTER_TIMEOUT_S) as client:
+            async with RemotingClient(
+                default_timeout_s=UNREGISTER_TIMEOUT_S, rpc_hook=self._signer()
+            ) as client:
                 await self._unregister_round(client)
 
     async def _unregister_round(self, client: RemotingClient) -> None:

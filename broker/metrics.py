@@ -33,7 +33,8 @@ brokerName, as RocketMQ 5's native metrics do):
 - ``minimq_requests_pending`` (requests waiting for their answer: parked pulls, ``SYNC_FLUSH``
   sends), ``minimq_requests_rejected_busy_total`` (answered ``SYSTEM_BUSY`` past
   ``serverMaxPendingRequests[PerConnection]``) and ``minimq_connections_refused_total``
-  (closed at once past ``serverMaxConnections``);
+  (closed at once past ``serverMaxConnections``); with ``aclEnable``, ``minimq_acl_denied_total``
+  (requests answered NO_PERMISSION by the ACL check);
 - ``minimq_connections`` (client connections open now), ``minimq_connections_top_ip`` (the
   most any one client IP address holds now, to compare with ``serverMaxConnectionsPerIp``;
   one number, not a series per address, which peers could multiply) and
@@ -92,6 +93,7 @@ from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.net import open_listeners
 from common.version import minimq_version
+from remoting.acl.service import AclService
 from remoting.busy_poll import BusyPoll
 from remoting.server import RemotingServer
 from store import MessageStore
@@ -129,6 +131,8 @@ class MetricsSource(Protocol):
     """Live trio tasks at the last count (None before the first)."""
     broker_stats: BrokerStatsManager
     """The per-topic and per-group message counts."""
+    acl: AclService | None
+    """The ACL with ``aclEnable`` (None without)."""
 
     @property
     def broker_addr(self) -> str:
@@ -289,6 +293,17 @@ class BrokerMetrics(Collector):
             ),
         )
         yield from _connection_gauges(names, values, server)
+        acl = self.source.acl
+        if acl is not None:
+            yield from _plain_counters(
+                names,
+                values,
+                (
+                    "minimq_acl_denied",
+                    "Requests answered NO_PERMISSION by the ACL check (aclEnable).",
+                    acl.validator.denied,
+                ),
+            )
 
     def _busy_poll(self, names: list[str], values: list[str]) -> Iterator[Metric]:
         poll = self.source.busy_poll

@@ -4,6 +4,11 @@ The name-server list comes from the ``namesrv`` argument (``"host:port;host:port
 list), else from the ``NAMESRV_ADDR`` environment variable, as in RocketMQ. The client id is
 ``clientIP@instanceName`` where the instance name defaults to ``<pid>#<nanotime>``, so two
 instances in one process never share an id.
+
+With ``access_key`` and ``secret_key`` (RocketMQ's ``SessionCredentials``, which its clients
+pass as an ``AclClientRPCHook``) the instance signs every request it sends
+(:mod:`remoting.acl.signing`), for brokers and name servers with ACL on. The secret stays out
+of the config's ``repr``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass, field
 from client.errors import CLIENT_ERROR, MQClientError
 from common.digits import parse_uint
 from common.net import primary_ipv4
+from remoting.acl.signing import RequestSigner, SessionCredentials
 from remoting.busy_poll import default_window_us
 
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
@@ -86,8 +92,16 @@ class ClientConfig:
     """How long a request waiting for its answer keeps the client polling before it sleeps
     (µs; 0: never); the default is ``$MINIMQ_BUSY_POLL_US``, else 200 on two or more cores; see
     :mod:`remoting.busy_poll`."""
+    access_key: str = ""
+    """The ACL account's access key (empty: requests are not signed)."""
+    secret_key: str = field(default="", repr=False)
+    """The ACL account's secret key; given together with ``access_key``."""
 
     def __post_init__(self) -> None:
+        if bool(self.access_key) != bool(self.secret_key):
+            raise MQClientError(
+                CLIENT_ERROR, "access_key and secret_key must be given together (ACL)"
+            )
         if self.busy_poll_us < 0:
             raise MQClientError(CLIENT_ERROR, f"busy_poll_us must be >= 0, got {self.busy_poll_us}")
         for name in (
@@ -101,6 +115,12 @@ class ClientConfig:
                 raise MQClientError(
                     CLIENT_ERROR, f"{name} must be a number of seconds > 0, got {value!r}"
                 )
+
+    def rpc_hook(self) -> RequestSigner | None:
+        """The signer of this config's account, or None when it has none."""
+        if not self.access_key:
+            return None
+        return RequestSigner(SessionCredentials(self.access_key, self.secret_key))
 
     def client_id(self) -> str:
         """``clientIP@instanceName``, a fresh default name each call when none is set."""

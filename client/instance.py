@@ -151,6 +151,7 @@ class ClientInstance:
             default_timeout_s=config.request_timeout_s,
             connect_timeout_s=config.connect_timeout_s,
             busy_poll_s=config.busy_poll_us / 1e6,
+            rpc_hook=config.rpc_hook(),
         )
         self._routes: dict[str, TopicRouteData] = {}
         self._publish: dict[str, list[MessageQueue]] = {}

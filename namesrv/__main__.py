@@ -52,6 +52,7 @@ from common.process import (
 from common.properties import load_properties
 from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
+from remoting.acl.config import AclConfigError
 
 log = logging.getLogger("namesrv")
 
@@ -93,7 +94,10 @@ async def _serve(server: NameServer) -> None:
     def announce(port: int) -> None:
         print(BOOT_LINE.format(host=server.config.bind_address, port=port), flush=True)
 
-    await serve_until_signal(server.run, announce, log)
+    acl = server.acl
+    await serve_until_signal(
+        server.run, announce, log, on_hangup=None if acl is None else acl.reload
+    )
     log.info("name server stopped")
 
 
@@ -136,7 +140,9 @@ def main(
         fail(PROGRAM, f"cannot open log file: {exc}")
     raise_open_files_limit(log)  # before the server computes its connection cap from it
     try:
-        server = NameServer(config, file_config=file_config)  # loads the KV config
+        server = NameServer(config, file_config=file_config)  # loads the KV config (and ACL)
+    except AclConfigError as exc:
+        fail(PROGRAM, f"cannot start: {exc}")
     except (ValueError, OSError) as exc:
         fail(PROGRAM, f"cannot load the KV config: {exc}")
     try:

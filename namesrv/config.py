@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from common.properties import convert_value, format_entry
+from remoting.acl.config import PLAIN_ACL_FILE
 from remoting.server import (
     DEFAULT_FRAME_READ_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -80,6 +81,14 @@ class NamesrvConfig:
     product_env_name: str = field(default="center", metadata=_key("productEnvName"))
     cluster_test: bool = field(default=False, metadata=_key("clusterTest"))
     order_message_enable: bool = field(default=False, metadata=_key("orderMessageEnable"))
+    acl_enable: bool = field(default=False, metadata=_key("aclEnable"))
+    """Requests that change the name server (REGISTER_BROKER, UNREGISTER_BROKER, config, KV
+    and topic writes) need a signed request of an admin account; route queries stay open.
+    RocketMQ's name server had no ACL 1.0 (5.3's has ``authenticationEnabled``); the key is
+    the broker's."""
+    acl_file_full_path: str = field(default="", metadata=_key("aclFileFullPath"))
+    """The accounts file; empty: ``<rocketmqHome>/conf/plain_acl.yml`` when ``rocketmqHome`` is
+    set (RocketMQ's place), else ``plain_acl.yml`` next to ``kvConfigPath``."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -102,6 +111,14 @@ class NamesrvConfig:
         ):
             if value < 0:
                 raise ValueError(f"{key} must be >= 0, got {value}")
+
+    def acl_file(self) -> Path:
+        """The accounts file (see ``acl_file_full_path``)."""
+        if self.acl_file_full_path:
+            return Path(self.acl_file_full_path).expanduser()
+        if self.rocketmq_home:
+            return Path(self.rocketmq_home).expanduser() / "conf" / PLAIN_ACL_FILE
+        return Path(self.kv_config_path).expanduser().parent / PLAIN_ACL_FILE
 
     @classmethod
     def property_keys(cls) -> dict[str, str]:
@@ -137,7 +154,14 @@ class NamesrvConfig:
 _DEFAULTS = NamesrvConfig()
 
 
-CONFIG_BLACK_LIST = ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
+CONFIG_BLACK_LIST = (
+    "configBlackList",
+    "configStorePath",
+    "kvConfigPath",
+    "rocketmqHome",
+    "aclEnable",
+    "aclFileFullPath",
+)
 """Keys UPDATE_NAMESRV_CONFIG never changes (RocketMQ's ``DefaultRequestProcessor``
 ``configBlackList``; it answers NO_PERMISSION)."""
 

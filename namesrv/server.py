@@ -4,6 +4,7 @@
 
     run                    one nursery; task_status.started(bound port)
     ├─ RemotingServer.run  serves the NamesrvProcessor handlers on bindAddress:listenPort
+    ├─ acl.watch           with aclEnable: reloads the accounts file when it changes
     └─ expire_loop         every scanNotActiveBrokerInterval: drop brokers silent for longer
                            than brokerChannelExpiredTime (RocketMQ's scanNotActiveBroker);
                            both read afresh each round (UPDATE_NAMESRV_CONFIG changes them)
@@ -24,6 +25,11 @@ Rules:
   command-line overrides) with the runtime keys changed (:func:`namesrv.config.stored_config`).
   When the file cannot be written the update raises :class:`OSError` and nothing changes
   (RocketMQ logs the failure and keeps the change in memory only, lost at restart).
+- With ``aclEnable`` the accounts file is loaded when the :class:`NameServer` is built (a
+  missing or malformed file raises ValueError) and the handlers of
+  :data:`~remoting.acl.resource.ADMIN_CODES` (REGISTER_BROKER, UNREGISTER_BROKER, config, KV
+  and topic writes) run the ACL check first: they need an admin account's signed request.
+  Route and config queries stay open, as clients read routes before anything else.
 - As in RocketMQ, the name server never reads ``configStorePath`` itself: ``mqnamesrv -c FILE``
   makes FILE the ``configStorePath`` (RocketMQ's ``NamesrvStartup``), so a restart with the
   same ``-c`` reads the saved updates back, with the command line still overriding them.
@@ -42,6 +48,9 @@ from namesrv.config import NamesrvConfig, stored_config
 from namesrv.kv_config import KVConfigManager
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
+from remoting.acl.guard import guard_handlers
+from remoting.acl.resource import ADMIN_CODES
+from remoting.acl.service import WATCH_INTERVAL_S, AclService
 from remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -91,6 +100,10 @@ class NameServer:
         )
         self.port: int | None = None
         """The bound port once :meth:`run` has started."""
+        self.acl = AclService(config.acl_file()) if config.acl_enable else None
+        """The accounts and the request check with ``aclEnable`` (None without)."""
+        self.acl_watch_interval_s = WATCH_INTERVAL_S
+        """How often the accounts file is checked for changes (set before :meth:`run`)."""
 
     def apply_config(self, config: NamesrvConfig) -> None:
         """Save ``config`` (changed only in its runtime keys) to ``configStorePath``, then make
@@ -105,8 +118,11 @@ class NameServer:
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
+        handlers = self.processor.handlers()
+        if self.acl is not None:
+            handlers = guard_handlers(handlers, self.acl.validator, codes=ADMIN_CODES)
         server = RemotingServer(
-            self.processor.handlers(),
+            handlers,
             host=self.config.bind_address,
             port=self.config.listen_port,
             idle_timeout_s=self.config.server_channel_max_idle_time_seconds,
@@ -118,6 +134,8 @@ class NameServer:
         async with trio.open_nursery() as nursery:
             port: int = await nursery.start(server.run)
             self.port = port
+            if self.acl is not None:
+                nursery.start_soon(self.acl.watch, self.acl_watch_interval_s)
             nursery.start_soon(
                 expire_loop, self.route_info, lambda: self.config.scan_not_active_broker_interval_ms
             )

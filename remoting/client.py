@@ -22,6 +22,9 @@ Rules:
 - Requests the server sends on our connection (``CHECK_TRANSACTION_STATE``,
   ``NOTIFY_CONSUMER_IDS_CHANGED``) go to the ``handlers`` table, as on the server; unknown
   codes are answered ``REQUEST_CODE_NOT_SUPPORTED``.
+- ``rpc_hook``, when given, turns each request we send into the one written (RocketMQ's
+  client ``RPCHook#doBeforeRequest``): :class:`~remoting.acl.signing.RequestSigner` signs it.
+  Without one, requests are written as given.
 - Leaving the ``async with`` block cancels every reader and closes every connection. Reader
   tasks never raise, so a broken connection never cancels the caller's block.
 - The background tasks (readers, dials, the poller) run under a shielded scope that only
@@ -32,7 +35,7 @@ Rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 
@@ -79,8 +82,11 @@ class RemotingClient:
         default_timeout_s: float = 3.0,
         connect_timeout_s: float = 3.0,
         busy_poll_s: float = 0.0,
+        rpc_hook: Callable[[RemotingCommand], RemotingCommand] | None = None,
     ) -> None:
         self.handlers: Mapping[int, Handler] = handlers or {}
+        self.rpc_hook = rpc_hook
+        """Applied to every request before it is sent (see the module rules)."""
         self.default_timeout_s = default_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._channels: dict[str, Channel] = {}
@@ -143,11 +149,15 @@ class RemotingClient:
         timeout = self.default_timeout_s if timeout_s is None else timeout_s
         check_time_left(addr, timeout)
         channel = await self._channel(addr)
+        if self.rpc_hook is not None:
+            cmd = self.rpc_hook(cmd)
         return await channel.invoke(cmd, timeout_s=timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """Send ``cmd`` to ``addr`` as a oneway request (no response)."""
         channel = await self._channel(addr)
+        if self.rpc_hook is not None:
+            cmd = self.rpc_hook(cmd)
         await channel.invoke_oneway(cmd, timeout_s=self.default_timeout_s)
 
     async def close_connection(self, addr: str) -> None:

@@ -185,7 +185,7 @@ class AdminProcessor:
         self, request: RemotingCommand, channel: Channel
     ) -> RemotingCommand:
         """GET_BROKER_CONFIG: the effective configuration as properties text."""
-        body = self.config.to_properties().encode()
+        body = self.config.to_properties(hide_secrets=True).encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     def handlers(self) -> dict[int, Handler]:

@@ -3,7 +3,8 @@
 ``async with AdminClient(namesrv) as admin:`` opens one :class:`~client.instance.ClientInstance`
 (connections and routes; it registers no producer or consumer, so it sends no heartbeats).
 Every method raises :class:`~client.errors.MQClientError` (``MQBrokerError`` for an error
-answer) with a one-line reason; nothing is retried.
+answer) with a one-line reason; nothing is retried. With ``access_key`` / ``secret_key`` every
+request is signed (brokers and name servers with ACL on).
 """
 
 from __future__ import annotations
@@ -62,9 +63,20 @@ class MessageQuery:
 class AdminClient:
     """Admin requests to the name servers and brokers; see the module docstring."""
 
-    def __init__(self, namesrv: str | Sequence[str] | None, *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        namesrv: str | Sequence[str] | None,
+        *,
+        timeout_s: float = 5.0,
+        access_key: str = "",
+        secret_key: str = "",
+    ) -> None:
         config = ClientConfig.create(
-            namesrv, request_timeout_s=timeout_s, connect_timeout_s=timeout_s
+            namesrv,
+            request_timeout_s=timeout_s,
+            connect_timeout_s=timeout_s,
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.instance = ClientInstance(config)
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import click
@@ -30,6 +31,7 @@ from client.config import NAMESRV_ADDR_ENV
 from client.errors import MQClientError
 from client.message import ReceivedMessage
 from common.digits import parse_uint
+from remoting.acl.config import TOOLS_FILE, AclConfigError, load_tools_credentials
 from remoting.codes import ResponseCode
 
 T = TypeVar("T")
@@ -125,11 +127,66 @@ class AdminCommand(click.Command):
                 param.type = TRIMMED_TEXT
 
 
+ACCESS_KEY_ENV: Final = "MINIMQ_ACCESS_KEY"
+"""Environment variable of ``--accessKey`` (so that a secret need not be on the command
+line, where ``ps`` shows it)."""
+SECRET_KEY_ENV: Final = "MINIMQ_SECRET_KEY"
+"""Environment variable of ``--secretKey``."""
+ROCKETMQ_HOME_ENV: Final = "ROCKETMQ_HOME"
+"""Where ``conf/tools.yml`` is looked for (RocketMQ's ``MixAll.ROCKETMQ_HOME_ENV``)."""
+_CREDENTIALS = "minimq.credentials"
+
+
+def _keep_credential(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Keep ``--accessKey`` / ``--secretKey`` in the context for :func:`run`."""
+    if value and param.name:
+        ctx.meta.setdefault(_CREDENTIALS, {})[param.name] = value
+
+
+def _credential_options(fn: F) -> F:
+    for flag, name, env in (
+        ("--accessKey", "access_key", ACCESS_KEY_ENV),
+        ("--secretKey", "secret_key", SECRET_KEY_ENV),
+    ):
+        fn = click.option(
+            flag,
+            name,
+            envvar=env,
+            expose_value=False,
+            callback=_keep_credential,
+            help=f"ACL {flag[2:]} to sign requests with (or ${env}; default: "
+            f"${ROCKETMQ_HOME_ENV}/conf/{TOOLS_FILE}, as RocketMQ's mqadmin).",
+        )(fn)
+    return fn
+
+
+def admin_credentials() -> tuple[str, str]:
+    """``(accessKey, secretKey)`` to sign with: ``--accessKey`` / ``--secretKey`` (or their
+    environment variables), else ``$ROCKETMQ_HOME/conf/tools.yml`` (RocketMQ's
+    ``AclUtils#getAclRPCHook``), else none (``("", "")``: requests are not signed)."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, str] = ctx.meta.get(_CREDENTIALS, {}) if ctx is not None else {}
+    if given:
+        if len(given) != 2:
+            fail("give both --accessKey and --secretKey (or neither)")
+        return given["access_key"], given["secret_key"]
+    home = os.environ.get(ROCKETMQ_HOME_ENV, "")
+    if not home:
+        return "", ""
+    try:
+        keys = load_tools_credentials(Path(home) / "conf" / TOOLS_FILE)
+    except AclConfigError as exc:
+        fail(str(exc))
+    return keys if keys is not None else ("", "")
+
+
 def admin_command(name: str) -> Callable[[F], F]:
-    """Register a command named ``name`` with the shared ``-n`` and ``--json`` options; its
-    text option values are trimmed as RocketMQ's (:class:`AdminCommand`)."""
+    """Register a command named ``name`` with the shared ``-n``, ``--json`` and ACL
+    (``--accessKey`` / ``--secretKey``) options; its text option values are trimmed as
+    RocketMQ's (:class:`AdminCommand`)."""
 
     def decorate(fn: F) -> F:
+        fn = _credential_options(fn)
         fn = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(
             fn
         )
@@ -179,8 +236,10 @@ def run(namesrv: str | None, body: Callable[[AdminClient], Awaitable[T]]) -> T:
         # the library's own wording names its keyword argument, not -n
         fail(f"no name server address: give -n host:port[;host:port] or set {NAMESRV_ADDR_ENV}")
 
+    access_key, secret_key = admin_credentials()
+
     async def go() -> T:
-        async with AdminClient(namesrv) as admin:
+        async with AdminClient(namesrv, access_key=access_key, secret_key=secret_key) as admin:
             return await body(admin)
 
     try:

@@ -1,0 +1,149 @@
+"""What a request needs: its resources with their permissions, and whether only an admin may
+send it (RocketMQ's ``PlainAccessValidator#parse`` and ``Permission.ADMIN_CODE``).
+
+Rules:
+
+- :func:`needed_perms` maps a request to ``{resource: permission bits}``. A group is checked
+  as its retry topic ``%RETRY%<group>``. A header field the table needs but the request lacks
+  adds nothing (RocketMQ's ``addResourceAndPerm(null)``): the handler then refuses the request
+  for the missing field. A code not in the table needs no resource permission, only a valid
+  signature (and admin when in :data:`ADMIN_CODES`).
+- RocketMQ's rows: SEND_MESSAGE / SEND_MESSAGE_V2 (and SEND_BATCH_MESSAGE, which carries the V2
+  header here) need PUB on the topic, or SUB on it when it is a retry topic (a consumer
+  sending back); CONSUMER_SEND_MSG_BACK, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP need SUB
+  on the group; PULL_MESSAGE and UPDATE_CONSUMER_OFFSET SUB on the topic and the group;
+  QUERY_MESSAGE SUB on the topic; HEART_BEAT SUB on each consumer group of its body and on each
+  topic they subscribe. minimq adds QUERY_CONSUMER_OFFSET and LITE_PULL_MESSAGE (as
+  UPDATE_CONSUMER_OFFSET and PULL_MESSAGE) so that a group's offsets are read as they are written.
+- :data:`ADMIN_CODES` is RocketMQ's five (create/update and delete topic, update broker config,
+  create/update and delete subscription group) plus every other request that writes config or
+  offsets here: offset resets and clones, the write-permission switches, the name server's
+  config, KV and topic writes, and broker (un)registration (CVE-2023-33246 / CVE-2023-37582).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final, TypeAlias
+
+from common.topic import RETRY_GROUP_TOPIC_PREFIX
+from remoting.acl.permission import PUB, SUB
+from remoting.client_bodies import decode_heartbeat
+from remoting.codes import RequestCode
+from remoting.command import ExtValue, RemotingCommand
+
+Needs: TypeAlias = dict[str, int]
+
+ADMIN_CODES: Final = frozenset(
+    int(code)
+    for code in (
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UPDATE_AND_CREATE_TOPIC_LIST,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        RequestCode.RESET_CONSUMER_OFFSET_IN_BROKER,
+        RequestCode.RESET_CONSUMER_OFFSET_IN_CONSUMER,
+        RequestCode.CLONE_GROUP_OFFSET,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        RequestCode.REGISTER_BROKER,
+        RequestCode.UNREGISTER_BROKER,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+    )
+)
+"""Request codes only an ``admin: true`` account may send (see the module rules)."""
+
+
+def retry_resource(group: str) -> str:
+    """The resource a group is checked as: ``%RETRY%<group>``."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def needed_perms(request: RemotingCommand) -> Needs:
+    """The resources ``request`` touches and the permission each needs (module rules)."""
+    rule = _RULES.get(request.code)
+    if rule is None:
+        return {}
+    needs: Needs = {}
+    rule(request, needs)
+    return needs
+
+
+def _text(fields: Mapping[str, ExtValue], *names: str) -> str | None:
+    """The first of ``names`` present as non-empty text."""
+    for name in names:
+        value = fields.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _add(needs: Needs, resource: str | None, perm: int) -> None:
+    if resource is not None:
+        needs[resource] = needs.get(resource, 0) | perm
+
+
+def _add_group(needs: Needs, group: str | None) -> None:
+    if group is not None:
+        _add(needs, retry_resource(group), SUB)
+
+
+def _send(request: RemotingCommand, needs: Needs) -> None:
+    topic = _text(request.ext_fields, "topic", "b")
+    if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        _add(needs, topic, SUB)
+    else:
+        _add(needs, topic, PUB)
+
+
+def _send_back(request: RemotingCommand, needs: Needs) -> None:
+    _add_group(needs, _text(request.ext_fields, "group"))
+
+
+def _group_only(request: RemotingCommand, needs: Needs) -> None:
+    _add_group(needs, _text(request.ext_fields, "consumerGroup"))
+
+
+def _topic_and_group(request: RemotingCommand, needs: Needs) -> None:
+    _add(needs, _text(request.ext_fields, "topic"), SUB)
+    _add_group(needs, _text(request.ext_fields, "consumerGroup"))
+
+
+def _query(request: RemotingCommand, needs: Needs) -> None:
+    _add(needs, _text(request.ext_fields, "topic"), SUB)
+
+
+def _heartbeat(request: RemotingCommand, needs: Needs) -> None:
+    """SUB on each consumer group and each topic it subscribes; a body that does not parse
+    adds nothing (the handler answers it)."""
+    try:
+        data = decode_heartbeat(request.body)
+    except ValueError:
+        return
+    for consumer in data.consumers:
+        _add_group(needs, consumer.group_name or None)
+        for sub in consumer.subscriptions:
+            _add(needs, sub.topic or None, SUB)
+
+
+_RULES: Final[dict[int, Callable[[RemotingCommand, Needs], None]]] = {
+    int(RequestCode.SEND_MESSAGE): _send,
+    int(RequestCode.SEND_MESSAGE_V2): _send,
+    int(RequestCode.SEND_BATCH_MESSAGE): _send,
+    int(RequestCode.CONSUMER_SEND_MSG_BACK): _send_back,
+    int(RequestCode.PULL_MESSAGE): _topic_and_group,
+    int(RequestCode.LITE_PULL_MESSAGE): _topic_and_group,
+    int(RequestCode.QUERY_MESSAGE): _query,
+    int(RequestCode.HEART_BEAT): _heartbeat,
+    int(RequestCode.UNREGISTER_CLIENT): _group_only,
+    int(RequestCode.GET_CONSUMER_LIST_BY_GROUP): _group_only,
+    int(RequestCode.UPDATE_CONSUMER_OFFSET): _topic_and_group,
+    int(RequestCode.QUERY_CONSUMER_OFFSET): _topic_and_group,
+}
