@@ -29,6 +29,10 @@ Rules:
   (``storePathCommitLog`` elsewhere is refused, the others are warned about, as RocketMQ
   ignores them); ``enableDLegerCommitLog`` / ``enableControllerMode`` are accepted only when
   false. Any other unknown key is refused, naming the closest known key.
+- TLS keys (RocketMQ's ``tls.server.*`` for the listening port, ``tls.enable`` and
+  ``tls.client.*`` for the broker's own connections to the name servers; see
+  :mod:`remoting.tls_config`) are read like the others, and ``tls.config.file`` names a
+  ``tls.properties`` file whose keys apply where none is given directly.
 """
 
 from __future__ import annotations
@@ -54,6 +58,14 @@ from remoting.server import (
     DEFAULT_FRAME_READ_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS_PER_IP,
+)
+from remoting.tls import with_tls_config_file
+from remoting.tls_config import (
+    ClientTlsConfig,
+    ServerTlsConfig,
+    parse_client_tls,
+    parse_server_tls,
+    split_tls_properties,
 )
 from store.config import (
     DISK_RATIO_BOUNDS,
@@ -277,6 +289,10 @@ class BrokerConfig:
     empty: not signed."""
     secret_key: str = field(default="", metadata=_meta("secretKey", str))
     """That account's secret key (never shown by GET_BROKER_CONFIG)."""
+    tls_server: ServerTlsConfig = field(default=ServerTlsConfig(), metadata={})
+    """The listening port's TLS (``tls.server.*``; off by default)."""
+    tls_client: ClientTlsConfig = field(default=ClientTlsConfig(), metadata={})
+    """TLS of the broker's connections to the name servers (``tls.enable``, ``tls.client.*``)."""
     store_settings: tuple[tuple[str, Any], ...] = field(default=(), metadata={})
     """Explicit store settings as ``(StoreConfig field name, value)`` pairs."""
     compat_settings: tuple[tuple[str, str], ...] = field(default=(), metadata={})
@@ -492,6 +508,12 @@ class BrokerConfig:
         compat: dict[str, str] = {}
         for key in REPLICATION_SWITCHES:  # first: the rest of such a file is for that mode
             _check_replication_switch(key, props.get(key, "false"))
+        tls, props = split_tls_properties(props)
+        try:
+            kwargs["tls_server"] = parse_server_tls(tls)
+            kwargs["tls_client"] = parse_client_tls(tls)
+        except ValueError as exc:
+            raise ValueError(f"bad broker properties: {exc}") from None
         for key, raw in props.items():
             if key in keys:
                 name = keys[key]
@@ -539,7 +561,7 @@ class BrokerConfig:
             props["namesrvAddr"] = env_namesrv
         if "busyPollMicros" not in props:
             props["busyPollMicros"] = str(default_window_us(env))
-        return cls.from_properties(props)
+        return cls.from_properties(with_tls_config_file(props))
 
     def to_properties(self, *, hide_secrets: bool = False) -> str:
         """``key=value`` lines (as ``mqbroker -p`` prints): broker keys then every store key,
@@ -557,6 +579,8 @@ class BrokerConfig:
         for key, name in STORE_KEYS.items():
             lines.append(format_entry(key, getattr(store, name)))
         for key, raw in self.compat_settings:
+            lines.append(format_entry(key, raw))
+        for key, raw in (*self.tls_server.properties(), *self.tls_client.properties()):
             lines.append(format_entry(key, raw))
         return "\n".join(lines) + "\n"
 

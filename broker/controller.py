@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import ssl
 from collections.abc import Callable
 
 import trio
@@ -108,6 +109,7 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.route_bodies import encode_register_body
 from remoting.server import RemotingServer
+from remoting.tls import client_ssl_context, server_ssl_context
 from store.message_store import ArrivalListener, MessageStore
 from store.services import StoreServices
 
@@ -150,6 +152,10 @@ class BrokerController:
         self.locks: RebalanceLockManager[LockedQueue] = RebalanceLockManager()
         """Queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
         self._client: RemotingClient | None = None
+        self.server_ssl_context: ssl.SSLContext | None = None
+        """TLS of the listening port (``tls.server.*``; None: plain TCP), set by :meth:`run`."""
+        self.namesrv_ssl_context: ssl.SSLContext | None = None
+        """TLS of the connections to the name servers (``tls.enable``; None: plain TCP)."""
         self._net: trio.Nursery | None = None
         self.server: RemotingServer | None = None
         """The request server while the broker runs (its open connections: ``channels``)."""
@@ -181,6 +187,9 @@ class BrokerController:
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
+        # TLS files are checked before the store opens (TlsSetupError, an OSError, names them)
+        self.server_ssl_context = server_ssl_context(self.config.tls_server)
+        self.namesrv_ssl_context = client_ssl_context(self.config.tls_client)
         store = MessageStore(self.config.store_config())
         await trio.to_thread.run_sync(store.open)
         self.store = store
@@ -338,6 +347,7 @@ class BrokerController:
             max_connections_per_ip=self.config.server_max_connections_per_ip,
             max_pending=self.config.server_max_pending_requests,
             max_pending_per_connection=self.config.server_max_pending_requests_per_connection,
+            ssl_context=self.server_ssl_context,
         )
         self.busy_poll = server.busy_poll
         previous_listener = self.store.arrival_listener
@@ -346,7 +356,9 @@ class BrokerController:
         )
         registering = False
         async with RemotingClient(
-            default_timeout_s=REGISTER_TIMEOUT_S, rpc_hook=self._signer()
+            default_timeout_s=REGISTER_TIMEOUT_S,
+            rpc_hook=self._signer(),
+            ssl_context=self.namesrv_ssl_context,
         ) as client:
             self._client = client
             try:
@@ -521,7 +533,9 @@ class BrokerController:
         """
         with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True):
             async with RemotingClient(
-                default_timeout_s=UNREGISTER_TIMEOUT_S, rpc_hook=self._signer()
+                default_timeout_s=UNREGISTER_TIMEOUT_S,
+                rpc_hook=self._signer(),
+                ssl_context=self.namesrv_ssl_context,
             ) as client:
                 await self._unregister_round(client)
 

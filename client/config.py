@@ -9,13 +9,20 @@ With ``access_key`` and ``secret_key`` (RocketMQ's ``SessionCredentials``, which
 pass as an ``AclClientRPCHook``) the instance signs every request it sends
 (:mod:`remoting.acl.signing`), for brokers and name servers with ACL on. The secret stays out
 of the config's ``repr``.
+
+TLS (RocketMQ's ``ClientConfig#useTLS`` and ``tls.client.*``, :mod:`remoting.tls_config`) is off
+by default. :meth:`ClientConfig.create` takes its defaults from the environment, as RocketMQ's
+clients take them from ``-Dtls.enable`` and ``-Dtls.config.file``: ``MINIMQ_TLS_CONFIG_FILE``
+names a ``tls.properties`` file (``tls.enable``, ``tls.client.*``) and ``MINIMQ_TLS_ENABLE``
+(``true``/``false``) overrides its ``tls.enable``; keyword arguments override both. That is how
+``mqadmin``, ``mqbench`` and the Spark connector are given TLS.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from client.errors import CLIENT_ERROR, MQClientError
@@ -23,8 +30,14 @@ from common.digits import parse_uint
 from common.net import primary_ipv4
 from remoting.acl.signing import RequestSigner, SessionCredentials
 from remoting.busy_poll import default_window_us
+from remoting.tls import with_tls_config_file
+from remoting.tls_config import TLS_CONFIG_FILE, TLS_ENABLE, ClientTlsConfig, parse_client_tls
 
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
+TLS_ENABLE_ENV = "MINIMQ_TLS_ENABLE"
+"""Environment variable turning TLS on for clients built by :meth:`ClientConfig.create`."""
+TLS_CONFIG_FILE_ENV = "MINIMQ_TLS_CONFIG_FILE"
+"""Environment variable naming the clients' ``tls.properties`` file (``tls.config.file``)."""
 
 
 def check_intervals(**seconds: float) -> None:
@@ -97,11 +110,28 @@ class ClientConfig:
     secret_key: str = field(default="", repr=False)
     """The ACL account's secret key; given together with ``access_key``."""
 
+    use_tls: bool = False
+    """Every connection speaks TLS (RocketMQ's ``useTLS`` / ``tls.enable``)."""
+    tls_auth_server: bool = True
+    """Verify the server's certificate and that it names the host dialled
+    (``tls.client.authServer``; RocketMQ's default is false)."""
+    tls_trust_cert_path: str | None = None
+    """CA certificates (PEM) servers are verified against (``tls.client.trustCertPath``;
+    None: the system's)."""
+    tls_cert_path: str | None = None
+    """This client's certificate (PEM), for servers that ask for one (``tls.client.certPath``)."""
+    tls_key_path: str | None = None
+    """Its private key (PEM, unencrypted; ``tls.client.keyPath``)."""
+
     def __post_init__(self) -> None:
         if bool(self.access_key) != bool(self.secret_key):
             raise MQClientError(
                 CLIENT_ERROR, "access_key and secret_key must be given together (ACL)"
             )
+        try:
+            self.tls()
+        except ValueError as exc:
+            raise MQClientError(CLIENT_ERROR, str(exc)) from None
         if self.busy_poll_us < 0:
             raise MQClientError(CLIENT_ERROR, f"busy_poll_us must be >= 0, got {self.busy_poll_us}")
         for name in (
@@ -122,11 +152,45 @@ class ClientConfig:
             return None
         return RequestSigner(SessionCredentials(self.access_key, self.secret_key))
 
+    def tls(self) -> ClientTlsConfig:
+        """The TLS settings as :mod:`remoting.tls_config` takes them."""
+        return ClientTlsConfig(
+            enable=self.use_tls,
+            auth_server=self.tls_auth_server,
+            trust_cert_path=self.tls_trust_cert_path,
+            cert_path=self.tls_cert_path,
+            key_path=self.tls_key_path,
+        )
+
     def client_id(self) -> str:
         """``clientIP@instanceName``, a fresh default name each call when none is set."""
         return f"{self.client_ip}@{self.instance_name or default_instance_name()}"
 
     @classmethod
     def create(cls, namesrv: str | Sequence[str] | None = None, **kwargs: object) -> ClientConfig:
-        """Build from a name-server string or list (or ``NAMESRV_ADDR``)."""
-        return cls(parse_namesrv(namesrv), **kwargs)  # type: ignore[arg-type]
+        """Build from a name-server string or list (or ``NAMESRV_ADDR``); the TLS settings
+        default to the environment's (see the module docstring)."""
+        settings = {**tls_settings_from_env(os.environ), **kwargs}
+        return cls(parse_namesrv(namesrv), **settings)  # type: ignore[arg-type]
+
+
+def tls_settings_from_env(env: Mapping[str, str]) -> dict[str, object]:
+    """:class:`ClientConfig` TLS keyword arguments from ``MINIMQ_TLS_CONFIG_FILE`` and
+    ``MINIMQ_TLS_ENABLE`` (none when neither is set); MQClientError for a bad value or file."""
+    props = {TLS_CONFIG_FILE: env.get(TLS_CONFIG_FILE_ENV, "")}
+    try:
+        props = with_tls_config_file(props)
+        if env.get(TLS_ENABLE_ENV, "").strip():
+            props[TLS_ENABLE] = env[TLS_ENABLE_ENV]
+        tls = parse_client_tls(props)
+    except (ValueError, OSError) as exc:
+        raise MQClientError(CLIENT_ERROR, f"TLS settings from the environment: {exc}") from None
+    if tls == ClientTlsConfig():
+        return {}
+    return {
+        "use_tls": tls.enable,
+        "tls_auth_server": tls.auth_server,
+        "tls_trust_cert_path": tls.trust_cert_path,
+        "tls_cert_path": tls.cert_path,
+        "tls_key_path": tls.key_path,
+    }

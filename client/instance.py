@@ -77,6 +77,7 @@ from remoting.consumer_bodies import (
 )
 from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.headers import error
+from remoting.tls import client_ssl_context
 
 if TYPE_CHECKING:
     from client.producer import Producer
@@ -152,6 +153,7 @@ class ClientInstance:
             connect_timeout_s=config.connect_timeout_s,
             busy_poll_s=config.busy_poll_us / 1e6,
             rpc_hook=config.rpc_hook(),
+            ssl_context=client_ssl_context(config.tls()),
         )
         self._routes: dict[str, TopicRouteData] = {}
         self._publish: dict[str, list[MessageQueue]] = {}

@@ -25,6 +25,8 @@ Rules:
   RocketMQ does (``-XX:+MaxFDLimit``), logged at INFO as old -> new.
 - The KV config is loaded from ``kvConfigPath`` before serving; when that file and its backup
   are both corrupt, one line on stderr names them and the process exits 1.
+- TLS (``tls.server.*`` keys in the ``-c`` file, or in the file its ``tls.config.file`` names):
+  a TLS file that is missing or cannot be loaded fails the start like a port that cannot be bound.
 - SIGTERM or SIGINT stops the server and exits 0. A bad config file or a failure to bind prints
   one line to stderr and exits 1; click's usage errors keep exit code 2. Logs go to stderr (and to
   ``--logFile`` if given).
@@ -53,6 +55,7 @@ from common.properties import load_properties
 from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
 from remoting.acl.config import AclConfigError
+from remoting.tls import with_tls_config_file
 
 log = logging.getLogger("namesrv")
 
@@ -83,7 +86,7 @@ def file_properties(config_file: str | None) -> dict[str, str]:
     file itself (RocketMQ's ``NamesrvStartup``: updates are saved where they are read)."""
     if config_file is None:
         return {}
-    props = load_properties(config_file)
+    props = with_tls_config_file(load_properties(config_file))
     props["configStorePath"] = str(Path(config_file).resolve())
     return props
 

@@ -17,6 +17,9 @@ Rules:
   persisting to ``NamesrvConfig#configStorePath``): ``~/namesrv/namesrv.properties`` by
   default, the ``-c`` file when ``mqnamesrv`` was given one (:mod:`namesrv.server`).
   :func:`stored_config` says what is saved.
+- TLS keys (``tls.server.*``, ``tls.config.file``; :mod:`remoting.tls_config`) are read like
+  the others and only at start; the client keys (``tls.enable``, ``tls.client.*``) of a shared
+  ``tls.properties`` are accepted and unused (the name server dials nobody).
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ from remoting.server import (
     DEFAULT_FRAME_READ_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS_PER_IP,
+)
+from remoting.tls_config import (
+    TLS_KEYS,
+    ServerTlsConfig,
+    parse_client_tls,
+    parse_server_tls,
+    split_tls_properties,
 )
 
 
@@ -89,6 +99,8 @@ class NamesrvConfig:
     acl_file_full_path: str = field(default="", metadata=_key("aclFileFullPath"))
     """The accounts file; empty: ``<rocketmqHome>/conf/plain_acl.yml`` when ``rocketmqHome`` is
     set (RocketMQ's place), else ``plain_acl.yml`` next to ``kvConfigPath``."""
+    tls_server: ServerTlsConfig = field(default=ServerTlsConfig(), metadata={})
+    """The listening port's TLS (``tls.server.*``; off by default)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -123,7 +135,7 @@ class NamesrvConfig:
     @classmethod
     def property_keys(cls) -> dict[str, str]:
         """RocketMQ key -> field name, in declaration order."""
-        return {f.metadata["key"]: f.name for f in dataclasses.fields(cls)}
+        return {f.metadata["key"]: f.name for f in dataclasses.fields(cls) if f.metadata}
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> NamesrvConfig:
@@ -131,6 +143,12 @@ class NamesrvConfig:
         keys = cls.property_keys()
         types = {f.name: type(getattr(_DEFAULTS, f.name)) for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
+        tls, props = split_tls_properties(props)
+        try:
+            kwargs["tls_server"] = parse_server_tls(tls)
+            parse_client_tls(tls)  # checked, unused
+        except ValueError as exc:
+            raise ValueError(f"bad namesrv properties: {exc}") from None
         for key, raw in props.items():
             if key not in keys:
                 known = ", ".join(sorted(keys))
@@ -147,7 +165,10 @@ class NamesrvConfig:
         escaped as ``Properties#store`` does."""
         lines = []
         for f in dataclasses.fields(self):
-            lines.append(format_entry(f.metadata["key"], getattr(self, f.name)))
+            if f.metadata:
+                lines.append(format_entry(f.metadata["key"], getattr(self, f.name)))
+        for key, raw in self.tls_server.properties():
+            lines.append(format_entry(key, raw))
         return "\n".join(lines) + "\n"
 
 
@@ -207,7 +228,8 @@ def updated_config(config: NamesrvConfig, props: dict[str, str]) -> NamesrvConfi
     fixed = [key for key in props if key not in RUNTIME_KEYS]
     if fixed:
         key = fixed[0]
-        what = "is read only at start" if key in NamesrvConfig.property_keys() else "is unknown"
+        known = key in NamesrvConfig.property_keys() or key in TLS_KEYS
+        what = "is read only at start" if known else "is unknown"
         raise ConfigUpdateRefused(
             f"namesrv property {key!r} {what}; the keys that change at runtime are "
             + ", ".join(RUNTIME_KEYS)

@@ -52,6 +52,7 @@ from remoting.acl.guard import guard_handlers
 from remoting.acl.resource import ADMIN_CODES
 from remoting.acl.service import WATCH_INTERVAL_S, AclService
 from remoting.server import RemotingServer
+from remoting.tls import server_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class NameServer:
             max_connections=self.config.server_max_connections or None,
             max_connections_per_ip=self.config.server_max_connections_per_ip,
             on_close=self.processor.channel_closed,
+            ssl_context=server_ssl_context(self.config.tls_server),
         )
         async with trio.open_nursery() as nursery:
             port: int = await nursery.start(server.run)

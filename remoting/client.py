@@ -12,6 +12,11 @@ Rules:
 
 - The first call to an address connects (under ``connect_timeout_s``); concurrent first calls
   share one connection. Connection refused or timed out raises :class:`RemotingConnectError`.
+- With ``ssl_context`` (RocketMQ's ``tls.enable``, :mod:`remoting.tls`) every connection runs
+  its TLS handshake right after connecting, under the same ``connect_timeout_s``; the server's
+  certificate must name the host dialled when the context checks host names. A failed
+  handshake raises :class:`~remoting.tls.TlsHandshakeError` (a :class:`RemotingConnectError`
+  saying why: an untrusted certificate, a server that does not speak TLS, ...).
 - :meth:`RemotingClient.invoke` gives the request a fresh opaque, waits for the response with
   the same opaque under ``timeout_s`` (default ``default_timeout_s``; it covers the send and
   the wait, not the connect) and raises :class:`RemotingTimeoutError` when it runs out; a
@@ -35,6 +40,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -48,6 +54,7 @@ from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.errors import RemotingConnectError, RemotingError
 from remoting.log_limit import WarningLimiter
+from remoting.tls import TlsHandshakeError, dial_tls
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +90,13 @@ class RemotingClient:
         connect_timeout_s: float = 3.0,
         busy_poll_s: float = 0.0,
         rpc_hook: Callable[[RemotingCommand], RemotingCommand] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.handlers: Mapping[int, Handler] = handlers or {}
         self.rpc_hook = rpc_hook
         """Applied to every request before it is sent (see the module rules)."""
+        self.ssl_context = ssl_context
+        """Every connection speaks TLS with this context (None: plain TCP)."""
         self.default_timeout_s = default_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._channels: dict[str, Channel] = {}
@@ -180,6 +190,8 @@ class RemotingClient:
             self._nursery.start_soon(self._dial, addr, host, port, dial)
         await dial.done.wait()
         if dial.channel is None:
+            if isinstance(dial.error, TlsHandshakeError):
+                raise TlsHandshakeError(addr, dial.error.reason)
             raise RemotingConnectError(addr) from dial.error
         return dial.channel
 
@@ -188,8 +200,8 @@ class RemotingClient:
         caller's cancellation does not fail the others, bounded by ``connect_timeout_s``."""
         try:
             with trio.fail_after(self.connect_timeout_s):
-                stream = await trio.open_tcp_stream(host, port)
-        except (OSError, trio.TooSlowError) as exc:
+                stream = await self._connect(addr, host, port)
+        except (OSError, trio.TooSlowError, TlsHandshakeError) as exc:
             dial.error = exc
         else:
             channel = Channel(
@@ -208,6 +220,13 @@ class RemotingClient:
             if self._dials.get(addr) is dial:
                 del self._dials[addr]
             dial.done.set()
+
+    async def _connect(self, addr: str, host: str, port: int) -> trio.abc.Stream:
+        """A TCP connection to ``host:port``, with TLS on it when the client uses TLS."""
+        stream = await trio.open_tcp_stream(host, port)
+        if self.ssl_context is None:
+            return stream
+        return await dial_tls(stream, self.ssl_context, host, addr)
 
     async def _run_channel(self, addr: str, channel: Channel) -> None:
         """Reader task of one connection; forgets the connection when it ends."""

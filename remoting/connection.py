@@ -29,6 +29,9 @@ Rules:
   next receive waits first instead of trying a ``recv`` that would most likely fail.
   Cancellation is still checked on every call, and a receive that never had to wait yields to
   the scheduler every ``FAIR_RECEIVES`` calls so a flooding peer cannot starve other tasks.
+  Any other stream (a :class:`trio.SSLStream` when TLS is on, :mod:`remoting.tls`) takes the
+  generic path: every send is ``send_all`` under the send gate (shielded and bounded as above)
+  and every receive is ``receive_some``; the frame-read deadline applies the same way.
 - :meth:`Connection.receive` returns ``None`` on a clean EOF and raises
   :class:`RemoteProtocolError` for bytes the peer got wrong (the connection must then be closed),
   :class:`trio.BrokenResourceError` when the transport broke and
@@ -93,7 +96,10 @@ def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
 
 
 def peer_address(stream: trio.abc.Stream) -> str:
-    """Return ``"host:port"`` of the peer of a socket stream, or ``"?"`` if it is unknown."""
+    """Return ``"host:port"`` of the peer of a socket stream (or of a TLS stream over one), or
+    ``"?"`` if it is unknown."""
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     if isinstance(stream, trio.SocketStream):
         try:
             peer = stream.socket.getpeername()

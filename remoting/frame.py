@@ -13,6 +13,9 @@ Rules:
   length prefix over the limit (as soon as its 4 bytes arrive), a payload that is not valid
   msgpack, not a map or not a valid command, EOF in the middle of a frame, data after EOF. After
   an error the decoder stays broken: every later call raises again; close the connection.
+  A length prefix that is the start of a TLS record
+  (:func:`~remoting.tls_config.looks_like_tls_record`) says so: the peer speaks TLS to a
+  plaintext port, or the reverse (a TLS server's alert).
 - This module knows nothing about sockets, tasks or time. The I/O shell loops
   ``next_command()`` -> ``None`` -> read some bytes -> ``receive_data()``.
 """
@@ -26,6 +29,7 @@ import msgpack
 
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, RemoteProtocolError
+from remoting.tls_config import looks_like_tls_record
 
 MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 LENGTH_SIZE: Final = 4
@@ -43,6 +47,16 @@ def encode_frame(cmd: RemotingCommand, *, max_frame_size: int = MAX_FRAME_SIZE) 
             f"frame of {len(payload)} bytes exceeds the maximum of {max_frame_size}"
         )
     return _LENGTH.pack(len(payload)) + payload
+
+
+def _tls_hint(prefix: bytearray) -> str:
+    """The note for a bad length prefix that is really a TLS record's header."""
+    if not looks_like_tls_record(bytes(prefix[:2])):
+        return ""
+    return (
+        " (these bytes are a TLS record: the peer speaks TLS and this end does not; check "
+        "tls.server.mode / tls.enable on both ends)"
+    )
 
 
 class FrameDecoder:
@@ -100,7 +114,10 @@ class FrameDecoder:
             return None
         (size,) = _LENGTH.unpack_from(buf)
         if size > self.max_frame_size:
-            self._fail(f"frame of {size} bytes exceeds the maximum of {self.max_frame_size}")
+            self._fail(
+                f"frame of {size} bytes exceeds the maximum of {self.max_frame_size}"
+                + _tls_hint(buf)
+            )
         end = LENGTH_SIZE + size
         if len(buf) < end:
             if self._eof:

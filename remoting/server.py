@@ -45,6 +45,16 @@ Rules:
 - At most ``max_pending`` requests wait for their answer at once (long polls, ``SYNC_FLUSH``
   sends), at most ``max_pending_per_connection`` of them on one connection; a request past
   either is answered ``SYSTEM_BUSY`` at once (:mod:`remoting.flow_control`).
+- TLS (``ssl_context``, RocketMQ's ``tls.server.mode=enforcing``, :mod:`remoting.tls`):
+  each accepted connection must finish its TLS handshake within
+  :attr:`RemotingServer.handshake_timeout_s` (the frame-read timeout, or the idle timeout
+  when that is shorter), so a peer stalling in the handshake gives up its slot as a peer
+  dribbling a frame does; a connection in its handshake counts against ``max_connections``
+  and its address's cap. A failed handshake (a plaintext client, an untrusted client
+  certificate, the timeout) closes that connection, counted in ``tls_handshake_failures``
+  and warned about through the server's :class:`~remoting.log_limit.WarningLimiter`.
+  Without a context none of this runs: the accept path checks one attribute and requests
+  never see TLS.
 - Cancelling :meth:`RemotingServer.run` stops accepting, cancels every request and closes every
   connection (each close is shielded and bounded).
 """
@@ -54,6 +64,7 @@ from __future__ import annotations
 import logging
 import math
 import resource
+import ssl
 import time
 from collections.abc import Callable, Mapping
 
@@ -69,6 +80,7 @@ from remoting.flow_control import (
     PendingLimit,
 )
 from remoting.log_limit import WARNING_INTERVAL_S, WarningLimiter, suppressed_note
+from remoting.tls import TlsHandshakeError, accept_tls
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +104,8 @@ need, and still keeps one host from taking every slot of a default ``max_connect
 of thousands once ``mqbroker`` / ``mqnamesrv`` raised the descriptor limit)."""
 PER_IP_CAP_WARNING = "connections per IP"
 """The :class:`~remoting.log_limit.WarningLimiter` kind of the per-IP refusal warning."""
+TLS_HANDSHAKE_WARNING = "TLS handshake"
+"""The :class:`~remoting.log_limit.WarningLimiter` kind of the failed-handshake warning."""
 
 DEFAULT_IDLE_TIMEOUT_S = 120.0
 """RocketMQ's ``serverChannelMaxIdleTimeSeconds``."""
@@ -135,8 +149,14 @@ class RemotingServer:
         max_pending_per_connection: int = DEFAULT_MAX_PENDING_PER_CONNECTION,
         port_setting: str = "listenPort",
         warning_interval_s: float = WARNING_INTERVAL_S,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.handlers = handlers
+        self.ssl_context = ssl_context
+        """Every connection speaks TLS with this context (None: plain TCP)."""
+        self.tls_handshake_failures = 0
+        """Connections closed because their TLS handshake failed or timed out."""
+        self._handshaking = 0
         self.port_setting = port_setting
         """The setting ``port`` came from, named when it cannot be bound."""
         self.pending_limit = PendingLimit(max_pending, max_pending_per_connection)
@@ -168,6 +188,11 @@ class RemotingServer:
         """Polls for ``busy_poll_s`` after each frame (see :mod:`remoting.busy_poll`)."""
 
     @property
+    def handshake_timeout_s(self) -> float:
+        """How long an accepted connection may take to finish its TLS handshake."""
+        return min(self.frame_read_timeout_s, self.idle_timeout_s)
+
+    @property
     def channels(self) -> frozenset[Channel]:
         """The connections open right now (for broadcasting to clients)."""
         return frozenset(self._channels)
@@ -190,7 +215,7 @@ class RemotingServer:
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         """Run one connection's channel unless a cap refuses it; while it runs, count it
         against its peer's address."""
-        if len(self._channels) >= self.max_connections:
+        if len(self._channels) + self._handshaking >= self.max_connections:
             await self._refuse(stream)
             return
         ip = _peer_ip(stream)
@@ -200,7 +225,10 @@ class RemotingServer:
         if ip is not None:
             self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         try:
-            await self._run_channel(stream)
+            if self.ssl_context is not None:
+                await self._serve_tls(stream)
+            else:
+                await self._run_channel(stream)
         finally:
             if ip is not None:
                 self._release_ip(ip)
@@ -212,7 +240,31 @@ class RemotingServer:
         else:
             del self._per_ip[ip]
 
-    async def _run_channel(self, stream: trio.SocketStream) -> None:
+    async def _serve_tls(self, stream: trio.SocketStream) -> None:
+        """Run the TLS handshake (see the module rules), then the connection's channel."""
+        assert self.ssl_context is not None
+        addr = peer_address(stream)
+        self._handshaking += 1
+        try:
+            tls = await accept_tls(stream, self.ssl_context, addr, self.handshake_timeout_s)
+        except TlsHandshakeError as exc:
+            self._warn_handshake_failed(exc)
+            return
+        finally:
+            self._handshaking -= 1
+        await self._run_channel(tls)
+
+    def _warn_handshake_failed(self, exc: TlsHandshakeError) -> None:
+        self.tls_handshake_failures += 1
+        dropped = self.warnings.allow(TLS_HANDSHAKE_WARNING)
+        if dropped is not None:
+            log.warning(
+                "%s; connection closed (tls.server.mode=enforcing)%s",
+                exc,
+                suppressed_note(dropped),
+            )
+
+    async def _run_channel(self, stream: trio.abc.Stream) -> None:
         """Run one connection's channel; log and swallow anything it raises."""
         channel = Channel(
             Connection(stream, frame_read_timeout_s=self.frame_read_timeout_s),
