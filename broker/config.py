@@ -224,6 +224,11 @@ class BrokerConfig:
         default=120_000, metadata=_meta("channelExpiredTimeout", int)
     )
     long_polling_enable: bool = field(default=True, metadata=_meta("longPollingEnable", bool))
+    enable_property_filter: bool = field(
+        default=False, metadata=_meta("enablePropertyFilter", bool)
+    )
+    """Serve SQL92 subscriptions (RocketMQ's ``MessageSelector.bySql``): pulls keep the
+    messages whose properties match the expression. Off: such pulls are refused."""
     short_polling_time_ms: int = field(
         default=SHORT_POLLING_MS, metadata=_meta("shortPollingTimeMills", int)
     )

@@ -75,6 +75,7 @@ import trio
 from broker.broker_stats import BrokerStatsManager
 from broker.client_manager import ClientManager
 from broker.config import BrokerConfig
+from broker.consumer_filter import ConsumerFilterManager
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable
 from broker.metrics import TASK_COUNT_INTERVAL_S, BrokerMetrics, count_trio_tasks
@@ -143,6 +144,8 @@ class BrokerController:
         self.clients = ClientService(ClientManager(config.channel_expired_timeout_ms))
         """Producer and consumer groups seen in heartbeats."""
         self.clients.on_consumer_group = self._consumer_group_seen
+        self.consumer_filters = ConsumerFilterManager() if config.enable_property_filter else None
+        """Compiled SQL92 subscriptions (None: ``enablePropertyFilter`` off)."""
         self.groups: SubscriptionGroupManager | None = None
         self.schedule: ScheduleMessageService | None = None
         self.consumer_calls: ConsumerCallProcessor | None = None
@@ -308,6 +311,7 @@ class BrokerController:
                 groups=self.groups,
                 broker_config=self.config,
                 stats=self.broker_stats,
+                consumer_filters=self.consumer_filters,
             ),
             **self.clients.handlers(),
             **admin.handlers(),
@@ -404,11 +408,15 @@ class BrokerController:
         self.broker_stats.on_topic_deleted(topic)
 
     async def _consumer_group_seen(self, consumer: ConsumerData) -> None:
-        """Heartbeat hook: the group's config and retry topic exist afterwards (when allowed).
+        """Heartbeat hook: the group's SQL92 subscriptions are compiled (with
+        ``enablePropertyFilter``), and its config and retry topic exist afterwards (when
+        allowed).
 
         A retry topic that cannot be written (a full disk) is logged and left to the next
         heartbeat or send-back: the consumer still joins its group and reads, as in RocketMQ,
         whose ``TopicConfigManager#persist`` logs the failure."""
+        if self.consumer_filters is not None:
+            self.consumer_filters.register_group(consumer.group_name, consumer.subscriptions)
         if self.groups is None or self.topics is None:
             return
         config = self.groups.find(consumer.group_name)

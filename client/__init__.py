@@ -51,6 +51,8 @@ from client.queue_selector import (
 )
 from client.transaction import LocalTransactionState, TransactionSendResult
 from client.validation import validate_group, validate_message
+from common.sql_filter import SelectorParseError
+from common.subscription import MessageSelector
 from remoting.client_bodies import ConsumeFrom, ConsumeFromWhere, MessageModel
 
 __all__ = [
@@ -78,6 +80,7 @@ __all__ = [
     "MessageInvalidError",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PushConsumer",
@@ -85,6 +88,7 @@ __all__ = [
     "RemotingFailedError",
     "RequestTimeoutError",
     "RoundRobinSelector",
+    "SelectorParseError",
     "SendResult",
     "SendStatus",
     "TopicRouteError",

@@ -32,6 +32,7 @@ from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
 from client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
+from common.subscription import MessageSelector
 from remoting.client_bodies import ConsumeFrom, ConsumeFromWhere, MessageModel
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "Message",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PushConsumer",

@@ -215,7 +215,9 @@ def pull_request(
 def parse_pull(
     resp: RemotingCommand, mq: MessageQueue, subscription: SubscriptionData, addr: str
 ) -> PullResult:
-    """Decode a pull answer; drop messages whose exact tag the subscription does not name."""
+    """Decode a pull answer; drop messages whose exact tag the subscription does not name
+    (an SQL92 subscription is not re-checked: RocketMQ's ``PullAPIWrapper`` re-checks tags
+    only)."""
     status = PULL_STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
     if status is None:
         raise _fail(resp, addr)
@@ -244,7 +246,7 @@ def _pulled_messages(
         except RecordError as exc:
             raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
         msgs = [from_record(rec, broker_name) for rec in records]
-    if subscription.matches_all:
+    if not subscription.tags_set:  # "*", or SQL92: the broker alone filters
         return msgs
     return [m for m in msgs if subscription.matches_tag(m.tags)]
 

@@ -49,6 +49,7 @@ from client.instance import ClientInstance, with_call_budget
 from client.loop_thread import LoopThread, checked_timeout
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import DEFAULT_PRODUCER_GROUP, QueueSelector, SendCallback
+from common.subscription import SubscriptionExpression
 
 log = logging.getLogger(__name__)
 
@@ -733,11 +734,14 @@ class PullConsumer(_ServiceConsumer[aio_consumer.PullConsumer]):
         """The topic's readable queues, sorted."""
         return self._within(self._c().fetch_queues, topic, timeout=timeout)
 
-    def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
-        """Read exactly ``queues`` from now on, filtered by the TAG ``expression``."""
+    def assign(
+        self, queues: Iterable[MessageQueue], expression: SubscriptionExpression = "*"
+    ) -> None:
+        """Read exactly ``queues`` from now on, filtered by ``expression`` (a TAG expression
+        or a :class:`common.subscription.MessageSelector`)."""
         self._run(_call_sync, self._c().assign, list(queues), expression, timeout=self._t(None))
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: SubscriptionExpression = "*") -> None:
         """Group mode: share ``topic``'s queues with the group's other members (rebalance);
         :meth:`assignment` shows the queues this member owns now."""
         self._run(_call_sync, self._c().subscribe, topic, expression, timeout=self._t(None))
@@ -899,8 +903,14 @@ class PushConsumer(_ServiceConsumer[aio_push.PushConsumer]):
         bound = service.consumer.close_bound_s + SLACK_S
         loop.run(_stop_push, service, caller, timeout=bound)
 
-    def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
-        """Consume ``topic``'s messages matching ``expression`` with ``handler``."""
+    def subscribe(
+        self,
+        topic: str,
+        expression: SubscriptionExpression = "*",
+        handler: Handler | None = None,
+    ) -> None:
+        """Consume ``topic``'s messages matching ``expression`` (a TAG expression or a
+        :class:`common.subscription.MessageSelector`) with ``handler``."""
         self._run(
             _call_sync,
             self._c().subscribe,

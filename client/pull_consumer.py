@@ -79,7 +79,7 @@ from client.offset_store import (
 )
 from client.running_info import consume_status_table
 from client.validation import validate_group
-from common.subscription import SubscriptionData, build_subscription
+from common.subscription import SubscriptionData, SubscriptionExpression, build_subscription
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from remoting.codes import RequestCode
 from remoting.command import INT32_MAX
@@ -221,7 +221,7 @@ class PullConsumer:
         self._recovering: trio.Event | None = None
         self._unwritten: dict[MessageQueue, int] = {}
         """Positions of stalled queues still to write back."""
-        self._subscriptions: dict[str, str] = {}
+        self._subscriptions: dict[str, SubscriptionExpression] = {}
         self._rebalance_wakeup = trio.Event()
         self.rebalanced = trio.Event()
         """Group mode: set after every rebalance round."""
@@ -366,8 +366,11 @@ class PullConsumer:
         """The topic's readable queues, sorted, as the name servers know them now."""
         return await self._instance.subscribe_queues(topic)
 
-    def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
-        """Read exactly ``queues`` from now on, filtered by the TAG ``expression``.
+    def assign(
+        self, queues: Iterable[MessageQueue], expression: SubscriptionExpression = "*"
+    ) -> None:
+        """Read exactly ``queues`` from now on, filtered by ``expression`` (a TAG expression,
+        or a :class:`common.subscription.MessageSelector`; ValueError if it is not valid).
 
         Queues already assigned keep their position; dropped queues stop at once. Not allowed
         once :meth:`subscribe` put the consumer in group mode.
@@ -375,10 +378,13 @@ class PullConsumer:
         if self._subscriptions:
             raise MQClientError(CLIENT_ERROR, "assign() cannot be mixed with subscribe()")
         wanted = set(queues)
+        build_subscription("", expression)  # validates the expression now
         self._assign(wanted, {mq.topic: expression for mq in wanted})
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Group mode: share ``topic``'s queues with the group's other members (rebalance).
+    def subscribe(self, topic: str, expression: SubscriptionExpression = "*") -> None:
+        """Group mode: share ``topic``'s queues with the group's other members (rebalance),
+        reading the messages ``expression`` selects (a TAG expression, or a
+        :class:`common.subscription.MessageSelector`; ValueError if it is not valid).
 
         Queues come and go as members join and leave; positions start at the group's
         committed offsets (else ``consume_from``) and are committed as usual.
@@ -451,7 +457,9 @@ class PullConsumer:
         self.rebalanced.set()
         self.rebalanced = trio.Event()
 
-    def _assign(self, wanted: set[MessageQueue], expressions: Mapping[str, str]) -> None:
+    def _assign(
+        self, wanted: set[MessageQueue], expressions: Mapping[str, SubscriptionExpression]
+    ) -> None:
         nursery = self._check_running()
         subs = {t: build_subscription(t, e) for t, e in expressions.items()}
         for mq in list(self._states):
@@ -459,7 +467,7 @@ class PullConsumer:
                 self._states.pop(mq).scope.cancel()
         for mq in sorted(wanted):
             state = self._states.get(mq)
-            if state is not None and state.subscription.sub_string == subs[mq.topic].sub_string:
+            if state is not None and _same_expression(state.subscription, subs[mq.topic]):
                 continue
             if state is not None:
                 state.scope.cancel()
@@ -863,3 +871,8 @@ class MessageStream:
         if not batch:
             raise StopAsyncIteration
         return batch
+
+
+def _same_expression(old: SubscriptionData, new: SubscriptionData) -> bool:
+    """Whether two subscriptions of a topic select the same messages (same type and text)."""
+    return (old.sub_string, old.expression_type) == (new.sub_string, new.expression_type)

@@ -120,7 +120,7 @@ from client.running_info import (
 )
 from client.send_back import send_to_retry_topic
 from client.validation import validate_group
-from common.subscription import SubscriptionData, build_subscription
+from common.subscription import SubscriptionData, SubscriptionExpression, build_subscription
 from common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from remoting.client_bodies import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from remoting.codes import RequestCode
@@ -407,8 +407,17 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ subscriptions
 
-    def subscribe(self, topic: str, expression: str = "*", handler: Handler | None = None) -> None:
-        """Consume ``topic``'s messages matching the TAG ``expression`` with ``handler``.
+    def subscribe(
+        self,
+        topic: str,
+        expression: SubscriptionExpression = "*",
+        handler: Handler | None = None,
+    ) -> None:
+        """Consume ``topic``'s messages matching ``expression`` with ``handler``.
+
+        ``expression`` is a TAG expression, or a :class:`common.subscription.MessageSelector`
+        (``MessageSelector.by_sql(...)`` needs brokers with ``enablePropertyFilter=true``);
+        ValueError if it is not valid. The group's retry topic is always read whole (``"*"``).
 
         Allowed before or after the consumer starts; the next rebalance (at once if running)
         assigns the topic's queues.

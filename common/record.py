@@ -157,6 +157,17 @@ def decode_properties(raw: bytes | str) -> dict[str, str]:
 _BINARY: Final = (bytes, bytearray, memoryview)
 
 
+def record_properties(record: bytes | memoryview) -> dict[str, str]:
+    """The properties of one whole raw record, its body and topic skipped (what RocketMQ's
+    ``MessageDecoder.decodeProperties`` reads for the SQL92 filter). Raises ValueError (a
+    :class:`struct.error` or UnicodeDecodeError among them) or IndexError on a malformed one."""
+    header = header_for(_INT.unpack_from(record, SYSFLAG_POSITION)[0])
+    at = header.size + _INT.unpack_from(record, header.size - 4)[0]
+    at += 1 + record[at]
+    (props_len,) = _SHORT.unpack_from(record, at)
+    return decode_properties(bytes(record[at + 2 : at + 2 + props_len])) if props_len > 0 else {}
+
+
 @dataclass(slots=True)
 class MessageRecord:
     """One decoded commitlog record (RocketMQ's ``MessageExt``)."""

@@ -480,17 +480,20 @@ class MessageStore:
         *,
         max_bytes: int | None = None,
         tag_codes: Iterable[int] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         """Read up to ``max_msgs`` records (and ``max_bytes``) of a queue from ``offset``.
 
-        ``tag_codes`` filters by the units' tag hash codes (None = everything). Status and
-        ``next_begin_offset`` follow RocketMQ's ``DefaultMessageStore.getMessage``, but for
-        one thing: an answer never mixes records found with (matching) records whose data is
-        gone. RocketMQ skips the latter and answers FOUND with the rest, so a reader that
-        filters by tag cannot tell gone data from filtered-out data. Here a read that found
-        records stops at the first gone one, and one that met gone ones first answers
-        MESSAGE_WAS_REMOVING up to the first kept one (retention deletes from the front, so
-        that is the only order they come in).
+        ``tag_codes`` filters by the units' tag hash codes (None = everything);
+        ``record_filter`` (None = everything) is asked about each record read (RocketMQ's
+        ``isMatchedByCommitLog``, the SQL92 filter): the ones it refuses are skipped like
+        tag-filtered ones. Status and ``next_begin_offset`` follow RocketMQ's
+        ``DefaultMessageStore.getMessage``, but for one thing: an answer never mixes records
+        found with (matching) records whose data is gone. RocketMQ skips the latter and answers
+        FOUND with the rest, so a reader that filters cannot tell gone data from filtered-out
+        data. Here a read that found records stops at the first gone one, and one that met gone
+        ones first answers MESSAGE_WAS_REMOVING up to the first kept one (retention deletes
+        from the front, so that is the only order they come in).
         """
         cq = self.cq_table.get((topic, queue_id))
         if cq is None:
@@ -504,6 +507,8 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        if record_filter is not None:
+            return self._read_queue_matching(cq, offset, max_msgs, max_bytes, record_filter, lo, hi)
         return self._read_queue(
             cq,
             offset,
@@ -560,6 +565,65 @@ class MessageStore:
             queue_offsets.append(next_offset)
             total += size
             next_offset += 1
+        return self._read_result(records, queue_offsets, total, removed, next_offset, lo, hi)
+
+    def _read_queue_matching(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int | None,
+        matches: Callable[[bytes], bool],
+        lo: int,
+        hi: int,
+    ) -> GetResult:
+        """:meth:`_read_queue` keeping only the records ``matches`` accepts (a loop of its
+        own, so that a tag pull pays nothing for the record filter)."""
+        max_msgs = max(1, min(max_msgs, self.config.max_transfer_count_on_message_in_memory))
+        byte_limit = self.config.max_transfer_bytes_on_message_in_memory
+        if max_bytes is not None:
+            byte_limit = min(byte_limit, max_bytes)
+        units = cq.read_units(offset, max(16000 // CQ_STORE_UNIT_SIZE, max_msgs))
+        if units is None:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+        records: list[bytes] = []
+        queue_offsets: list[int] = []
+        total = 0
+        next_offset = offset
+        cl_min = self.commitlog.min_offset
+        removed = False
+        read = self._record_reader()
+        for phys, size, _ in UNIT.iter_unpack(units):
+            if size == _BLANK_SIZE:
+                next_offset += 1
+                continue
+            if records and (len(records) >= max_msgs or total + size > byte_limit):
+                break
+            data = read(phys, size) if phys >= cl_min else None
+            if data is None:
+                if records:  # never FOUND with gone records skipped (see get_messages)
+                    break
+                removed = True
+            elif removed:
+                break
+            elif matches(data):
+                records.append(data)
+                queue_offsets.append(next_offset)
+                total += size
+            next_offset += 1
+        return self._read_result(records, queue_offsets, total, removed, next_offset, lo, hi)
+
+    def _read_result(
+        self,
+        records: list[bytes],
+        queue_offsets: list[int],
+        total: int,
+        removed: bool,
+        next_offset: int,
+        lo: int,
+        hi: int,
+    ) -> GetResult:
+        """The GetResult of a read that scanned up to ``next_offset``."""
         if records:
             status = GetStatus.FOUND
             self.messages_transferred += len(records)

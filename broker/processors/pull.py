@@ -4,7 +4,8 @@
 ::
 
     PULL_MESSAGE                11  consumerGroup topic queueId queueOffset maxMsgNums
-                                    [subscription "*" | "A || B"] [expressionType TAG]
+                                    [subscription "*" | "A || B" | SQL92 text]
+                                    [expressionType TAG | SQL92] [subVersion]
                                     [sysFlag 0] [commitOffset -1] [suspendTimeoutMillis]
                                     -> body = raw records end to end;
                                     nextBeginOffset minOffset maxOffset suggestWhichBrokerId=0
@@ -29,12 +30,24 @@ PULL_MESSAGE first checks the subscription group when a
 auto-creatable -> SUBSCRIPTION_GROUP_NOT_EXIST, ``consumeEnable`` false -> NO_PERMISSION
 "subscription group no permission, <group>"), then the topic as RocketMQ's
 ``PullMessageProcessor``: unknown topic -> TOPIC_NOT_EXIST, no read permission -> NO_PERMISSION,
-``queueId`` outside ``readQueueNums`` -> SYSTEM_ERROR; an ``expressionType`` other than TAG
-(SQL92: minimq has no property filter, as RocketMQ's default ``enablePropertyFilter=false``) ->
-SYSTEM_ERROR "The broker does not support consumer to filter message by SQL92". Long polling
+``queueId`` outside ``readQueueNums`` -> SYSTEM_ERROR. Then the filter:
+
+- ``expressionType`` TAG (or empty, or absent): the tag filter above;
+- SQL92 with ``enablePropertyFilter=false`` (RocketMQ's default), or any other type ->
+  SYSTEM_ERROR "The broker does not support consumer to filter message by <type>";
+- SQL92 with ``enablePropertyFilter=true``: the ``subscription`` is compiled once per
+  ``(group, topic, subVersion)`` (:mod:`broker.consumer_filter`; empty or malformed ->
+  SUBSCRIPTION_PARSE_FAILED "parse the consumer's subscription failed: <why>") and each record
+  read is kept only if its properties match (:mod:`common.sql_filter`); the others are skipped
+  as tag-filtered ones are, so the statuses and ``nextBeginOffset`` are the tag filter's (none
+  matched -> PULL_RETRY_IMMEDIATELY past the scanned ones, or a long-polling hold at the end of
+  the queue).
+
+Long polling
 (:mod:`broker.long_polling`): a pull answered PULL_NOT_FOUND whose ``sysFlag`` has the SUSPEND
 bit and whose ``suspendTimeoutMillis`` > 0 is parked until a matching message arrives in its
-queue or the suspend time elapses; then, as RocketMQ re-runs the whole request, the group and
+queue (a message the pull's filter skips does not end the hold) or the suspend time elapses;
+then, as RocketMQ re-runs the whole request, the group and
 topic checks above are made again (a topic deleted or made unreadable meanwhile is answered
 with its refusal) and the read is re-run and answered. With ``longPollingEnable=false`` such a
 pull is held for the broker's ``shortPollingTimeMills`` (default 1 s) instead, whatever its
@@ -48,12 +61,15 @@ the status: ``mqadmin consumerProgress`` shows ``pullOffset - consumerOffset`` a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Generator
+from functools import partial
 
 import trio
 
 from broker.broker_stats import BrokerStatsManager
 from broker.config import BrokerConfig
+from broker.consumer_filter import ConsumerFilterManager, commit_log_matcher
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import (
     CHECK_INTERVAL_S,
@@ -70,12 +86,15 @@ from common.hashing import java_string_hash
 from common.message import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND
 from common.record import RecordError
 from common.route import PermName
+from common.sql_filter import EXPRESSION_SQL92
 from common.subscription import EXPRESSION_TAG
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.headers import error, guarded, header_int, header_str, opt_bool, opt_int, opt_str
 from store import GetResult, GetStatus, MessageStore, QueryResult
+
+log = logging.getLogger(__name__)
 
 SUB_ALL = "*"
 
@@ -105,7 +124,11 @@ class PullProcessor:
         groups: SubscriptionGroupManager | None = None,
         broker_config: BrokerConfig | None = None,
         stats: BrokerStatsManager | None = None,
+        consumer_filters: ConsumerFilterManager | None = None,
     ) -> None:
+        self.consumer_filters = consumer_filters
+        """Compiled SQL92 subscriptions; None refuses SQL92 pulls (``enablePropertyFilter``
+        off)."""
         self.stats = stats
         """Counts each FOUND pull's records and bytes under ``topic@group`` (None: not
         counted)."""
@@ -151,14 +174,21 @@ class PullProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"illegal pull: queueId={queue_id} queueOffset={offset} maxMsgNums={max_msgs}",
             )
-        refused = self._refusal(request, group, topic, queue_id) or _check_expression_type(request)
+        refused = self._refusal(request, group, topic, queue_id)
         if refused is not None:
             return refused
-        codes = subscription_tag_codes(subscription)
-
-        def read() -> GetResult:
-            return self.store.get_messages(topic, queue_id, offset, max_msgs, tag_codes=codes)
-
+        expression_type = opt_str(request, "expressionType", EXPRESSION_TAG)
+        read: Callable[[], GetResult]
+        if expression_type in ("", EXPRESSION_TAG):
+            codes = subscription_tag_codes(subscription)
+            read = partial(
+                self.store.get_messages, topic, queue_id, offset, max_msgs, tag_codes=codes
+            )
+        else:
+            sql_read = self._sql_read(request, group, topic, queue_id, expression_type, max_msgs)
+            if isinstance(sql_read, RemotingCommand):
+                return sql_read
+            read = sql_read
         result = read()
         self.offsets.commit_pull_offset(group, topic, queue_id, result.next_begin_offset)
         code = pull_response_code(result.status, offset)
@@ -213,6 +243,58 @@ class PullProcessor:
         if self.stats is not None and response.code == ResponseCode.SUCCESS:
             self.stats.inc_group_get(group, topic, len(result.records), len(response.body))
         return response
+
+    def _sql_read(
+        self,
+        request: RemotingCommand,
+        group: str,
+        topic: str,
+        queue_id: int,
+        expression_type: str,
+        max_msgs: int,
+    ) -> Callable[[], GetResult] | RemotingCommand:
+        """The read of a pull filtering by ``expression_type`` (not TAG), or its refusal.
+
+        Refused as RocketMQ refuses it: with SYSTEM_ERROR "The broker does not support consumer
+        to filter message by <type>" when ``enablePropertyFilter`` is off (read as tags, the
+        expression would match no tag and the pull would skip every message it passed over)
+        or the type is not SQL92; with SUBSCRIPTION_PARSE_FAILED when the expression is empty
+        or does not parse. The read keeps the records whose properties the selector accepts,
+        and starts each re-read of a held pull where the previous one stopped when that one
+        matched nothing: a held pull tests each new message once.
+        """
+        filters = self.consumer_filters
+        if filters is None or expression_type != EXPRESSION_SQL92:
+            return error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {expression_type}",
+            )
+        expression = opt_str(request, "subscription", "")
+        version = opt_int(request, "subVersion", 0)
+        try:
+            if not expression:
+                raise ValueError("Expression can't be null! SQL92")
+            selector = filters.selector_for_pull(topic, group, expression, version)
+        except ValueError as exc:
+            log.warning("pull of %s on %s: the subscription does not parse: %s", group, topic, exc)
+            return error(
+                request,
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"parse the consumer's subscription failed: {exc}",
+            )
+        matches = commit_log_matcher(selector)
+        start = [header_int(request, "queueOffset")]
+
+        def read() -> GetResult:
+            result = self.store.get_messages(
+                topic, queue_id, start[0], max_msgs, record_filter=matches
+            )
+            if result.status is GetStatus.NO_MATCHED_MESSAGE:
+                start[0] = result.next_begin_offset
+            return result
+
+        return read
 
     def _refusal(
         self, request: RemotingCommand, group: str, topic: str, queue_id: int
@@ -445,20 +527,6 @@ def _offset_response(request: RemotingCommand, offset: int) -> RemotingCommand:
     )
 
 
-def _check_expression_type(request: RemotingCommand) -> RemotingCommand | None:
-    """The refusal of a pull filtering by anything but tags (RocketMQ's answer when
-    ``enablePropertyFilter`` is off), else None. Read as tags, an SQL92 expression would match
-    no tag, and the pull would skip, unread, every message it passed over."""
-    expression_type = opt_str(request, "expressionType", EXPRESSION_TAG)
-    if expression_type in ("", EXPRESSION_TAG):
-        return None
-    return error(
-        request,
-        ResponseCode.SYSTEM_ERROR,
-        f"The broker does not support consumer to filter message by {expression_type}",
-    )
-
-
 def _worth_answering(result: GetResult) -> bool:
     """Whether a parked pull should answer ``result`` now rather than keep waiting.
 
@@ -482,6 +550,7 @@ def make_pull_handlers(
     groups: SubscriptionGroupManager | None = None,
     broker_config: BrokerConfig | None = None,
     stats: BrokerStatsManager | None = None,
+    consumer_filters: ConsumerFilterManager | None = None,
 ) -> dict[int, Handler]:
     """The pull/offset/query handler table over the real store, offsets and topic table.
 
@@ -500,5 +569,6 @@ def make_pull_handlers(
         groups=groups,
         broker_config=broker_config,
         stats=stats,
+        consumer_filters=consumer_filters,
     )
     return processor.handlers()

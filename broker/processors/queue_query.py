@@ -136,7 +136,9 @@ class ConsumeQueueQueryProcessor:
 
 
 def _unit_data(raw: bytes, sub: SubscriptionData | None) -> ConsumeQueueData:
-    """One raw unit as ConsumeQueueData; ``eval``: ``sub``'s tags take its tag code."""
+    """One raw unit as ConsumeQueueData; ``eval``: ``sub``'s tags take its tag code (an SQL92
+    subscription takes every unit, as RocketMQ's consume-queue match does without a bloom
+    filter)."""
     phys, size, code = UNIT.unpack(raw)
-    taken = sub is not None and (sub.matches_all or code in sub.code_set)
+    taken = sub is not None and (not sub.tags_set or code in sub.code_set)
     return ConsumeQueueData(phys, size, code, eval=taken)

@@ -235,9 +235,10 @@ async def test_pull_with_tag_filter(tmp_path: Path) -> None:
 
 
 async def test_a_sql92_pull_is_refused_and_skips_nothing(tmp_path: Path) -> None:
-    """minimq filters by tags only: an SQL92 pull is refused as RocketMQ refuses it with
-    ``enablePropertyFilter`` off, instead of being read as a tag that matches no message (which
-    answered PULL_RETRY_IMMEDIATELY with ``nextBeginOffset`` past every message: all skipped)."""
+    """Without a property filter (``enablePropertyFilter`` off, the default) an SQL92 pull is
+    refused as RocketMQ refuses it, instead of being read as a tag that matches no message
+    (which answered PULL_RETRY_IMMEDIATELY with ``nextBeginOffset`` past every message: all
+    skipped)."""
     async with running_broker(tmp_path) as b:
         for i in range(3):
             assert (await b.send(b"m%d" % i, properties=props(a="5"))).code == ResponseCode.SUCCESS

@@ -6,6 +6,7 @@ import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -442,13 +443,18 @@ def test_reads_never_mix_found_records_with_gone_ones(
         kept = next(o for o in range(150) if cq.unit_at(o)[0] >= s.commitlog.min_offset)
         assert 120 < kept < 140
         t0 = [java_string_hash("T0")]
-        for codes in (None, t0):
-            g = s.get_messages(TOPIC, 0, 0, 32, tag_codes=codes)
+        filters: list[dict[str, Any]] = [
+            {},
+            {"tag_codes": t0},
+            {"record_filter": lambda record: b"TAGS\x01T0" in record},  # as an SQL92 filter
+        ]
+        for kw in filters:
+            g = s.get_messages(TOPIC, 0, 0, 32, **kw)
             assert (g.status, g.message_count) == (GetStatus.MESSAGE_WAS_REMOVING, 0)
             assert g.next_begin_offset <= kept  # 16,000 bytes of units a read at most
-            g = s.get_messages(TOPIC, 0, kept - 5, 32, tag_codes=codes)
+            g = s.get_messages(TOPIC, 0, kept - 5, 32, **kw)
             assert (g.status, g.next_begin_offset) == (GetStatus.MESSAGE_WAS_REMOVING, kept)
-            g = s.get_messages(TOPIC, 0, kept, 32, tag_codes=codes)
+            g = s.get_messages(TOPIC, 0, kept, 32, **kw)
             assert g.status is GetStatus.FOUND
             assert g.queue_offsets[0] in (kept, kept + 1)
 
