@@ -22,7 +22,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from client.admin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from client.bench import stats
+from client.bench.account import Account
 from client.bench.cluster import FLUSH_TYPES, ClusterError, LocalCluster, local_cluster
 from client.bench.cpu import CpuMeter, describe
 from client.bench.protocol import QueueRanges
@@ -102,6 +104,9 @@ class Session:
         self.flush: str = kw.pop("flush")
         self.directory: Path | None = kw.pop("directory")
         self.file_size: int | None = kw.pop("commitlog_file_size")
+        self.account: Account = _account(kw.pop("access_key"), kw.pop("secret_key"))
+        """The ACL account every client of the run signs with (kept out of ``kw``, so out
+        of the printed config)."""
         self.out = Console()
         if not self.out.is_terminal:
             self.out.width = 160
@@ -164,6 +169,16 @@ def _bench_errors() -> Iterator[None]:
         yield
 
 
+def _account(access_key: str | None, secret_key: str | None) -> Account:
+    """The run's ACL account: both keys or neither (UsageError; no key is ever shown)."""
+    if bool(access_key) != bool(secret_key):
+        raise click.UsageError(
+            f"give both --access-key and --secret-key (or ${ACCESS_KEY_ENV} and "
+            f"${SECRET_KEY_ENV}), or neither"
+        )
+    return Account(access_key or "", secret_key or "")
+
+
 def _check_namesrv(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``--namesrv`` is checked before any process starts."""
     if value is not None:
@@ -217,6 +232,19 @@ def common_options(f: F) -> F:
             type=click.IntRange(4096),
             default=None,
             help="mappedFileSizeCommitLog of the started broker (bytes; default 1 GiB).",
+        ),
+        click.option(
+            "--access-key",
+            envvar=ACCESS_KEY_ENV,
+            default=None,
+            help=f"ACL accessKey every client signs with (or ${ACCESS_KEY_ENV}), for a "
+            "cluster with aclEnable=true.",
+        ),
+        click.option(
+            "--secret-key",
+            envvar=SECRET_KEY_ENV,
+            default=None,
+            help=f"Its secretKey (or ${SECRET_KEY_ENV}, which keeps it out of ps).",
         ),
         click.option("--json", "json_out", is_flag=True, help="One JSON object on stdout."),
         click.option("--topic", default="BenchTopic", show_default=True, callback=_check_topic),
@@ -322,6 +350,7 @@ def produce(**kw: Any) -> None:
                 duration_s=duration,
                 api=kw["api"],
                 warmup=WARMUP_MSGS,
+                account=s.account,
             )
             for n in counts
         ]
@@ -374,6 +403,7 @@ def _consume_run(
             pull_batch=kw["pull_batch"],
             ranges=ranges,
             limit=None if ranges else limits[i],
+            account=s.account,
         )
         for i in range(clients)
     ]
@@ -410,6 +440,7 @@ def _fill(s: Session, namesrv: str, kw: dict[str, Any]) -> tuple[QueueRanges, fl
             batch=32,
             inflight=4,
             progress=hook,
+            account=s.account,
         )
         return ranges, time.perf_counter() - t0
 
@@ -494,7 +525,7 @@ def latency(**kw: Any) -> None:
     s = Session(kw)
     config = _config(s, kw, rate=kw["rate"], duration_s=kw["duration"])
     with _bench_errors(), s.cluster() as (namesrv, cluster):
-        ensure_topic(namesrv, kw["topic"], kw["body_size"])
+        ensure_topic(namesrv, kw["topic"], kw["body_size"], account=s.account)
         spec = LatencySpec(
             namesrv=namesrv,
             topic=kw["topic"],
@@ -503,6 +534,7 @@ def latency(**kw: Any) -> None:
             rate=kw["rate"],
             duration_s=kw["duration"],
             warmup=100,
+            account=s.account,
         )
         with (
             WorkerPool("latency-consumer", latency_consumer_main, [spec]) as cons,

@@ -29,6 +29,7 @@ import trio
 
 import client
 from client import aio
+from client.bench.account import NO_ACCOUNT, Account
 from client.bench.protocol import (
     PROGRESS_EVERY_S,
     QueueRanges,
@@ -55,6 +56,7 @@ class PushSpec:
     threads: int
     api: Api
     ranges: QueueRanges
+    account: Account = NO_ACCOUNT
 
     def options(self) -> dict[str, Any]:
         """The push consumer's options."""
@@ -125,7 +127,10 @@ async def _push_aio(spec: PushSpec, link: WorkerLink) -> dict[str, Any]:
         tally.add(msgs)
         return aio.ConsumeResult.SUCCESS
 
-    async with aio.PushConsumer(spec.group, spec.namesrv, **spec.options()) as consumer:
+    async with (
+        spec.account.instance(spec.namesrv) as instance,
+        aio.PushConsumer(spec.group, instance=instance, **spec.options()) as consumer,
+    ):
         # knowing the topic's broker makes the instance heartbeat there: the group gains us
         await consumer.instance.topic_route(spec.topic)
         await link.ready_then_go()
@@ -148,9 +153,10 @@ def _push_blocking(spec: PushSpec, link: WorkerLink) -> dict[str, Any]:
         tally.add(msgs)
         return client.ConsumeResult.SUCCESS
 
+    config = spec.account.config(spec.namesrv)
     with (
-        client.PushConsumer(spec.group, spec.namesrv, **spec.options()) as consumer,
-        client.PullConsumer(group=spec.group + "_route", namesrv=spec.namesrv) as probe,
+        client.PushConsumer(spec.group, client_config=config, **spec.options()) as consumer,
+        client.PullConsumer(group=spec.group + "_route", client_config=config) as probe,
     ):
         # the shared instance learns the topic's broker and heartbeats there: the group gains us
         probe.fetch_queues(spec.topic)

@@ -90,7 +90,13 @@ def push_command(**kw: Any) -> None:
     with _bench_errors(), s.cluster() as (namesrv, cluster):
         with s.progress() as hook:
             ranges = fill_topic(
-                namesrv, kw["topic"], count, body_size=kw["body_size"], progress=hook, queues=QUEUES
+                namesrv,
+                kw["topic"],
+                count,
+                body_size=kw["body_size"],
+                progress=hook,
+                queues=QUEUES,
+                account=s.account,
             )
         results, worker_pids = _push_run(s, namesrv, kw, ranges, api)
     agg = stats.aggregate(results, body_size=kw["body_size"])
@@ -123,12 +129,13 @@ def _push_run(
         threads=kw["threads"],
         api=api,
         ranges=ranges,
+        account=s.account,
     )
     total = sum(e - b for b, e in ranges.values())
     with WorkerPool("push-consumer", push_main, [spec] * clients) as pool, s.progress() as hook:
         hook.phase("start push consumers", clients)
         pool.collect("ready")
-        wait_members(namesrv, group, kw["topic"], clients)
+        wait_members(namesrv, group, kw["topic"], clients, s.account)
         hook.advance(clients)
         hook.phase("push consume (" + ("orderly" if kw["orderly"] else "concurrent") + ")", total)
         pool.send_all("go")
@@ -156,9 +163,11 @@ def rebalance_command(**kw: Any) -> None:
     n = kw["members"]
     config = _config(s, kw, members=n, rounds=kw["rounds"])
     with _bench_errors(), s.cluster() as (namesrv, cluster):
-        ensure_topic(namesrv, kw["topic"], kw["body_size"], queues=QUEUES)
-        queues = topic_queues(namesrv, kw["topic"])
-        spec = MemberSpec(namesrv=namesrv, topic=kw["topic"], group=bench_group("bench_rb"))
+        ensure_topic(namesrv, kw["topic"], kw["body_size"], queues=QUEUES, account=s.account)
+        queues = topic_queues(namesrv, kw["topic"], s.account)
+        spec = MemberSpec(
+            namesrv=namesrv, topic=kw["topic"], group=bench_group("bench_rb"), account=s.account
+        )
         qids = [(mq.broker_name, mq.queue_id) for mq in queues]
         with Members(spec, qids) as members, s.progress() as hook:
             hook.phase(f"start {n} members", n)

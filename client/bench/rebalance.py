@@ -30,9 +30,9 @@ import trio
 
 from client import aio
 from client.allocate import AllocateMessageQueueAveragely
+from client.bench.account import NO_ACCOUNT, Account
 from client.bench.protocol import WorkerLink, now_ns, run_worker
 from client.bench.runner import JOIN_TIMEOUT_S, BenchError
-from client.config import ClientConfig
 
 BOOT_LIMIT_S = 30.0
 """A member must be connected and ready within this long."""
@@ -50,6 +50,7 @@ class MemberSpec:
     namesrv: str
     topic: str
     group: str
+    account: Account = NO_ACCOUNT
 
 
 def member_main(spec: MemberSpec, conn: Connection) -> None:
@@ -63,7 +64,7 @@ async def _noop(msgs: list[aio.ReceivedMessage]) -> aio.ConsumeResult:
 
 async def _member(spec: MemberSpec, link: WorkerLink) -> dict[str, Any]:
     with trio.open_signal_receiver(signal.SIGTERM) as signals:
-        async with aio.ClientInstance(ClientConfig.create(spec.namesrv)) as instance:
+        async with spec.account.instance(spec.namesrv) as instance:
             await instance.topic_route(spec.topic)
             await link.ready_then_go(instance.client_id)
             consumer = aio.PushConsumer(spec.group, instance=instance)

@@ -20,9 +20,8 @@ from typing import Any
 import trio
 
 from client import aio, rebalance
+from client.bench.account import NO_ACCOUNT, Account
 from client.bench.protocol import QueueRanges, queue_key
-from client.config import ClientConfig
-from client.instance import ClientInstance
 from common.benchkit import ProgressHook
 
 JOIN_TIMEOUT_S = 10.0
@@ -168,16 +167,21 @@ def bench_group(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{os.urandom(3).hex()}"
 
 
-def ensure_topic(namesrv: str, topic: str, body_size: int, queues: int = 4) -> None:
+def ensure_topic(
+    namesrv: str, topic: str, body_size: int, queues: int = 4, account: Account = NO_ACCOUNT
+) -> None:
     """Send one message of zero bytes (a zero latency stamp) so that the broker creates the
     topic (with ``queues`` queues, if it is new) and the name servers know its route."""
-    trio.run(_send_one, namesrv, topic, bytes(max(body_size, 8)), queues)
+    trio.run(_send_one, namesrv, topic, bytes(max(body_size, 8)), queues, account)
 
 
-async def _send_one(namesrv: str, topic: str, body: bytes, queues: int) -> None:
-    async with aio.Producer(
-        group=bench_group("bench_init"), namesrv=namesrv, default_topic_queue_nums=queues
-    ) as p:
+async def _send_one(namesrv: str, topic: str, body: bytes, queues: int, account: Account) -> None:
+    async with (
+        account.instance(namesrv) as instance,
+        aio.Producer(
+            group=bench_group("bench_init"), instance=instance, default_topic_queue_nums=queues
+        ) as p,
+    ):
         await p.send(aio.Message(topic, body))
 
 
@@ -194,10 +198,13 @@ def fill_topic(
     inflight: int = 4,
     progress: ProgressHook,
     queues: int = 4,
+    account: Account = NO_ACCOUNT,
 ) -> QueueRanges:
     """Send ``count`` messages with batch sends, ``inflight`` batches at a time (a new topic
     is created with ``queues`` queues)."""
-    return trio.run(_fill, namesrv, topic, count, body_size, batch, inflight, progress, queues)
+    return trio.run(
+        _fill, namesrv, topic, count, body_size, batch, inflight, progress, queues, account
+    )
 
 
 async def _fill(
@@ -209,6 +216,7 @@ async def _fill(
     inflight: int,
     progress: ProgressHook,
     queues: int,
+    account: Account,
 ) -> QueueRanges:
     body = os.urandom(body_size)
     ranges: QueueRanges = {}
@@ -216,9 +224,12 @@ async def _fill(
     done = 0
     shown = 0.0
     progress.phase(f"fill {topic}", count)
-    async with aio.Producer(
-        group=bench_group("bench_fill"), namesrv=namesrv, default_topic_queue_nums=queues
-    ) as p:
+    async with (
+        account.instance(namesrv) as instance,
+        aio.Producer(
+            group=bench_group("bench_fill"), instance=instance, default_topic_queue_nums=queues
+        ) as p,
+    ):
 
         async def sender() -> None:
             nonlocal left, done, shown
@@ -245,14 +256,18 @@ async def _fill(
 MEMBERS_WAIT_S = 15.0
 
 
-def wait_members(namesrv: str, group: str, topic: str, members: int) -> None:
+def wait_members(
+    namesrv: str, group: str, topic: str, members: int, account: Account = NO_ACCOUNT
+) -> None:
     """Wait (up to ``MEMBERS_WAIT_S``) until the broker of ``topic`` lists ``members`` clients
     in ``group``, so that every member's first allocation already sees them all."""
-    trio.run(_wait_members, namesrv, group, topic, members)
+    trio.run(_wait_members, namesrv, group, topic, members, account)
 
 
-async def _wait_members(namesrv: str, group: str, topic: str, members: int) -> None:
-    async with ClientInstance(ClientConfig.create(namesrv)) as instance:
+async def _wait_members(
+    namesrv: str, group: str, topic: str, members: int, account: Account
+) -> None:
+    async with account.instance(namesrv) as instance:
         with trio.move_on_after(MEMBERS_WAIT_S):
             while True:
                 if len(await rebalance.consumer_ids(instance, group, topic)) >= members:
@@ -261,11 +276,11 @@ async def _wait_members(namesrv: str, group: str, topic: str, members: int) -> N
     raise BenchError(f"{group} did not reach {members} members in {MEMBERS_WAIT_S:g} s")
 
 
-def topic_queues(namesrv: str, topic: str) -> list[aio.MessageQueue]:
+def topic_queues(namesrv: str, topic: str, account: Account = NO_ACCOUNT) -> list[aio.MessageQueue]:
     """The readable queues of ``topic``, sorted."""
-    return trio.run(_topic_queues, namesrv, topic)
+    return trio.run(_topic_queues, namesrv, topic, account)
 
 
-async def _topic_queues(namesrv: str, topic: str) -> list[aio.MessageQueue]:
-    async with ClientInstance(ClientConfig.create(namesrv)) as instance:
+async def _topic_queues(namesrv: str, topic: str, account: Account) -> list[aio.MessageQueue]:
+    async with account.instance(namesrv) as instance:
         return sorted(await instance.subscribe_queues(topic))

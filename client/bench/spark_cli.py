@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from client.bench import stats
+from client.bench.account import Account
 from client.bench.cli import Session, _bench_errors, _config, _consume_run, _fill, common_options
 from client.bench.protocol import QueueRanges
 from client.spark.offsets import QueueKey, to_nested
@@ -78,9 +79,12 @@ def fill_offsets(
 
 
 def _spark_count(
-    spark: Any, namesrv: str, topic: str, offsets: tuple[str, str]
+    spark: Any, namesrv: str, topic: str, offsets: tuple[str, str], account: Account
 ) -> tuple[int, float]:
     reader = spark.read.format("minimq").option("namesrv", namesrv).option("topic", topic)
+    if account.access_key:
+        reader = reader.option("accessKey", account.access_key)
+        reader = reader.option("secretKey", account.secret_key)
     reader = reader.option("startingOffsets", offsets[0]).option("endingOffsets", offsets[1])
     t0 = time.perf_counter()
     n = int(reader.load().count())
@@ -109,16 +113,20 @@ def spark_read_command(**kw: Any) -> None:
         plain = stats.aggregate(results, body_size=kw["body_size"])
         spark = _session(kw["master"])
         try:
-            from client.blocking import SharedInstance
             from client.spark import brokers
+            from client.spark.options import SecurityOptions
+            from client.spark.pulling import open_shared_instance
 
             topic = kw["topic"]
-            with SharedInstance(namesrv) as client:
+            security = SecurityOptions(s.account.access_key, s.account.secret_key)
+            with open_shared_instance(namesrv, security) as client:
                 bounds = client.call(brokers.queue_bounds, [topic], timeout=30)
             warm = fill_offsets(topic, ranges, bounds, WARMUP_PER_QUEUE)
-            _spark_count(spark, namesrv, topic, warm)
+            _spark_count(spark, namesrv, topic, warm, s.account)
             full = fill_offsets(topic, ranges, bounds)
-            reads = [_spark_count(spark, namesrv, topic, full) for _ in range(kw["reads"])]
+            reads = [
+                _spark_count(spark, namesrv, topic, full, s.account) for _ in range(kw["reads"])
+            ]
         finally:
             spark.stop()
     total = sum(e - b for b, e in ranges.values())

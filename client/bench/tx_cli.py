@@ -47,6 +47,7 @@ def _run(
             duration_s=None,
             api=kw["api"],
             warmup=WARMUP_MSGS,
+            account=s.account,
         )
         for n in shares(kw["count"], kw["clients"])
     ]

@@ -12,7 +12,8 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
@@ -21,6 +22,7 @@ import trio
 
 import client
 from client import aio
+from client.bench.account import NO_ACCOUNT, Account
 from client.bench.protocol import QueueRanges, WorkerLink, now_ns, queue_key, run_worker
 from client.errors import TopicRouteError
 from common.benchkit import LatencyRecorder
@@ -63,6 +65,7 @@ class ProduceSpec:
     duration_s: float | None
     api: Api
     warmup: int
+    account: Account = NO_ACCOUNT
 
 
 class _Quota:
@@ -124,10 +127,17 @@ async def _commit_async(msg: object, arg: object) -> aio.LocalTransactionState:
     return aio.LocalTransactionState.COMMIT_MESSAGE
 
 
-def _aio_producer(spec: ProduceSpec) -> aio.Producer:
-    if spec.mode == "tx":
-        return aio.TransactionProducer(spec.group, spec.namesrv, checker=_check_commit)
-    return aio.Producer(group=spec.group, namesrv=spec.namesrv)
+@asynccontextmanager
+async def _aio_producer(spec: ProduceSpec) -> AsyncIterator[aio.Producer]:
+    """The worker's producer, on an instance signing with ``spec.account``."""
+    async with spec.account.instance(spec.namesrv) as instance:
+        producer = (
+            aio.TransactionProducer(spec.group, instance=instance, checker=_check_commit)
+            if spec.mode == "tx"
+            else aio.Producer(group=spec.group, instance=instance)
+        )
+        async with producer:
+            yield producer
 
 
 def _check_commit(msg: object) -> aio.LocalTransactionState:
@@ -175,10 +185,11 @@ async def _produce_aio(spec: ProduceSpec, link: WorkerLink) -> dict[str, Any]:
 
 def _produce_blocking(spec: ProduceSpec, link: WorkerLink) -> dict[str, Any]:
     body = os.urandom(spec.body_size)
+    config = spec.account.config(spec.namesrv)
     p = (
-        client.TransactionProducer(spec.group, spec.namesrv, checker=_check_commit)
+        client.TransactionProducer(spec.group, client_config=config, checker=_check_commit)
         if spec.mode == "tx"
-        else client.Producer(group=spec.group, namesrv=spec.namesrv)
+        else client.Producer(group=spec.group, client_config=config)
     )
     with p:
 
@@ -242,6 +253,7 @@ class ConsumeSpec:
     pull_batch: int
     ranges: QueueRanges | None
     limit: int | None
+    account: Account = NO_ACCOUNT
 
 
 ROUTE_WAIT_S = 10.0
@@ -277,7 +289,7 @@ async def _positions(
 
 
 async def _start_offsets(
-    namesrv: str, group: str, queues: list[aio.MessageQueue], where: aio.ConsumeFromWhere
+    spec: ConsumeSpec, group: str, queues: list[aio.MessageQueue], where: aio.ConsumeFromWhere
 ) -> dict[aio.MessageQueue, int]:
     """Where a fresh ``group`` starts reading ``queues`` from ``where`` (first or last offset).
 
@@ -285,9 +297,12 @@ async def _start_offsets(
     ``seek_to_end``: a seek right after ``assign`` may cancel a fetch task in the middle of a
     send, which closes the connection under the other requests.
     """
-    async with aio.PullConsumer(
-        group=group, namesrv=namesrv, consume_from=where, auto_commit=False
-    ) as probe:
+    async with (
+        spec.account.instance(spec.namesrv) as instance,
+        aio.PullConsumer(
+            group=group, instance=instance, consume_from=where, auto_commit=False
+        ) as probe,
+    ):
         probe.assign(queues)
         return await _positions(probe, queues)
 
@@ -295,22 +310,25 @@ async def _start_offsets(
 async def _ranges(spec: ConsumeSpec, mine: list[aio.MessageQueue]) -> QueueRanges:
     """Each queue's ``[first, end)`` offsets now."""
     first = await _start_offsets(
-        spec.namesrv, spec.group + "_first", mine, aio.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        spec, spec.group + "_first", mine, aio.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
     )
     last = await _start_offsets(
-        spec.namesrv, spec.group + "_last", mine, aio.ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+        spec, spec.group + "_last", mine, aio.ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
     )
     return {queue_key(mq): (first[mq], last[mq]) for mq in mine}
 
 
 async def _consume(spec: ConsumeSpec, link: WorkerLink) -> dict[str, Any]:
-    async with aio.PullConsumer(
-        group=spec.group,
-        namesrv=spec.namesrv,
-        consume_from=aio.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        pull_batch_size=spec.pull_batch,
-        auto_commit=False,
-    ) as c:
+    async with (
+        spec.account.instance(spec.namesrv) as instance,
+        aio.PullConsumer(
+            group=spec.group,
+            instance=instance,
+            consume_from=aio.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            pull_batch_size=spec.pull_batch,
+            auto_commit=False,
+        ) as c,
+    ):
         queues = await topic_queues(c, spec.topic)
         mine = queues[spec.index :: spec.clients]
         by_key = spec.ranges if spec.ranges is not None else await _ranges(spec, mine)
@@ -375,6 +393,7 @@ class LatencySpec:
     duration_s: float
     warmup: int
     grace_s: float = 10.0
+    account: Account = NO_ACCOUNT
 
 
 def latency_producer_main(spec: LatencySpec, conn: Connection) -> None:
@@ -385,7 +404,10 @@ def latency_producer_main(spec: LatencySpec, conn: Connection) -> None:
 
 async def _latency_producer(spec: LatencySpec, link: WorkerLink) -> dict[str, Any]:
     pad = os.urandom(max(0, spec.body_size - STAMP.size))
-    async with aio.Producer(group=spec.group, namesrv=spec.namesrv) as p:
+    async with (
+        spec.account.instance(spec.namesrv) as instance,
+        aio.Producer(group=spec.group, instance=instance) as p,
+    ):
         for _ in range(spec.warmup):
             await p.send(aio.Message(spec.topic, STAMP.pack(0) + pad))
         await link.ready_then_go()
@@ -496,7 +518,10 @@ class Arrivals:
 
 
 async def _latency_consumer(spec: LatencySpec, link: WorkerLink) -> dict[str, Any]:
-    async with aio.PullConsumer(group=spec.group, namesrv=spec.namesrv, auto_commit=False) as c:
+    async with (
+        spec.account.instance(spec.namesrv) as instance,
+        aio.PullConsumer(group=spec.group, instance=instance, auto_commit=False) as c,
+    ):
         queues = await topic_queues(c, spec.topic)
         c.assign(queues)  # a fresh group starts at the end (CONSUME_FROM_LAST_OFFSET)
         await _positions(c, queues)

@@ -11,7 +11,7 @@ from client.blocking import SharedInstance
 from client.spark import brokers
 from client.spark.offsets import OffsetMap, QueueKey, resolve, unknown_queues
 from client.spark.options import OptionError, ReadOptions
-from client.spark.pulling import QueueRange, check_pull_group, read_range
+from client.spark.pulling import QueueRange, check_pull_group, open_shared_instance, read_range
 
 DRIVER_TIMEOUT_S = 30.0
 
@@ -30,14 +30,24 @@ def read_partition(opts: ReadOptions, partition: Any) -> Iterator[Any]:
     qr: QueueRange | None = getattr(partition, "qr", None)
     if qr is None:
         return iter(())
-    return read_range(
-        opts.namesrv,
-        qr,
-        tags=opts.tags,
-        pull_batch_size=opts.pull_batch_size,
-        fail_on_data_loss=opts.fail_on_data_loss,
-        group=opts.group,
+    return _explained(
+        opts,
+        read_range(
+            opts.namesrv,
+            qr,
+            tags=opts.tags,
+            pull_batch_size=opts.pull_batch_size,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            group=opts.group,
+            security=opts.security,
+        ),
     )
+
+
+def _explained(opts: ReadOptions, batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches``, with an ACL refusal explained (see :func:`brokers.acl_refusals_explained`)."""
+    with brokers.acl_refusals_explained(opts.security):
+        yield from batches
 
 
 def check_group(client: SharedInstance, opts: ReadOptions, bounds: brokers.Bounds) -> None:
@@ -110,7 +120,10 @@ def plan_ranges(opts: ReadOptions) -> list[QueueRange]:
     """The non-empty ``[start, end)`` range of every queue of the topics, now (OptionError for
     an explicit end above a queue's max offset, or a start after its end)."""
     ending = opts.ending if opts.ending is not None else "latest"
-    with SharedInstance(opts.namesrv) as client:
+    with (
+        brokers.acl_refusals_explained(opts.security),
+        open_shared_instance(opts.namesrv, opts.security) as client,
+    ):
         bounds = client.call(brokers.queue_bounds, list(opts.topics), timeout=DRIVER_TIMEOUT_S)
         check_group(client, opts, bounds)
         start = starting_offsets(client, opts, bounds, "earliest")

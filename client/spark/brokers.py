@@ -11,9 +11,10 @@ naming the brokers, never as a bare trio ``ExceptionGroup``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -23,7 +24,8 @@ from client.errors import CLIENT_ERROR, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from client.spark.offsets import QueueKey
-from remoting.codes import RequestCode
+from client.spark.options import SecurityOptions, acl_hint
+from remoting.codes import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,32 @@ class OffsetsUnavailableError(MQClientError):
     def __init__(self, what: str, failures: Mapping[QueueKey, MQClientError]) -> None:
         super().__init__(CLIENT_ERROR, f"{what}: {describe(failures)}")
         self.brokers = sorted({broker for _, broker, _ in failures})
+        self.codes = frozenset(exc.code for exc in failures.values())
+        """The error codes of the failed queues."""
+
+
+class AclRefusedError(MQClientError):
+    """A broker refused the query's requests for lack of permission (``NO_PERMISSION``: ACL
+    on and no account, a wrong secret, or an account without the permission); the message
+    says which options to give or which account to check."""
+
+
+def refused_for_permission(exc: MQClientError) -> bool:
+    """True when ``exc`` (or one of the queue failures it gathers) is ``NO_PERMISSION``."""
+    codes = getattr(exc, "codes", frozenset({exc.code}))
+    return ResponseCode.NO_PERMISSION in codes
+
+
+@contextlib.contextmanager
+def acl_refusals_explained(security: SecurityOptions) -> Iterator[None]:
+    """Turn an MQClientError that is a refusal for lack of permission into
+    :class:`AclRefusedError`, with what to do (:func:`client.spark.options.acl_hint`)."""
+    try:
+        yield
+    except MQClientError as exc:
+        if not refused_for_permission(exc) or isinstance(exc, AclRefusedError):
+            raise
+        raise AclRefusedError(ResponseCode.NO_PERMISSION, f"{exc}{acl_hint(security)}") from exc
 
 
 @dataclass

@@ -2,16 +2,46 @@
 
 Spark passes options as a case-insensitive map of strings; every check here raises
 :class:`OptionError` naming the option, so a bad query fails when it starts.
+
+Readers and writers take the same security options (:class:`SecurityOptions`): an ACL account
+(``accessKey`` / ``secretKey``, RocketMQ's names, as in ``tools.yml`` and ``broker.conf``) and
+TLS with the client keys of RocketMQ's ``tls.properties`` (``tls.enable``, ``tls.client.*``).
+TLS keys that are not given keep the process's defaults from the environment
+(``MINIMQ_TLS_CONFIG_FILE`` / ``MINIMQ_TLS_ENABLE``, see :mod:`client.config`). No message
+here ever shows an option's value for the secret.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
+from client.config import ClientConfig
 from client.spark.offsets import OffsetError, OffsetMap, parse_spec
 from common.subscription import parse_tags
 from common.topic import group_problem
+from remoting.tls_config import (
+    TLS_CLIENT_AUTHSERVER,
+    TLS_CLIENT_CERTPATH,
+    TLS_CLIENT_KEYPATH,
+    TLS_CLIENT_TRUSTCERTPATH,
+    TLS_ENABLE,
+    parse_bool,
+)
+
+ACCESS_KEY: Final = "accessKey"
+SECRET_KEY: Final = "secretKey"
+TLS_OPTIONS: Final = {
+    TLS_ENABLE: "use_tls",
+    TLS_CLIENT_AUTHSERVER: "tls_auth_server",
+    TLS_CLIENT_TRUSTCERTPATH: "tls_trust_cert_path",
+    TLS_CLIENT_CERTPATH: "tls_cert_path",
+    TLS_CLIENT_KEYPATH: "tls_key_path",
+}
+"""TLS option -> the :class:`~client.config.ClientConfig` field it sets."""
+_TLS_BOOLS: Final = frozenset({TLS_ENABLE, TLS_CLIENT_AUTHSERVER})
+SECURITY_NAMES: Final = (ACCESS_KEY, SECRET_KEY, *TLS_OPTIONS)
 
 _NAMES = (
     "namesrv",
@@ -25,11 +55,13 @@ _NAMES = (
     "pullBatchSize",
     "group",
     "batchSize",
+    *SECURITY_NAMES,
 )
 CANONICAL = {n.lower(): n for n in _NAMES}
 """Spark lower-cases option names; messages use the documented spelling."""
+_SECURITY = frozenset(n.lower() for n in SECURITY_NAMES)
 READ_OPTIONS = frozenset(n.lower() for n in _NAMES if n != "batchSize")
-WRITE_OPTIONS = frozenset({"namesrv", "topic", "group", "batchsize"})
+WRITE_OPTIONS = frozenset({"namesrv", "topic", "group", "batchsize"}) | _SECURITY
 SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 """Options Spark itself passes on to a data source (ignored): a streaming sink gets the
 checkpoint location and the query's name (``writeStream.queryName(...)``)."""
@@ -42,6 +74,56 @@ MAX_SINK_BATCH = 1024
 
 class OptionError(ValueError):
     """An unknown, missing or malformed option (the message names it)."""
+
+
+TlsSetting = tuple[str, str | bool]
+"""A :class:`~client.config.ClientConfig` TLS field and its value."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityOptions:
+    """The ACL account and TLS settings of a query's clients; picklable and hashable (part of
+    the key of a worker's shared client instance: two accounts never share one). The secret
+    is compared but stays out of ``repr``."""
+
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+    tls: tuple[TlsSetting, ...] = ()
+    """The TLS fields given as options, sorted (the others come from the environment)."""
+
+    @property
+    def is_default(self) -> bool:
+        """No account and no TLS option: clients are built exactly as without these options."""
+        return not self.access_key and not self.tls
+
+    def config_kwargs(self) -> dict[str, object]:
+        """Keyword arguments of :meth:`ClientConfig.create` for these settings."""
+        kwargs: dict[str, object] = dict(self.tls)
+        if self.access_key:
+            kwargs.update(access_key=self.access_key, secret_key=self.secret_key)
+        return kwargs
+
+    def client_config(self, namesrv: str) -> ClientConfig:
+        """The client config for ``namesrv`` with these settings, built in the calling process
+        (its IP, and the environment's TLS defaults for the TLS fields not given)."""
+        return ClientConfig.create(namesrv, **self.config_kwargs())
+
+
+NO_SECURITY: Final = SecurityOptions()
+
+
+def acl_hint(security: SecurityOptions) -> str:
+    """What to add to a refusal for lack of permission (``NO_PERMISSION``): the options to
+    give, or the account to check (named by its access key, never the secret)."""
+    if not security.access_key:
+        return (
+            f" (the brokers have ACL on: give the options '{ACCESS_KEY}' and '{SECRET_KEY}' "
+            "of an account allowed to use the topic and group)"
+        )
+    return (
+        f" (check the ACL account '{security.access_key}' of option '{ACCESS_KEY}': its "
+        "secret, and its permissions on the topic and group)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +140,7 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     pull_batch_size: int = DEFAULT_PULL_BATCH
     group: str | None = None
+    security: SecurityOptions = NO_SECURITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +151,7 @@ class WriteOptions:
     topic: str | None = None
     group: str = DEFAULT_SINK_GROUP
     batch_size: int = DEFAULT_SINK_BATCH
+    security: SecurityOptions = NO_SECURITY
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -135,6 +219,46 @@ def _group(opts: Mapping[str, str]) -> str | None:
     return group
 
 
+def _account(opts: Mapping[str, str]) -> tuple[str, str]:
+    """``(accessKey, secretKey)``, both or neither (the secret's value is never shown)."""
+    access_key = opts.get(ACCESS_KEY.lower(), "").strip()
+    secret_key = opts.get(SECRET_KEY.lower(), "").strip()
+    if bool(access_key) != bool(secret_key):
+        raise OptionError(f"options '{ACCESS_KEY}' and '{SECRET_KEY}' go together: give both")
+    return access_key, secret_key
+
+
+def _tls_setting(opts: Mapping[str, str], name: str) -> TlsSetting | None:
+    raw = opts.get(name.lower(), "").strip()
+    if not raw:
+        return None
+    if name not in _TLS_BOOLS:
+        return TLS_OPTIONS[name], raw
+    try:
+        return TLS_OPTIONS[name], parse_bool({name: raw}, name, default=False)
+    except ValueError:
+        raise OptionError(f"option '{name}' must be true or false, got {raw!r}") from None
+
+
+def _tls(opts: Mapping[str, str]) -> tuple[TlsSetting, ...]:
+    """The TLS options given (blank ones are not given), as ClientConfig fields."""
+    settings = (_tls_setting(opts, name) for name in TLS_OPTIONS)
+    given = sorted(s for s in settings if s is not None)
+    keys = {key for key, _ in given}
+    if ("tls_cert_path" in keys) != ("tls_key_path" in keys):
+        raise OptionError(
+            f"options '{TLS_CLIENT_CERTPATH}' and '{TLS_CLIENT_KEYPATH}' go together: give both"
+        )
+    return tuple(given)
+
+
+def parse_security(options: Mapping[str, str]) -> SecurityOptions:
+    """The ACL and TLS options among ``options`` (any case)."""
+    opts = _lower(options)
+    access_key, secret_key = _account(opts)
+    return SecurityOptions(access_key, secret_key, _tls(opts))
+
+
 def _topics(raw: str) -> tuple[str, ...]:
     topics = tuple(t.strip() for t in raw.split(","))
     if any(not t for t in topics):
@@ -174,6 +298,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         pull_batch_size=_int(opts, "pullBatchSize", 1, 1024) or DEFAULT_PULL_BATCH,
         group=group,
+        security=parse_security(opts),
     )
 
 
@@ -189,4 +314,5 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         topic=topic,
         group=_group(opts) or DEFAULT_SINK_GROUP,
         batch_size=_int(opts, "batchSize", 1, MAX_SINK_BATCH) or DEFAULT_SINK_BATCH,
+        security=parse_security(opts),
     )

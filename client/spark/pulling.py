@@ -41,6 +41,7 @@ from client.spark.brokers import kept_routes
 from client.spark.columns import ARROW_SCHEMA, QUEUE_OFFSET, record_tag
 from client.spark.columns import Columns as _Columns
 from client.spark.columns import decode_body as _decode
+from client.spark.options import NO_SECURITY, SecurityOptions
 from common.subscription import SubscriptionData, build_subscription
 from remoting.codes import ResponseCode
 
@@ -51,6 +52,7 @@ __all__ = [
     "QueueRange",
     "RangePuller",
     "check_pull_group",
+    "open_shared_instance",
     "read_range",
     "shared_instance",
 ]
@@ -69,7 +71,9 @@ BATCHES_BUFFERED = 2
 """Batches the producer task may have built ahead of the reader."""
 STOP_TIMEOUT_S = 10.0
 
-_instances: dict[str, SharedInstance] = {}
+_InstanceKey = tuple[str, SecurityOptions]
+_instances: dict[_InstanceKey, SharedInstance] = {}
+"""By name servers *and* account and TLS settings: jobs with other accounts never share one."""
 _instances_lock = threading.Lock()
 
 
@@ -86,12 +90,23 @@ def _forget_instances_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_instances_after_fork)
 
 
-def shared_instance(namesrv: str) -> SharedInstance:
-    """This process's started :class:`SharedInstance` for ``namesrv`` (opened once, kept)."""
+def open_shared_instance(namesrv: str, security: SecurityOptions = NO_SECURITY) -> SharedInstance:
+    """A new, not yet started :class:`SharedInstance` for ``namesrv`` that signs with the
+    account of ``security`` and speaks TLS as it says (the environment's TLS defaults are read
+    here, in the process that connects). Without either it is the plain per-``namesrv`` one."""
+    if security.is_default:
+        return SharedInstance(namesrv)
+    return SharedInstance(None, client_config=security.client_config(namesrv))
+
+
+def shared_instance(namesrv: str, security: SecurityOptions = NO_SECURITY) -> SharedInstance:
+    """This process's started :class:`SharedInstance` for ``namesrv`` and ``security``
+    (opened once, kept)."""
+    key = (namesrv, security)
     with _instances_lock:
-        inst = _instances.get(namesrv)
+        inst = _instances.get(key)
         if inst is None:
-            inst = _instances[namesrv] = SharedInstance(namesrv).start()
+            inst = _instances[key] = open_shared_instance(namesrv, security).start()
         return inst
 
 
@@ -461,12 +476,14 @@ def read_range(
     pull_batch_size: int = 32,
     fail_on_data_loss: bool = True,
     group: str | None = None,
+    security: SecurityOptions = NO_SECURITY,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``qr`` pulled through this process's shared client instance."""
+    """Arrow batches of ``qr`` pulled through this process's shared client instance (the one
+    of ``namesrv`` and ``security``)."""
     if qr.end <= qr.start:
         return iter(())
     puller = RangePuller(
-        shared_instance(namesrv),
+        shared_instance(namesrv, security),
         qr,
         tags=tags,
         pull_batch_size=pull_batch_size,

@@ -20,8 +20,9 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from client.blocking import Producer
 from client.errors import MQClientError
 from client.message import Message
-from client.spark.options import OptionError, WriteOptions
+from client.spark.options import OptionError, WriteOptions, acl_hint
 from client.validation import MAX_MESSAGE_SIZE
+from remoting.codes import ResponseCode
 
 SINK_COLUMNS = ("body", "topic", "tags", "keys", "properties")
 MAX_BATCH_BYTES = MAX_MESSAGE_SIZE - 64 * 1024
@@ -153,16 +154,26 @@ class _Batches:
             else:
                 self.producer.send_batch(batch)
         except MQClientError as exc:
+            hint = acl_hint(self.opts.security) if exc.code == ResponseCode.NO_PERMISSION else ""
             raise SinkError(
                 f"minimq sink: sending {len(batch)} message(s) to topic {batch[0].topic} "
-                f"via {self.opts.namesrv} failed: {exc}"
+                f"via {self.opts.namesrv} failed: {exc}{hint}"
             ) from exc
         self.sent += len(batch)
 
 
+def open_producer(opts: WriteOptions) -> Producer:
+    """The task's blocking producer: on the plain shared instance of ``namesrv``, or, with an
+    account or TLS options, on one of its own configuration (the environment's TLS defaults
+    are read in the executor)."""
+    if opts.security.is_default:
+        return Producer(group=opts.group, namesrv=opts.namesrv)
+    return Producer(group=opts.group, client_config=opts.security.client_config(opts.namesrv))
+
+
 def send_rows(opts: WriteOptions, rows: Iterator[Any]) -> int:
     """Send ``rows`` in batches per topic; the number sent."""
-    with Producer(group=opts.group, namesrv=opts.namesrv) as producer:
+    with open_producer(opts) as producer:
         batches = _Batches(opts, producer)
         for row in rows:
             batches.add(to_message(row, opts.topic))

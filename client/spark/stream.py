@@ -41,7 +41,7 @@ from client.spark.offsets import (
     to_nested,
 )
 from client.spark.options import ReadOptions
-from client.spark.pulling import DataLossError
+from client.spark.pulling import DataLossError, open_shared_instance
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The driver-side client, opened on first use; it keeps the topics' routes (see
         :class:`brokers.KeptRoutes`) until :meth:`stop`."""
         if self._client is None:
-            client = SharedInstance(self.opts.namesrv).start()
+            client = open_shared_instance(self.opts.namesrv, self.opts.security).start()
             try:
                 client.call(brokers.keep_routes, self.opts.topics, timeout=DRIVER_TIMEOUT_S)
             except BaseException:

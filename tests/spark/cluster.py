@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +35,10 @@ class SyncCluster:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     by_name: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start_namesrv(self) -> None:
-        """Start ``mqnamesrv`` on an ephemeral port."""
-        argv = [console_script("mqnamesrv"), "--listenPort", "0", "--bindAddress", "127.0.0.1"]
+    def start_namesrv(self, extra_args: Sequence[str] = ()) -> None:
+        """Start ``mqnamesrv`` on an ephemeral port (``extra_args``: e.g. ``-c FILE``)."""
+        argv = [console_script("mqnamesrv"), *extra_args]
+        argv += ["--listenPort", "0", "--bindAddress", "127.0.0.1"]
         proc, m = _start(argv, "mqnamesrv", self.root / "namesrv.log", NAMESRV_BOOT)
         self.procs.append(proc)
         self.namesrv = f"127.0.0.1:{m[1]}"
@@ -90,12 +91,15 @@ class SyncCluster:
 
 
 @contextlib.contextmanager
-def sync_cluster(root: Path, brokers: Mapping[str, Mapping[str, str]]) -> Iterator[SyncCluster]:
-    """A name server plus one broker per entry of ``brokers`` (name -> extra settings)."""
+def sync_cluster(
+    root: Path, brokers: Mapping[str, Mapping[str, str]], namesrv_args: Sequence[str] = ()
+) -> Iterator[SyncCluster]:
+    """A name server (started with ``namesrv_args``) plus one broker per entry of
+    ``brokers`` (name -> extra settings)."""
     root.mkdir(parents=True, exist_ok=True)
     cluster = SyncCluster(root)
     try:
-        cluster.start_namesrv()
+        cluster.start_namesrv(namesrv_args)
         for name, overrides in brokers.items():
             cluster.start_broker(name, overrides)
         yield cluster

@@ -227,7 +227,7 @@ def test_the_routes_held_for_a_name_server_outage_survive_the_route_loop(tmp_pat
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from client.spark import pulling
-    from client.spark.options import parse_read
+    from client.spark.options import NO_SECURITY, parse_read
     from client.spark.pulling import QueueRange, read_range, shared_instance
     from client.spark.stream import StreamReader
 
@@ -259,7 +259,7 @@ def test_the_routes_held_for_a_name_server_outage_survive_the_route_loop(tmp_pat
             _freeze(namesrv, frozen=False)
             reader.stop()
             with pulling._instances_lock:
-                pulling._instances.pop(c.namesrv, None)
+                pulling._instances.pop((c.namesrv, NO_SECURITY), None)
             instance.close()
 
 
@@ -311,6 +311,7 @@ def test_a_worker_pulls_from_a_broker_that_restarted_on_a_new_address(tmp_path: 
     worker is this process's shared instance; the driver's routes would refresh that same
     instance, so the driver is left out after the restart.)"""
     from client.spark import pulling
+    from client.spark.options import NO_SECURITY
     from client.spark.pulling import QueueRange, read_range
 
     topic = "SparkMovedBroker"
@@ -339,7 +340,7 @@ def test_a_worker_pulls_from_a_broker_that_restarted_on_a_new_address(tmp_path: 
             assert offsets() == list(range(10))
         finally:
             with pulling._instances_lock:
-                instance = pulling._instances.pop(c.namesrv, None)
+                instance = pulling._instances.pop((c.namesrv, NO_SECURITY), None)
             if instance is not None:
                 instance.close()
 

@@ -14,6 +14,7 @@ from client import Message, Producer
 from client.blocking import SharedInstance
 from client.instance import ClientInstance
 from client.spark import pulling
+from client.spark.options import NO_SECURITY
 from client.spark.pulling import DataLossError, QueueRange, RangePuller, shared_instance
 from tests.spark.cluster import SyncCluster
 
@@ -40,7 +41,7 @@ def filled(cluster: SyncCluster) -> Iterator[SharedInstance]:
         yield instance
     finally:
         with pulling._instances_lock:
-            pulling._instances.pop(cluster.namesrv, None)
+            pulling._instances.pop((cluster.namesrv, NO_SECURITY), None)
         instance.close()
 
 
