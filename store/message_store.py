@@ -529,13 +529,10 @@ class MessageStore:
         lo: int,
         hi: int,
     ) -> GetResult:
-        max_msgs = max(1, min(max_msgs, self.config.max_transfer_count_on_message_in_memory))
-        byte_limit = self.config.max_transfer_bytes_on_message_in_memory
-        if max_bytes is not None:
-            byte_limit = min(byte_limit, max_bytes)
-        units = cq.read_units(offset, max(16000 // CQ_STORE_UNIT_SIZE, max_msgs))
-        if units is None:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+        window = self._read_window(cq, offset, max_msgs, max_bytes, lo, hi)
+        if isinstance(window, GetResult):
+            return window
+        units, max_msgs, byte_limit = window
         records: list[bytes] = []
         queue_offsets: list[int] = []
         total = 0
@@ -579,13 +576,10 @@ class MessageStore:
     ) -> GetResult:
         """:meth:`_read_queue` keeping only the records ``matches`` accepts (a loop of its
         own, so that a tag pull pays nothing for the record filter)."""
-        max_msgs = max(1, min(max_msgs, self.config.max_transfer_count_on_message_in_memory))
-        byte_limit = self.config.max_transfer_bytes_on_message_in_memory
-        if max_bytes is not None:
-            byte_limit = min(byte_limit, max_bytes)
-        units = cq.read_units(offset, max(16000 // CQ_STORE_UNIT_SIZE, max_msgs))
-        if units is None:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+        window = self._read_window(cq, offset, max_msgs, max_bytes, lo, hi)
+        if isinstance(window, GetResult):
+            return window
+        units, max_msgs, byte_limit = window
         records: list[bytes] = []
         queue_offsets: list[int] = []
         total = 0
@@ -612,6 +606,26 @@ class MessageStore:
                 total += size
             next_offset += 1
         return self._read_result(records, queue_offsets, total, removed, next_offset, lo, hi)
+
+    def _read_window(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int | None,
+        lo: int,
+        hi: int,
+    ) -> tuple[bytes, int, int] | GetResult:
+        """The units a read from ``offset`` scans, with its message and byte limits; or
+        OFFSET_FOUND_NULL when the consume queue has no file there."""
+        max_msgs = max(1, min(max_msgs, self.config.max_transfer_count_on_message_in_memory))
+        byte_limit = self.config.max_transfer_bytes_on_message_in_memory
+        if max_bytes is not None:
+            byte_limit = min(byte_limit, max_bytes)
+        units = cq.read_units(offset, max(16000 // CQ_STORE_UNIT_SIZE, max_msgs))
+        if units is None:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+        return units, max_msgs, byte_limit
 
     def _read_result(
         self,
