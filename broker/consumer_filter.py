@@ -15,6 +15,10 @@ Rules:
   subscription of the group, and mark dead (RocketMQ's ``deadTime``) the group's entries of topics
   it no longer subscribes; entries dead longer than :data:`FILTER_DATA_CLEAN_TIME_SPAN_MS`
   (RocketMQ's ``filterDataCleanTimeSpan``, 24 h) are dropped then.
+- :meth:`ConsumerFilterManager.unregister_group` is RocketMQ's ``ConsumerFilterManager.unRegister``
+  on a group's ``UNREGISTER`` event (its last consumer left, expired or disconnected): every
+  entry of the group is marked dead, so it is dropped a day later like the above, and a group
+  that comes back within the day keeps its compiled filters.
 - :meth:`ConsumerFilterManager.selector_for_pull` serves a pull: the entry's selector when the
   pull's expression is the registered one, else the pull's expression is compiled (through the
   parse cache) and registered under the pull's version. So an expression is compiled once per
@@ -113,6 +117,16 @@ class ConsumerFilterManager:
         for topic, groups in self._by_topic.items():
             data = groups.get(group)
             if data is not None and topic not in topics and not data.is_dead:
+                data.dead_time = now
+        self.clean(now)
+
+    def unregister_group(self, group: str) -> None:
+        """The group has no consumer left: mark its entries dead, and drop entries dead for
+        too long."""
+        now = self.clock_ms()
+        for groups in self._by_topic.values():
+            data = groups.get(group)
+            if data is not None and not data.is_dead:
                 data.dead_time = now
         self.clean(now)
 

@@ -146,6 +146,8 @@ class BrokerController:
         self.clients.on_consumer_group = self._consumer_group_seen
         self.consumer_filters = ConsumerFilterManager() if config.enable_property_filter else None
         """Compiled SQL92 subscriptions (None: ``enablePropertyFilter`` off)."""
+        if self.consumer_filters is not None:
+            self.clients.on_group_vanished = self.consumer_filters.unregister_group
         self.groups: SubscriptionGroupManager | None = None
         self.schedule: ScheduleMessageService | None = None
         self.consumer_calls: ConsumerCallProcessor | None = None

@@ -61,6 +61,9 @@ class ClientService:
         self.on_consumer_group: Callable[[ConsumerData], Awaitable[None]] | None = None
         """Awaited for every consumer group in a heartbeat, before it is registered (the
         controller creates the group's config and retry topic there)."""
+        self.on_group_vanished: Callable[[str], None] | None = None
+        """Called for a consumer group whose last member left, expired or disconnected
+        (RocketMQ's ``ConsumerGroupEvent.UNREGISTER``; the controller retires its filters)."""
         self._to_notify: set[str] = set()
         self._notify_wakeup = trio.Event()
 
@@ -96,7 +99,7 @@ class ClientService:
             self.manager.unregister_producer(producer_group, client_id)
         if consumer_group and self.manager.unregister_consumer(consumer_group, client_id):
             log.info("consumer %s left group %s", client_id, consumer_group)
-            self._queue_notify({consumer_group})
+            self._groups_changed({consumer_group})
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def consumer_list(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -124,14 +127,14 @@ class ClientService:
         changed = self.manager.drop_channel(channel)
         if changed:
             log.info("connection %s closed: groups %s changed", channel.remote_addr, changed)
-            self._queue_notify(changed)
+            self._groups_changed(changed)
 
     def scan_once(self) -> set[str]:
         """Drop expired and closed clients; the consumer groups that changed (queued too)."""
         changed = self.manager.scan(self.clock_ms(), lambda ch: ch.closed)
         if changed:
             log.info("expired clients removed from groups %s", changed)
-            self._queue_notify(changed)
+            self._groups_changed(changed)
         return changed
 
     async def scan_loop(self) -> None:
@@ -139,6 +142,15 @@ class ClientService:
         while True:
             await trio.sleep(SCAN_INTERVAL_S)
             self.scan_once()
+
+    def _groups_changed(self, groups: set[str]) -> None:
+        """Members left ``groups``: tell :attr:`on_group_vanished` of those left empty, and
+        queue the notification to the others' remaining members."""
+        if self.on_group_vanished is not None:
+            for group in groups:
+                if group not in self.manager.consumers:
+                    self.on_group_vanished(group)
+        self._queue_notify(groups)
 
     def _queue_notify(self, groups: set[str]) -> None:
         self._to_notify |= groups

@@ -255,6 +255,34 @@ async def test_a_heartbeat_registers_the_group_s_sql_subscription(tmp_path: Path
         assert data.selector.matches({"a": "2"})
 
 
+async def test_a_group_s_filters_retire_when_its_last_consumer_leaves(tmp_path: Path) -> None:
+    async with sql_broker(tmp_path) as (broker, addr, client):
+        sql = MessageSelector.by_sql("a > 1")
+        consumer = ConsumerData(GROUP, subscriptions=(build_subscription(TOPIC, sql, 42),))
+        for client_id in ("client-1", "client-2"):
+            body = encode_heartbeat(HeartbeatData(client_id, consumers=(consumer,)))
+            resp = await client.invoke(addr, req(RequestCode.HEART_BEAT, body))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert broker.consumer_filters is not None
+        data = broker.consumer_filters.get(TOPIC, GROUP)
+        assert data is not None
+
+        async def leave(client_id: str) -> None:
+            request = req(RequestCode.UNREGISTER_CLIENT, clientID=client_id, consumerGroup=GROUP)
+            resp = await client.invoke(addr, request)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+        await leave("client-1")
+        assert not data.is_dead  # client-2 still subscribes
+        await leave("client-2")
+        assert data.is_dead
+        body = encode_heartbeat(HeartbeatData("client-3", consumers=(consumer,)))
+        resp = await client.invoke(addr, req(RequestCode.HEART_BEAT, body))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert broker.consumer_filters.get(TOPIC, GROUP) is data
+        assert not data.is_dead  # back within the day: the compiled filter is kept
+
+
 # --------------------------------------------------------------------------- the manager, pure
 
 
@@ -300,6 +328,27 @@ def test_heartbeats_register_and_retire_a_group_s_filters() -> None:
     now[0] += 24 * 3600 * 1000
     filters.register_group("g", [])  # dead for a day: dropped
     assert filters.get("t1", "g") is None
+
+
+def test_an_unregistered_group_s_filters_die_and_go_a_day_later() -> None:
+    now = [1000]
+    filters = ConsumerFilterManager(clock_ms=lambda: now[0])
+    filters.register("t1", "g", "a = 1", "SQL92", 1)
+    filters.register("t2", "g", "a = 2", "SQL92", 1)
+    filters.register("t1", "other", "a = 3", "SQL92", 1)
+    filters.unregister_group("g")
+    for topic in ("t1", "t2"):
+        data = filters.get(topic, "g")
+        assert data is not None
+        assert data.is_dead
+    other = filters.get("t1", "other")
+    assert other is not None
+    assert not other.is_dead
+    now[0] += 24 * 3600 * 1000
+    filters.unregister_group("nobody")
+    assert filters.get("t1", "g") is None
+    assert filters.get("t2", "g") is None
+    assert filters.get("t1", "other") is other
 
 
 def test_commit_log_matcher_reads_the_record_properties() -> None:
