@@ -52,9 +52,11 @@ Rules:
   cannot be written (a full disk) is logged and tried at the next heartbeat: the consumer joins.
 - With ``aclEnable`` the accounts file is loaded when the controller is built (a missing or
   malformed file raises ValueError: the broker does not start) and every handler of the table
-  runs the ACL check first (:func:`remoting.acl.guard.guard_handlers`); without it the table
-  is served as it is. With ``accessKey`` / ``secretKey`` set, REGISTER_BROKER and
-  UNREGISTER_BROKER are signed with that account (name servers with ACL on need an admin one).
+  runs the ACL check first (:func:`remoting.acl.guard.guard_handlers`; END_TRANSACTION and
+  VIEW_MESSAGE_BY_ID also by the topic of the stored message they name,
+  :mod:`broker.acl_lookups`); without it the table is served as it is. With ``accessKey`` /
+  ``secretKey`` set, REGISTER_BROKER and UNREGISTER_BROKER are signed with that account (name
+  servers with ACL on need an admin one).
 - Shutdown is cancellation. Order: the net nursery stops (accepting, requests, loops), then
   UNREGISTER_BROKER goes to every name server (shielded, at most ``UNREGISTER_TIMEOUT_S``), then
   the store services are cancelled (they drain under their own bounded shield), then consumer
@@ -72,6 +74,7 @@ from collections.abc import Callable
 
 import trio
 
+from broker.acl_lookups import stored_message_lookups
 from broker.broker_stats import BrokerStatsManager
 from broker.client_manager import ClientManager
 from broker.config import BrokerConfig
@@ -340,7 +343,9 @@ class BrokerController:
             **ConsumeQueueQueryProcessor(self.store, self.topics, self.clients).handlers(),
         }
         if self.acl is not None:
-            handlers = guard_handlers(handlers, self.acl.validator)
+            handlers = guard_handlers(
+                handlers, self.acl.validator, lookups=stored_message_lookups(self.store)
+            )
         server = self.server = RemotingServer(
             handlers,
             host=self.host,

@@ -675,6 +675,17 @@ class MessageStore:
             return None
         return self.commitlog.read_record(phys_offset)
 
+    def is_dispatched_message(self, phys_offset: int, record: MessageRecord) -> bool:
+        """True when ``record``, decoded at ``phys_offset``, is a message the store dispatched:
+        its queue's unit at its queue offset points at ``phys_offset`` with its size. A
+        record-shaped run of bytes inside another message (which :meth:`lookup_message_by_offset`
+        returns all the same) is not, nor a message not dispatched yet or whose queue is gone."""
+        cq = self.cq_table.get((record.topic, record.queue_id))
+        if cq is None or not cq.min_offset <= record.queue_offset < cq.max_offset:
+            return False
+        unit = cq.unit_at(record.queue_offset)
+        return unit is not None and unit[0] == phys_offset and unit[1] == record.store_size
+
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
         """Store time of the queue's first readable message (RocketMQ's
         ``getEarliestMessageTime``), or -1 if the queue has none."""

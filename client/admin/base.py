@@ -170,14 +170,22 @@ def admin_credentials() -> tuple[str, str]:
         if len(given) != 2:
             fail("give both --accessKey and --secretKey (or neither)")
         return given["access_key"], given["secret_key"]
-    home = os.environ.get(ROCKETMQ_HOME_ENV, "")
-    if not home:
-        return "", ""
     try:
-        keys = load_tools_credentials(Path(home) / "conf" / TOOLS_FILE)
+        keys = tools_credentials()
     except AclConfigError as exc:
         fail(str(exc))
     return keys if keys is not None else ("", "")
+
+
+def tools_credentials() -> tuple[str, str] | None:
+    """``(accessKey, secretKey)`` of ``$ROCKETMQ_HOME/conf/tools.yml`` (RocketMQ's
+    ``AclUtils#getAclRPCHook``): None when ``ROCKETMQ_HOME`` is unset, the file is absent or a
+    key is blank; AclConfigError when the file cannot be read or parsed. The fallback of every
+    tool (``mqadmin``, ``mqbench``) given no account."""
+    home = os.environ.get(ROCKETMQ_HOME_ENV, "")
+    if not home:
+        return None
+    return load_tools_credentials(Path(home) / "conf" / TOOLS_FILE)
 
 
 def admin_command(name: str) -> Callable[[F], F]:

@@ -1,6 +1,7 @@
 """The ACL account the benchmark's clients sign with (``--access-key`` / ``--secret-key``, or
-``MINIMQ_ACCESS_KEY`` / ``MINIMQ_SECRET_KEY`` as for ``mqadmin``), carried to the worker
-processes in their specs. Without one (the default) clients are built exactly as before."""
+``MINIMQ_ACCESS_KEY`` / ``MINIMQ_SECRET_KEY``, else ``$ROCKETMQ_HOME/conf/tools.yml``, as for
+``mqadmin``), carried to the worker processes in their specs. Without one (the default)
+clients are built exactly as before."""
 
 from __future__ import annotations
 

@@ -22,9 +22,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from client.admin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from client.admin.base import ACCESS_KEY_ENV, ROCKETMQ_HOME_ENV, SECRET_KEY_ENV, tools_credentials
 from client.bench import stats
-from client.bench.account import Account
+from client.bench.account import NO_ACCOUNT, Account
 from client.bench.cluster import FLUSH_TYPES, ClusterError, LocalCluster, local_cluster
 from client.bench.cpu import CpuMeter, describe
 from client.bench.protocol import QueueRanges
@@ -57,6 +57,7 @@ from common.benchkit import (
     one_line_errors,
     rss_anon_bytes,
 )
+from remoting.acl.config import TOOLS_FILE, AclConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -170,13 +171,21 @@ def _bench_errors() -> Iterator[None]:
 
 
 def _account(access_key: str | None, secret_key: str | None) -> Account:
-    """The run's ACL account: both keys or neither (UsageError; no key is ever shown)."""
+    """The run's ACL account: both keys or neither (UsageError; no key is ever shown); with
+    neither, ``$ROCKETMQ_HOME/conf/tools.yml`` as for ``mqadmin`` (:func:`tools_credentials`),
+    else none (unsigned)."""
     if bool(access_key) != bool(secret_key):
         raise click.UsageError(
             f"give both --access-key and --secret-key (or ${ACCESS_KEY_ENV} and "
             f"${SECRET_KEY_ENV}), or neither"
         )
-    return Account(access_key or "", secret_key or "")
+    if access_key and secret_key:
+        return Account(access_key, secret_key)
+    try:
+        keys = tools_credentials()
+    except AclConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    return NO_ACCOUNT if keys is None else Account(*keys)
 
 
 def _check_namesrv(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -237,8 +246,9 @@ def common_options(f: F) -> F:
             "--access-key",
             envvar=ACCESS_KEY_ENV,
             default=None,
-            help=f"ACL accessKey every client signs with (or ${ACCESS_KEY_ENV}), for a "
-            "cluster with aclEnable=true.",
+            help=f"ACL accessKey every client signs with (or ${ACCESS_KEY_ENV}; default: "
+            f"${ROCKETMQ_HOME_ENV}/conf/{TOOLS_FILE}, as mqadmin), for a cluster with "
+            "aclEnable=true.",
         ),
         click.option(
             "--secret-key",

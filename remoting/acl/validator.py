@@ -15,7 +15,10 @@ Order of the checks, each failure a reason for ``NO_PERMISSION`` (the first that
 6. admin for :data:`~remoting.acl.resource.ADMIN_CODES`, then each resource's permission:
    the account's explicit one for that resource, else its default for topics or groups
    (``%RETRY%`` resources); DENY wins (:func:`~remoting.acl.permission.check_permission`). An
-   admin account with no explicit permission may use every resource, as in RocketMQ.
+   admin account with no explicit permission may use every resource, as in RocketMQ. The
+   resources are the request's own (:func:`~remoting.acl.resource.needed_perms`) and those the
+   server's lookup for its code finds in the store: the lookup runs only here, after the
+   signature and the nonce passed, so an unsigned request never makes the server read.
 
 Reasons name the access key, the request code, the resource and the permission, never a
 secret or a signature.
@@ -29,7 +32,7 @@ from typing import Final
 from common.topic import RETRY_GROUP_TOPIC_PREFIX
 from remoting.acl.config import Account, AclConfig
 from remoting.acl.permission import check_permission, perm_name
-from remoting.acl.resource import ADMIN_CODES, needed_perms
+from remoting.acl.resource import ADMIN_CODES, NeedsLookup, needed_perms
 from remoting.acl.signing import ACCESS_KEY, NONCE, TIMESTAMP, signature_matches, wall_ms
 from remoting.command import RemotingCommand
 
@@ -107,14 +110,19 @@ class AclValidator:
         """Use ``config`` from now on (the remembered nonces stay)."""
         self.config = config
 
-    def check(self, request: RemotingCommand, remote_addr: str) -> str | None:
-        """Why ``request`` from ``remote_addr`` (``host:port``) is refused, or None."""
-        reason = self._reason(request, remote_addr)
+    def check(
+        self, request: RemotingCommand, remote_addr: str, lookup: NeedsLookup | None = None
+    ) -> str | None:
+        """Why ``request`` from ``remote_addr`` (``host:port``) is refused, or None;
+        ``lookup`` adds the resources the server finds in its store (module rule 6)."""
+        reason = self._reason(request, remote_addr, lookup)
         if reason is not None:
             self.denied += 1
         return reason
 
-    def _reason(self, request: RemotingCommand, remote_addr: str) -> str | None:
+    def _reason(
+        self, request: RemotingCommand, remote_addr: str, lookup: NeedsLookup | None
+    ) -> str | None:
         code = request.code
         access_key = request.ext_fields.get(ACCESS_KEY)
         if not isinstance(access_key, str) or not access_key:
@@ -131,7 +139,7 @@ class AclValidator:
         if reason is None:
             reason = self._nonce_reason(request, access_key)
         if reason is None:
-            reason = permission_reason(account, request)
+            reason = permission_reason(account, request, lookup)
         if reason is None:
             return None
         return f"accessKey {access_key!r}, request code {code}: {reason}"
@@ -166,13 +174,18 @@ class AclValidator:
         return self.nonces.admit((access_key, nonce), ts, self.now_ms())
 
 
-def permission_reason(account: Account, request: RemotingCommand) -> str | None:
-    """Why ``account`` may not send ``request`` (admin, then each resource), or None."""
+def permission_reason(
+    account: Account, request: RemotingCommand, lookup: NeedsLookup | None = None
+) -> str | None:
+    """Why ``account`` may not send ``request`` (admin, then each resource of the request and
+    of ``lookup``), or None."""
     if request.code in ADMIN_CODES and not account.admin:
         return "needs an admin account"
-    needs = needed_perms(request)
-    if not needs or (account.admin and not account.resource_perms):
+    if account.admin and not account.resource_perms:
         return None
+    needs = needed_perms(request, lookup)
+    if needs is None:
+        return "what it names in the store is not a message the server can check"
     for resource, needed in needs.items():
         owned = account.resource_perms.get(resource)
         if owned is None:

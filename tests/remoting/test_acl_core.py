@@ -4,13 +4,17 @@ signing and the validator (no sockets; the clock is a ManualClock)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.message import MessageConst
+from common.record import MessageRecord
 from common.subscription import SubscriptionData
+from common.topic import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from remoting.acl.address import AddressPatternError, parse_address_pattern
 from remoting.acl.config import (
     AclConfig,
@@ -19,7 +23,14 @@ from remoting.acl.config import (
     parse_acl_config,
 )
 from remoting.acl.permission import ANY, DENY, PUB, SUB, check_permission, parse_perm
-from remoting.acl.resource import ADMIN_CODES, needed_perms
+from remoting.acl.resource import (
+    ADMIN_CODES,
+    Needs,
+    half_message_needs,
+    needed_perms,
+    stored_topic,
+    viewed_message_needs,
+)
 from remoting.acl.signing import (
     ACCESS_KEY,
     NONCE,
@@ -30,7 +41,14 @@ from remoting.acl.signing import (
     signature_matches,
 )
 from remoting.acl.validator import AclValidator, NonceCache
-from remoting.client_bodies import ConsumerData, HeartbeatData, encode_heartbeat
+from remoting.client_bodies import (
+    ConsumerData,
+    HeartbeatData,
+    LockBatchBody,
+    LockedQueue,
+    encode_heartbeat,
+    encode_lock_batch,
+)
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemoteProtocolError
@@ -235,6 +253,111 @@ def test_request_table() -> None:
     assert needed_perms(_req(RequestCode.HEART_BEAT, b"\xc1")) == {}
 
 
+def _lock_body(group: str, *topics: str) -> bytes:
+    mqs = tuple(LockedQueue(t, "broker-a", i) for i, t in enumerate(topics))
+    return encode_lock_batch(LockBatchBody(group, "c1", mqs))
+
+
+TOPIC_QUEUE_CODES = (
+    RequestCode.GET_MAX_OFFSET,
+    RequestCode.GET_MIN_OFFSET,
+    RequestCode.GET_EARLIEST_MSG_STORETIME,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+)
+
+
+G = "%RETRY%cg"
+LOCK, UNLOCK = RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ
+
+
+@pytest.mark.parametrize(
+    ("request_", "needs"),
+    [
+        (_req(LOCK, _lock_body("cg", "A", "B")), {G: SUB, "A": SUB, "B": SUB}),
+        (_req(UNLOCK, _lock_body("cg", "A", "A")), {G: SUB, "A": SUB}),
+        (_req(LOCK, _lock_body("cg")), {G: SUB}),
+        (_req(LOCK, b"\xc1"), {}),  # unparsable: the handler answers
+        (_req(RequestCode.END_TRANSACTION, topic="T", producerGroup="pg"), {"T": PUB}),
+        (_req(RequestCode.END_TRANSACTION, producerGroup="pg"), {}),  # a 4.9 client: no topic
+        (_req(RequestCode.VIEW_MESSAGE_BY_ID, offset="0", topic="T"), {"T": SUB}),
+        (_req(RequestCode.VIEW_MESSAGE_BY_ID, offset="0"), {}),
+        *((_req(code, topic="T", queueId="0"), {"T": SUB}) for code in TOPIC_QUEUE_CODES),
+        *((_req(code, topic=G, queueId="0"), {G: SUB}) for code in TOPIC_QUEUE_CODES),
+        (
+            _req(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="cg", topic="T"),
+            {"T": SUB, G: SUB},
+        ),
+        (_req(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumerGroup="cg"), {G: SUB}),
+        (_req(RequestCode.GET_TOPIC_STATS_INFO, topic="T"), {}),  # signature only
+    ],
+)
+def test_request_table_rows_of_rocketmq_5(request_: RemotingCommand, needs: Needs) -> None:
+    assert needed_perms(request_) == needs
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(min_size=1, max_size=20),
+    st.lists(st.text(min_size=1, max_size=20), max_size=6),
+    st.sampled_from([RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ]),
+)
+def test_lock_batch_needs_its_group_and_every_topic(
+    group: str, topics: list[str], code: int
+) -> None:
+    got = needed_perms(_req(code, _lock_body(group, *topics)))
+    assert got == {"%RETRY%" + group: SUB} | {t: SUB for t in topics}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    commands(),
+    st.sampled_from(
+        [
+            *TOPIC_QUEUE_CODES,
+            RequestCode.LOCK_BATCH_MQ,
+            RequestCode.END_TRANSACTION,
+            RequestCode.VIEW_MESSAGE_BY_ID,
+            RequestCode.HEART_BEAT,
+        ]
+    ),
+)
+def test_request_table_never_raises(cmd: RemotingCommand, code: int) -> None:
+    """Any header or body (hostile or not) gives needs, never an exception: the handler then
+    answers what it cannot parse."""
+    needs = needed_perms(dataclasses.replace(cmd, code=code))
+    assert needs is not None  # only a server's lookup can say "cannot tell"
+    assert all(isinstance(r, str) and r and perm in (PUB, SUB) for r, perm in needs.items())
+
+
+def _record(topic: str, **props: str) -> MessageRecord:
+    return MessageRecord(topic=topic, body=b"", properties=props)
+
+
+@pytest.mark.parametrize(
+    ("record", "topic"),
+    [
+        (_record("Orders"), "Orders"),
+        (_record("%RETRY%cg"), "%RETRY%cg"),
+        (_record(TRANS_HALF_TOPIC, **{MessageConst.REAL_TOPIC: "Orders"}), "Orders"),
+        (_record(SCHEDULE_TOPIC, **{MessageConst.REAL_TOPIC: "%RETRY%cg"}), "%RETRY%cg"),
+        (_record(TRANS_HALF_TOPIC), TRANS_HALF_TOPIC),  # no REAL_TOPIC: the stored one
+        (_record("Orders", **{MessageConst.REAL_TOPIC: "Other"}), "Orders"),  # a client's word
+    ],
+)
+def test_stored_topic(record: MessageRecord, topic: str) -> None:
+    assert stored_topic(record) == topic
+    assert viewed_message_needs(record) == {topic: SUB}
+
+
+def test_half_message_needs_pub_on_its_real_topic() -> None:
+    half = _record(TRANS_HALF_TOPIC, **{MessageConst.REAL_TOPIC: "Orders"})
+    assert half_message_needs(half) == {"Orders": PUB}
+    assert half_message_needs(_record("Orders")) == {}  # not a half message: handler refuses
+    assert half_message_needs(_record(TRANS_HALF_TOPIC)) == {}
+    assert half_message_needs(None) == {}
+    assert viewed_message_needs(None) == {}
+
+
 def test_admin_codes_cover_every_config_write() -> None:
     for code in (
         RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -394,6 +517,52 @@ def test_explicit_beats_default_and_admin_passes() -> None:
     assert validator.check(pull, PEER) is None
     admin = _signed(RequestCode.UPDATE_AND_CREATE_TOPIC, clock, "rocketmq2", "12345678", topic="T")
     assert validator.check(admin, PEER) is None
+
+
+def test_lookup_needs_are_checked_with_the_request_s_own() -> None:
+    clock = ManualClock()
+    validator = _validator(clock)
+    end = RequestCode.END_TRANSACTION
+
+    def half_of(topic: str) -> Callable[[RemotingCommand], Needs | None]:
+        return lambda request: {topic: PUB}
+
+    own = _signed(end, clock, topic="Orders", producerGroup="pg")
+    assert validator.check(own, PEER, half_of("Orders")) is None
+    lying = _signed(end, clock, topic="Orders", producerGroup="pg")  # the half is Secret's
+    reason = validator.check(lying, PEER, half_of("Secret"))
+    assert reason is not None
+    assert "no PUB permission on topic:Secret" in reason
+    admin = _signed(end, clock, "rocketmq2", "12345678", topic="Orders")
+    assert validator.check(admin, PEER, half_of("Secret")) is None
+
+
+def test_a_lookup_that_cannot_tell_refuses_all_but_admins() -> None:
+    clock = ManualClock()
+    validator = _validator(clock)
+    view = RequestCode.VIEW_MESSAGE_BY_ID
+
+    def cannot_tell(request: RemotingCommand) -> Needs | None:
+        return None
+
+    reason = validator.check(_signed(view, clock, "everything", "s3cret-key-2"), PEER, cannot_tell)
+    assert reason is not None
+    assert "not a message the server can check" in reason
+    admin = _signed(view, clock, "rocketmq2", "12345678")
+    assert validator.check(admin, PEER, cannot_tell) is None
+
+
+def _must_not_read(request: RemotingCommand) -> Needs | None:
+    raise AssertionError("the store was read for a request that failed authentication")
+
+
+@pytest.mark.parametrize(("key", "secret"), [("producer1", "wrong-secret"), ("nobody1", SECRET)])
+def test_lookup_runs_only_after_authentication(key: str, secret: str) -> None:
+    clock = ManualClock()
+    validator = _validator(clock)
+    forged = _signed(RequestCode.VIEW_MESSAGE_BY_ID, clock, key, secret, offset="0")
+    assert validator.check(forged, PEER, _must_not_read) is not None
+    assert validator.check(_req(RequestCode.VIEW_MESSAGE_BY_ID, offset="0"), PEER, _must_not_read)
 
 
 def test_unsigned_request_refused() -> None:
