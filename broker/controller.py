@@ -22,6 +22,8 @@
           ├─ notify_loop         NOTIFY_CONSUMER_IDS_CHANGED to the members of changed groups
           ├─ acl.watch           with aclEnable: reloads the accounts file when it changes
           │                      (every 5 s; see remoting.acl.service)
+          ├─ tls.watch           with tls.server.mode=enforcing: reloads the certificate
+          │                      when its files change (every 5 s; remoting.tls)
           ├─ schedule.run        delayed-message delivery, one task per delay level, plus
           │                      delayOffset.json every flushDelayOffsetInterval ms
           └─ transactions.run    transaction check service every transactionCheckInterval ms
@@ -57,6 +59,10 @@ Rules:
   :mod:`broker.acl_lookups`); without it the table is served as it is. With ``accessKey`` /
   ``secretKey`` set, REGISTER_BROKER and UNREGISTER_BROKER are signed with that account (name
   servers with ACL on need an admin one).
+- With ``tls.server.mode=enforcing`` the listening port's certificate, key (and CA bundle
+  when client certificates are checked) are watched (RocketMQ's ``FileWatchService``): a
+  change rebuilds the SSL context for new connections (:class:`~remoting.tls.ServerTlsReloader`);
+  open connections keep theirs; files that do not load are logged and the old context stays.
 - Shutdown is cancellation. Order: the net nursery stops (accepting, requests, loops), then
   UNREGISTER_BROKER goes to every name server (shielded, at most ``UNREGISTER_TIMEOUT_S``), then
   the store services are cancelled (they drain under their own bounded shield), then consumer
@@ -99,6 +105,7 @@ from broker.stats import StoreStats, Totals
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.transaction import TransactionService, to_half_message
+from common.file_watch import DEFAULT_WATCH_INTERVAL_S
 from common.record import MessageRecord
 from common.route import PermName, TopicConfig
 from common.topic import retry_topic
@@ -113,7 +120,7 @@ from remoting.command import ExtValue, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.route_bodies import encode_register_body
 from remoting.server import RemotingServer
-from remoting.tls import client_ssl_context, server_ssl_context
+from remoting.tls import ServerTlsReloader, client_ssl_context, server_ssl_context
 from store.message_store import ArrivalListener, MessageStore
 from store.services import StoreServices
 
@@ -186,6 +193,16 @@ class BrokerController:
         """The accounts and the request check with ``aclEnable`` (None without)."""
         self.acl_watch_interval_s = WATCH_INTERVAL_S
         """How often the accounts file is checked for changes (set before :meth:`run`)."""
+        self.tls_watch_interval_s = DEFAULT_WATCH_INTERVAL_S
+        """How often the TLS files are checked for changes (set before :meth:`run`)."""
+        self.tls_reloader: ServerTlsReloader | None = None
+        """Reloads the listening port's certificate while the broker serves with TLS."""
+
+    def _use_server_ssl_context(self, context: ssl.SSLContext) -> None:
+        """Make a reloaded certificate's context the one new connections are accepted with."""
+        self.server_ssl_context = context
+        if self.server is not None:
+            self.server.use_ssl_context(context)
 
     @property
     def broker_addr(self) -> str:
@@ -195,7 +212,12 @@ class BrokerController:
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
-        # TLS files are checked before the store opens (TlsSetupError, an OSError, names them)
+        # TLS files are checked before the store opens (TlsSetupError, an OSError, names them);
+        # they are watched from before they are read, so no change is missed
+        if self.config.tls_server.enabled:
+            self.tls_reloader = ServerTlsReloader(
+                self.config.tls_server, self._use_server_ssl_context
+            )
         self.server_ssl_context = server_ssl_context(self.config.tls_server)
         self.namesrv_ssl_context = client_ssl_context(self.config.tls_client)
         store = MessageStore(self.config.store_config())
@@ -391,6 +413,8 @@ class BrokerController:
                     net.start_soon(self.clients.notify_loop)
                     if self.acl is not None:
                         net.start_soon(self.acl.watch, self.acl_watch_interval_s)
+                    if self.tls_reloader is not None:
+                        net.start_soon(self.tls_reloader.watch, self.tls_watch_interval_s)
                     await net.start(schedule.run)
                     await net.start(self.transactions.run)
                     log.info(

@@ -121,7 +121,9 @@ class ClientConfig:
     tls_cert_path: str | None = None
     """This client's certificate (PEM), for servers that ask for one (``tls.client.certPath``)."""
     tls_key_path: str | None = None
-    """Its private key (PEM, unencrypted; ``tls.client.keyPath``)."""
+    """Its private key (PEM; ``tls.client.keyPath``)."""
+    tls_key_password: str | None = field(default=None, repr=False)
+    """The password of an encrypted ``tls_key_path`` (``tls.client.keyPassword``)."""
 
     def __post_init__(self) -> None:
         if bool(self.access_key) != bool(self.secret_key):
@@ -160,6 +162,7 @@ class ClientConfig:
             trust_cert_path=self.tls_trust_cert_path,
             cert_path=self.tls_cert_path,
             key_path=self.tls_key_path,
+            key_password=self.tls_key_password,
         )
 
     def client_id(self) -> str:
@@ -193,4 +196,5 @@ def tls_settings_from_env(env: Mapping[str, str]) -> dict[str, object]:
         "tls_trust_cert_path": tls.trust_cert_path,
         "tls_cert_path": tls.cert_path,
         "tls_key_path": tls.key_path,
+        "tls_key_password": tls.key_password,
     }

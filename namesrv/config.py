@@ -160,14 +160,15 @@ class NamesrvConfig:
         except ValueError as exc:
             raise ValueError(f"bad namesrv properties: {exc}") from None
 
-    def to_properties(self) -> str:
+    def to_properties(self, *, reveal_password: bool = False) -> str:
         """``key=value`` lines (as ``mqnamesrv -p`` prints), one per field, booleans lowercase,
-        escaped as ``Properties#store`` does."""
+        escaped as ``Properties#store`` does; ``tls.server.keyPassword`` masked unless
+        ``reveal_password`` (the copy saved to ``configStorePath``, read at the next start)."""
         lines = []
         for f in dataclasses.fields(self):
             if f.metadata:
                 lines.append(format_entry(f.metadata["key"], getattr(self, f.name)))
-        for key, raw in self.tls_server.properties():
+        for key, raw in self.tls_server.properties(reveal_password=reveal_password):
             lines.append(format_entry(key, raw))
         return "\n".join(lines) + "\n"
 

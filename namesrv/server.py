@@ -5,6 +5,8 @@
     run                    one nursery; task_status.started(bound port)
     ├─ RemotingServer.run  serves the NamesrvProcessor handlers on bindAddress:listenPort
     ├─ acl.watch           with aclEnable: reloads the accounts file when it changes
+    ├─ tls.watch           with tls.server.mode=enforcing: reloads the certificate when its
+    │                      files change (every 5 s; see remoting.tls.ServerTlsReloader)
     └─ expire_loop         every scanNotActiveBrokerInterval: drop brokers silent for longer
                            than brokerChannelExpiredTime (RocketMQ's scanNotActiveBroker);
                            both read afresh each round (UPDATE_NAMESRV_CONFIG changes them)
@@ -30,6 +32,10 @@ Rules:
   :data:`~remoting.acl.resource.ADMIN_CODES` (REGISTER_BROKER, UNREGISTER_BROKER, config, KV
   and topic writes) run the ACL check first: they need an admin account's signed request.
   Route and config queries stay open, as clients read routes before anything else.
+- With ``tls.server.mode=enforcing`` the certificate, key (and CA bundle when client
+  certificates are checked) are watched as RocketMQ's ``NamesrvController`` does with its
+  ``FileWatchService``: on a change the SSL context is rebuilt and new connections use it;
+  open ones keep theirs; files that do not load are logged and the old context stays.
 - As in RocketMQ, the name server never reads ``configStorePath`` itself: ``mqnamesrv -c FILE``
   makes FILE the ``configStorePath`` (RocketMQ's ``NamesrvStartup``), so a restart with the
   same ``-c`` reads the saved updates back, with the command line still overriding them.
@@ -38,11 +44,13 @@ Rules:
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
+from common.file_watch import DEFAULT_WATCH_INTERVAL_S
 from common.json_store import write_file_atomic
 from namesrv.config import NamesrvConfig, stored_config
 from namesrv.kv_config import KVConfigManager
@@ -52,7 +60,7 @@ from remoting.acl.guard import guard_handlers
 from remoting.acl.resource import ADMIN_CODES
 from remoting.acl.service import WATCH_INTERVAL_S, AclService
 from remoting.server import RemotingServer
-from remoting.tls import server_ssl_context
+from remoting.tls import ServerTlsReloader, server_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -105,24 +113,37 @@ class NameServer:
         """The accounts and the request check with ``aclEnable`` (None without)."""
         self.acl_watch_interval_s = WATCH_INTERVAL_S
         """How often the accounts file is checked for changes (set before :meth:`run`)."""
+        self.tls_watch_interval_s = DEFAULT_WATCH_INTERVAL_S
+        """How often the TLS files are checked for changes (set before :meth:`run`)."""
+        self.tls_reloader: ServerTlsReloader | None = None
+        """Reloads the certificate while the server runs with TLS (None without)."""
+        self._server: RemotingServer | None = None
 
     def apply_config(self, config: NamesrvConfig) -> None:
         """Save ``config`` (changed only in its runtime keys) to ``configStorePath``, then make
         it the effective one; OSError (nothing changed) when it cannot be saved."""
         stored = stored_config(self.file_config, config)
         path = Path(self.config.config_store_path).expanduser()
-        write_file_atomic(path, stored.to_properties().encode("utf-8"))
+        write_file_atomic(path, stored.to_properties(reveal_password=True).encode("utf-8"))
         log.info("namesrv config saved to %s", path)
         self.file_config = stored
         self.config = config
         self.route_info.broker_channel_expired_time_ms = config.broker_channel_expired_time_ms
 
+    def _use_ssl_context(self, context: ssl.SSLContext) -> None:
+        """Make a reloaded certificate's context the one new connections are accepted with."""
+        if self._server is not None:
+            self._server.use_ssl_context(context)
+
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
+        tls = self.config.tls_server
+        if tls.enabled:  # watched from before the files are read: no change is missed
+            self.tls_reloader = ServerTlsReloader(tls, self._use_ssl_context)
         handlers = self.processor.handlers()
         if self.acl is not None:
             handlers = guard_handlers(handlers, self.acl.validator, codes=ADMIN_CODES)
-        server = RemotingServer(
+        server = self._server = RemotingServer(
             handlers,
             host=self.config.bind_address,
             port=self.config.listen_port,
@@ -131,13 +152,15 @@ class NameServer:
             max_connections=self.config.server_max_connections or None,
             max_connections_per_ip=self.config.server_max_connections_per_ip,
             on_close=self.processor.channel_closed,
-            ssl_context=server_ssl_context(self.config.tls_server),
+            ssl_context=server_ssl_context(tls),
         )
         async with trio.open_nursery() as nursery:
             port: int = await nursery.start(server.run)
             self.port = port
             if self.acl is not None:
                 nursery.start_soon(self.acl.watch, self.acl_watch_interval_s)
+            if self.tls_reloader is not None:
+                nursery.start_soon(self.tls_reloader.watch, self.tls_watch_interval_s)
             nursery.start_soon(
                 expire_loop, self.route_info, lambda: self.config.scan_not_active_broker_interval_ms
             )

@@ -22,7 +22,8 @@ Rules:
   and nothing in flight; a watchdog task checks every quarter of it). Then it waits, shielded
   and for at most ``DEFERRED_DRAIN_S``, for the deferred answers it owes (their requests were
   carried out: a stored send is answered even while the server stops), cancels the request
-  tasks, fails every pending call with :class:`RemotingSendRequestError` and closes the
+  tasks, fails every pending call with :class:`RemotingSendRequestError` (its ``__cause__``
+  the protocol error or transport failure that ended the reader, if one did) and closes the
   connection. It never raises anything but ``Cancelled``.
 - With a :class:`~remoting.flow_control.PendingLimit` (servers), a request arriving while this
   connection or the whole server holds as many requests waiting for their answer as the limit
@@ -139,6 +140,7 @@ class Channel:
         self._deferred = 0  # deferred answers owed (part of _in_flight)
         self._deferred_drained: trio.Event | None = None  # set when _deferred drops to 0
         self._closed = False
+        self._end_cause: Exception | None = None  # what ended the reader, if it failed
         self._activity = 0  # bumped by every send and receive; the idle watchdog reads it
         self._inline_streak = 0
         polling = busy_poll if busy_poll is not None and busy_poll.enabled else None
@@ -250,6 +252,7 @@ class Channel:
         finally:
             self._closed = True
             error = RemotingSendRequestError(self.remote_addr)
+            error.__cause__ = self._end_cause
             for opaque in list(self._pending):
                 self._finish(opaque, outcome.Error(error))
             await self.connection.aclose()
@@ -302,9 +305,11 @@ class Channel:
             try:
                 cmd = await receive()
             except RemoteProtocolError as exc:
+                self._end_cause = exc
                 self._warn_protocol_error(exc)
                 return
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._end_cause = exc
                 log.debug("connection %s ended: %r", addr, exc)
                 return
             if cmd is None:

@@ -16,7 +16,13 @@ Rules:
   its TLS handshake right after connecting, under the same ``connect_timeout_s``; the server's
   certificate must name the host dialled when the context checks host names. A failed
   handshake raises :class:`~remoting.tls.TlsHandshakeError` (a :class:`RemotingConnectError`
-  saying why: an untrusted certificate, a server that does not speak TLS, ...).
+  saying why: an untrusted certificate, ...); :class:`~remoting.tls.ServerNotTlsError`, one of
+  them, when the server answered with plaintext or closed the connection without a TLS word
+  (it does not, or likely does not, speak TLS).
+- Without ``ssl_context``, a call whose connection ended because the server answered with a
+  TLS record (a TLS server's alert) raises :class:`~remoting.tls.TlsRequiredError` (a
+  :class:`RemotingSendRequestError` saying the server requires TLS and how to turn it on)
+  instead of a bare send failure. Only a failed call looks at why.
 - :meth:`RemotingClient.invoke` gives the request a fresh opaque, waits for the response with
   the same opaque under ``timeout_s`` (default ``default_timeout_s``; it covers the send and
   the wait, not the connect) and raises :class:`RemotingTimeoutError` when it runs out; a
@@ -52,9 +58,14 @@ from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, Handler, check_time_left
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.errors import RemotingConnectError, RemotingError
+from remoting.errors import (
+    PeerSpeaksTlsError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingSendRequestError,
+)
 from remoting.log_limit import WarningLimiter
-from remoting.tls import TlsHandshakeError, dial_tls
+from remoting.tls import TlsHandshakeError, TlsRequiredError, dial_tls
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +172,12 @@ class RemotingClient:
         channel = await self._channel(addr)
         if self.rpc_hook is not None:
             cmd = self.rpc_hook(cmd)
-        return await channel.invoke(cmd, timeout_s=timeout)
+        try:  # free unless raised (zero-cost try): the plain path does no more work
+            return await channel.invoke(cmd, timeout_s=timeout)
+        except RemotingSendRequestError as exc:
+            if isinstance(exc.__cause__, PeerSpeaksTlsError) and self.ssl_context is None:
+                raise TlsRequiredError(addr) from exc
+            raise
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """Send ``cmd`` to ``addr`` as a oneway request (no response)."""
@@ -191,7 +207,7 @@ class RemotingClient:
         await dial.done.wait()
         if dial.channel is None:
             if isinstance(dial.error, TlsHandshakeError):
-                raise TlsHandshakeError(addr, dial.error.reason)
+                raise type(dial.error)(addr, dial.error.reason)
             raise RemotingConnectError(addr) from dial.error
         return dial.channel
 

@@ -36,6 +36,12 @@ class RemoteProtocolError(ProtocolError):
     """The peer sent something the protocol forbids."""
 
 
+class PeerSpeaksTlsError(RemoteProtocolError):
+    """The peer sent a TLS record where a plaintext frame was expected: it speaks TLS and
+    this end does not (a TLS server's alert to a plaintext client, a TLS client's hello to a
+    plaintext server)."""
+
+
 class RemotingConnectError(RemotingError):
     """A connection to ``addr`` could not be opened (RocketMQ's ``RemotingConnectException``)."""
 

@@ -14,8 +14,9 @@ Rules:
   msgpack, not a map or not a valid command, EOF in the middle of a frame, data after EOF. After
   an error the decoder stays broken: every later call raises again; close the connection.
   A length prefix that is the start of a TLS record
-  (:func:`~remoting.tls_config.looks_like_tls_record`) says so: the peer speaks TLS to a
-  plaintext port, or the reverse (a TLS server's alert).
+  (:func:`~remoting.tls_config.looks_like_tls_record`) says so, as a
+  :class:`~remoting.errors.PeerSpeaksTlsError`: the peer speaks TLS to a plaintext port, or
+  the reverse (a TLS server's alert).
 - This module knows nothing about sockets, tasks or time. The I/O shell loops
   ``next_command()`` -> ``None`` -> read some bytes -> ``receive_data()``.
 """
@@ -28,7 +29,7 @@ from typing import Final, NoReturn
 import msgpack
 
 from remoting.command import RemotingCommand
-from remoting.errors import LocalProtocolError, RemoteProtocolError
+from remoting.errors import LocalProtocolError, PeerSpeaksTlsError, RemoteProtocolError
 from remoting.tls_config import looks_like_tls_record
 
 MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
@@ -49,14 +50,10 @@ def encode_frame(cmd: RemotingCommand, *, max_frame_size: int = MAX_FRAME_SIZE) 
     return _LENGTH.pack(len(payload)) + payload
 
 
-def _tls_hint(prefix: bytearray) -> str:
-    """The note for a bad length prefix that is really a TLS record's header."""
-    if not looks_like_tls_record(bytes(prefix[:2])):
-        return ""
-    return (
-        " (these bytes are a TLS record: the peer speaks TLS and this end does not; check "
-        "tls.server.mode / tls.enable on both ends)"
-    )
+TLS_RECORD_NOTE: Final = (
+    " (these bytes are a TLS record: the peer speaks TLS and this end does not; check "
+    "tls.server.mode / tls.enable on both ends)"
+)
 
 
 class FrameDecoder:
@@ -114,10 +111,7 @@ class FrameDecoder:
             return None
         (size,) = _LENGTH.unpack_from(buf)
         if size > self.max_frame_size:
-            self._fail(
-                f"frame of {size} bytes exceeds the maximum of {self.max_frame_size}"
-                + _tls_hint(buf)
-            )
+            self._fail_oversized(size)
         end = LENGTH_SIZE + size
         if len(buf) < end:
             if self._eof:
@@ -140,10 +134,18 @@ class FrameDecoder:
         except RemoteProtocolError as exc:
             self._fail(str(exc))
 
-    def _fail(self, msg: str) -> NoReturn:
+    def _fail_oversized(self, size: int) -> NoReturn:
+        """Fail on a length prefix over the limit; PeerSpeaksTlsError when it is really the
+        header of a TLS record."""
+        msg = f"frame of {size} bytes exceeds the maximum of {self.max_frame_size}"
+        if looks_like_tls_record(bytes(self._buf[:2])):
+            self._fail(msg + TLS_RECORD_NOTE, PeerSpeaksTlsError)
+        self._fail(msg)
+
+    def _fail(self, msg: str, kind: type[RemoteProtocolError] = RemoteProtocolError) -> NoReturn:
         """Remember the error (the stream cannot be resynchronised) and raise it."""
         self._error = msg
-        raise RemoteProtocolError(msg)
+        raise kind(msg)
 
     def _check_error(self) -> None:
         """Raise again if an earlier call hit a protocol error."""

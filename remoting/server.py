@@ -54,7 +54,9 @@ Rules:
   certificate, the timeout) closes that connection, counted in ``tls_handshake_failures``
   and warned about through the server's :class:`~remoting.log_limit.WarningLimiter`.
   Without a context none of this runs: the accept path checks one attribute and requests
-  never see TLS.
+  never see TLS. :meth:`RemotingServer.use_ssl_context` swaps the context (a reloaded
+  certificate, :class:`~remoting.tls.ServerTlsReloader`): each connection is wrapped with the
+  context in force when it was accepted, and keeps it.
 - Cancelling :meth:`RemotingServer.run` stops accepting, cancels every request and closes every
   connection (each close is shielded and bounded).
 """
@@ -186,6 +188,11 @@ class RemotingServer:
         """Limits the warnings about peers' bad input, over all connections."""
         self.busy_poll = BusyPoll(busy_poll_s)
         """Polls for ``busy_poll_s`` after each frame (see :mod:`remoting.busy_poll`)."""
+
+    def use_ssl_context(self, context: ssl.SSLContext) -> None:
+        """Wrap connections accepted from now on with ``context`` (a reloaded certificate);
+        open connections keep the context they were accepted with."""
+        self.ssl_context = context
 
     @property
     def handshake_timeout_s(self) -> float:

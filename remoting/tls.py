@@ -11,39 +11,58 @@ Rules:
   (``trustCertPath``) is the only one trusted (no system CAs mixed in).
 - A missing, unreadable or unloadable file raises :class:`TlsSetupError` (an ``OSError``, so
   ``mqbroker`` / ``mqnamesrv`` report it as a startup failure) naming the key and the path.
+- An encrypted private key (PEM, PKCS#8 or OpenSSL's traditional ``Proc-Type: 4,ENCRYPTED``)
+  is decrypted with ``tls.server.keyPassword`` / ``tls.client.keyPassword``. OpenSSL is always
+  handed a password callback, so it never prompts on a terminal: an encrypted key without a
+  password, or one the password does not decrypt, raises TlsSetupError naming the key and
+  the password key, never the password itself.
+- :class:`ServerTlsReloader` watches a server's certificate, key and CA bundle
+  (:class:`common.file_watch.FileWatch`) and installs a context rebuilt from them when they
+  change; files that do not load are logged as an error and the context in force stays.
 - :func:`accept_tls` runs the server side of a handshake under a deadline (a peer that spoke
   plaintext is sent a ``protocol_version`` alert first, see :data:`PROTOCOL_VERSION_ALERT`);
   :func:`dial_tls` the client side, with ``server_hostname`` when the context checks host
   names. A failed handshake raises :class:`TlsHandshakeError` with OpenSSL's reason; the
-  transport is then closed (shielded and bounded), never left open.
+  transport is then closed (shielded and bounded), never left open. A client's handshake that
+  met plaintext or a bare close raises :class:`ServerNotTlsError`, whose message says the
+  server (likely) does not speak TLS; :class:`TlsRequiredError` is the reverse mismatch's
+  error, raised by :class:`~remoting.client.RemotingClient`.
 - :func:`with_tls_config_file` reads the file ``tls.config.file`` names, for the config loaders.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import trio
 
+from common.file_watch import DEFAULT_WATCH_INTERVAL_S, FileWatch
 from common.properties import load_properties
-from remoting.errors import RemotingConnectError
+from remoting.errors import RemotingConnectError, RemotingSendRequestError
 from remoting.tls_config import (
     TLS_CLIENT_CERTPATH,
+    TLS_CLIENT_KEYPASSWORD,
     TLS_CLIENT_KEYPATH,
     TLS_CLIENT_TRUSTCERTPATH,
     TLS_CONFIG_FILE,
     TLS_KEYS,
+    TLS_REQUIRED_HINT,
     TLS_SERVER_CERTPATH,
+    TLS_SERVER_KEYPASSWORD,
     TLS_SERVER_KEYPATH,
     TLS_SERVER_TRUSTCERTPATH,
     ClientAuth,
     ClientTlsConfig,
     ServerTlsConfig,
+    server_not_tls_hint,
 )
+
+log = logging.getLogger(__name__)
 
 MINIMUM_VERSION: Final = ssl.TLSVersion.TLSv1_2
 CLOSE_TIMEOUT_S: Final = 1.0
@@ -75,6 +94,34 @@ class TlsHandshakeError(RemotingConnectError):
         self.reason = reason
 
 
+class ServerNotTlsError(TlsHandshakeError):
+    """A client's handshake failed because the server (likely) does not speak TLS: the
+    message says so and what to change (:func:`~remoting.tls_config.server_not_tls_hint`)."""
+
+    def __init__(self, addr: str, reason: str) -> None:
+        super().__init__(addr, reason)
+        hint = server_not_tls_hint(reason)
+        if hint is not None:
+            self.args = (f"{self.args[0]}: {hint}",)
+
+
+class TlsRequiredError(RemotingSendRequestError):
+    """A plaintext client's call to ``addr`` failed because the server answered with a TLS
+    record: it speaks TLS, and likely requires it (the message says what to change)."""
+
+    def __init__(self, addr: str) -> None:
+        super().__init__(addr)
+        self.args = (f"{self.args[0]}: {TLS_REQUIRED_HINT}",)
+
+
+def client_handshake_error(addr: str, reason: str) -> TlsHandshakeError:
+    """The error a client raises for a handshake with ``addr`` that failed for ``reason``:
+    :class:`ServerNotTlsError` when the reason says the server does not speak TLS."""
+    if server_not_tls_hint(reason) is not None:
+        return ServerNotTlsError(addr, reason)
+    return TlsHandshakeError(addr, reason)
+
+
 def server_ssl_context(config: ServerTlsConfig) -> ssl.SSLContext | None:
     """The context a server wraps accepted connections with, or None when TLS is disabled."""
     if not config.enabled:
@@ -87,7 +134,10 @@ def server_ssl_context(config: ServerTlsConfig) -> ssl.SSLContext | None:
     context = _context(ssl.Purpose.CLIENT_AUTH, TLS_SERVER_TRUSTCERTPATH, trust)
     context.verify_mode = _VERIFY_MODES[config.need_client_auth]
     _load_chain(
-        context, (TLS_SERVER_CERTPATH, config.cert_path), (TLS_SERVER_KEYPATH, config.key_path)
+        context,
+        (TLS_SERVER_CERTPATH, config.cert_path),
+        (TLS_SERVER_KEYPATH, config.key_path),
+        _KeyPassword(TLS_SERVER_KEYPASSWORD, config.key_password),
     )
     return context
 
@@ -103,7 +153,10 @@ def client_ssl_context(config: ClientTlsConfig) -> ssl.SSLContext | None:
         context.verify_mode = ssl.CERT_NONE
     if config.cert_path and config.key_path:
         _load_chain(
-            context, (TLS_CLIENT_CERTPATH, config.cert_path), (TLS_CLIENT_KEYPATH, config.key_path)
+            context,
+            (TLS_CLIENT_CERTPATH, config.cert_path),
+            (TLS_CLIENT_KEYPATH, config.key_path),
+            _KeyPassword(TLS_CLIENT_KEYPASSWORD, config.key_password),
         )
     return context
 
@@ -117,16 +170,65 @@ def _context(purpose: ssl.Purpose, trust_key: str, trust: str | None) -> ssl.SSL
     return context
 
 
-def _load_chain(context: ssl.SSLContext, cert: tuple[str, str], key: tuple[str, str]) -> None:
+class _KeyPassword:
+    """The password callback handed to OpenSSL for one private key: it notes that the key
+    asked for a password, and refuses (TlsSetupError) when none is configured, so OpenSSL
+    never prompts on a terminal."""
+
+    def __init__(self, key: str, password: str | None) -> None:
+        self.key = key
+        self._password = password
+        self.asked = False
+
+    @property
+    def given(self) -> bool:
+        """True when a password is configured."""
+        return bool(self._password)
+
+    def __call__(self) -> str:
+        self.asked = True
+        if not self._password:
+            raise _KeyEncrypted
+        return self._password
+
+
+class _KeyEncrypted(Exception):
+    """The key asked for a password and none is configured."""
+
+
+def _load_chain(
+    context: ssl.SSLContext,
+    cert: tuple[str, str],
+    key: tuple[str, str],
+    password: _KeyPassword,
+) -> None:
     cert_file = _readable(*cert)
     key_file = _readable(*key)
     try:
-        context.load_cert_chain(cert_file, key_file)  # type: ignore[arg-type]
-    except (ssl.SSLError, OSError) as exc:
+        context.load_cert_chain(cert_file, key_file, password=password)  # type: ignore[arg-type]
+    except _KeyEncrypted:
         raise TlsSetupError(
-            f"{cert[0]} {cert[1]} / {key[0]} {key[1]}: cannot load the certificate and its "
-            f"private key (PEM, unencrypted key matching the certificate): {exc}"
+            f"{key[0]} {key[1]}: the private key is encrypted and {password.key} is not set"
         ) from None
+    except (ssl.SSLError, OSError) as exc:
+        raise TlsSetupError(_chain_failure(cert, key, password, exc)) from None
+
+
+def _chain_failure(
+    cert: tuple[str, str], key: tuple[str, str], password: _KeyPassword, exc: Exception
+) -> str:
+    """Why ``load_cert_chain`` failed, naming the keys and paths (never the password)."""
+    mismatch = isinstance(exc, ssl.SSLError) and exc.reason == "KEY_VALUES_MISMATCH"
+    if password.asked and password.given and not mismatch:
+        return (
+            f"{key[0]} {key[1]}: cannot decrypt the private key with {password.key} "
+            "(wrong password?)"
+        )
+    return (
+        f"{cert[0]} {cert[1]} / {key[0]} {key[1]}: cannot load the certificate and its "
+        f"private key (PEM, a key matching the certificate, encrypted keys need "
+        f"{password.key}): {exc}"
+    )
 
 
 def _readable(key: str, path: str | None) -> str | None:
@@ -138,6 +240,62 @@ def _readable(key: str, path: str | None) -> str | None:
     if not os.access(path, os.R_OK):
         raise TlsSetupError(f"{key} {path}: not readable")
     return path
+
+
+class ServerTlsReloader:
+    """Rebuilds a server's SSL context when its ``tls.server.*`` files change (RocketMQ's
+    ``FileWatchService`` on ``certPath``, ``keyPath`` and ``trustCertPath``) and hands it to
+    ``install`` (which makes it the one new connections are wrapped with; connections already
+    open keep theirs). A context that cannot be built from the new files is logged as an error
+    and the one in force stays."""
+
+    def __init__(self, config: ServerTlsConfig, install: Callable[[ssl.SSLContext], None]) -> None:
+        self.config = config
+        self._install = install
+        self.files = FileWatch(_server_files(config))
+        """The files watched: the certificate, the key, and the CA bundle when it is used."""
+        self.reloads = 0
+        """Contexts rebuilt and installed since start."""
+        self.failures = 0
+        """Changes whose files did not load (the context in force stayed)."""
+
+    def reload(self) -> bool:
+        """Build a context from the files now and install it; False (logged) when they do
+        not load."""
+        try:
+            context = server_ssl_context(self.config)
+        except TlsSetupError as exc:
+            self.failures += 1
+            log.error("TLS files not reloaded, the certificate in force stays: %s", exc)
+            return False
+        assert context is not None  # only enforcing configs are watched
+        self._install(context)
+        self.reloads += 1
+        log.info("TLS certificate reloaded from %s: new connections use it", self.config.cert_path)
+        return True
+
+    def reload_if_changed(self) -> bool:
+        """Reload when a watched file changed since the last look; True if a new context was
+        installed."""
+        changed = self.files.changed()
+        if not changed:
+            return False
+        log.info("TLS files changed (%s): reloading the certificate", ", ".join(changed))
+        return self.reload()
+
+    async def watch(self, interval_s: float = DEFAULT_WATCH_INTERVAL_S) -> None:
+        """Look at the files every ``interval_s`` and reload on a change; never returns."""
+        while True:
+            await trio.sleep(interval_s)
+            self.reload_if_changed()
+
+
+def _server_files(config: ServerTlsConfig) -> list[str]:
+    """The files a server's context is built from."""
+    files = [config.cert_path, config.key_path]
+    if config.need_client_auth is not ClientAuth.NONE:
+        files.append(config.trust_cert_path)
+    return [path for path in files if path]
 
 
 def with_tls_config_file(props: Mapping[str, str]) -> dict[str, str]:
@@ -185,9 +343,9 @@ async def dial_tls(
     tls = trio.SSLStream(stream, context, server_hostname=hostname)
     try:
         await _handshake(tls, stream, addr, float("inf"))
-    except TlsHandshakeError:
+    except TlsHandshakeError as exc:
         await close_transport(stream)
-        raise
+        raise client_handshake_error(addr, exc.reason) from None
     return tls
 
 

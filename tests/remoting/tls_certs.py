@@ -97,3 +97,20 @@ def make_pki(root: Path, *, server_names: tuple[str, ...] = ("127.0.0.1", "local
 def pki(tmp_path: Path) -> Pki:
     """A fresh :class:`Pki` under ``tmp_path / "pki"``."""
     return make_pki(tmp_path / "pki")
+
+
+def encrypt_key(plain: Path, dest: Path, password: str, *, traditional: bool = False) -> Path:
+    """Write the unencrypted PEM key ``plain`` to ``dest`` encrypted with ``password``: PKCS#8
+    (``BEGIN ENCRYPTED PRIVATE KEY``), or OpenSSL's traditional ``Proc-Type: 4,ENCRYPTED``
+    form. trustme cannot make one; ``cryptography``, which trustme depends on, can."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(plain.read_bytes(), password=None)
+    fmt = (
+        serialization.PrivateFormat.TraditionalOpenSSL
+        if traditional
+        else serialization.PrivateFormat.PKCS8
+    )
+    encryption = serialization.BestAvailableEncryption(password.encode())
+    dest.write_bytes(key.private_bytes(serialization.Encoding.PEM, fmt, encryption))
+    return dest
