@@ -34,6 +34,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -56,6 +57,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
 from remoting.acl.config import AclConfigError
 from remoting.tls import with_tls_config_file
+from remoting.tls_config import split_tls_properties
 
 log = logging.getLogger("namesrv")
 
@@ -72,8 +74,11 @@ def build_config(
 
     Raises ValueError (or OSError for an unreadable file) with a one-line message.
     """
-    props = file_properties(config_file)
+    own = file_properties(config_file)
+    props = with_tls_config_file(own)
+    file_tls = tuple(split_tls_properties(own)[0].items())
     file_config = NamesrvConfig.from_properties(props)
+    file_config = dataclasses.replace(file_config, file_tls_properties=file_tls)
     if listen_port is not None:
         props["listenPort"] = str(listen_port)
     if bind_address is not None:
@@ -82,11 +87,12 @@ def build_config(
 
 
 def file_properties(config_file: str | None) -> dict[str, str]:
-    """The ``-c`` file's properties (none without one), its ``configStorePath`` being the
-    file itself (RocketMQ's ``NamesrvStartup``: updates are saved where they are read)."""
+    """The ``-c`` file's own properties (none without one; ``tls.config.file`` not read in),
+    its ``configStorePath`` being the file itself (RocketMQ's ``NamesrvStartup``: updates are
+    saved where they are read)."""
     if config_file is None:
         return {}
-    props = with_tls_config_file(load_properties(config_file))
+    props = load_properties(config_file)
     props["configStorePath"] = str(Path(config_file).resolve())
     return props
 

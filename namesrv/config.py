@@ -101,6 +101,12 @@ class NamesrvConfig:
     set (RocketMQ's place), else ``plain_acl.yml`` next to ``kvConfigPath``."""
     tls_server: ServerTlsConfig = field(default=ServerTlsConfig(), metadata={})
     """The listening port's TLS (``tls.server.*``; off by default)."""
+    file_tls_properties: tuple[tuple[str, str], ...] | None = field(
+        default=None, metadata={}, compare=False, repr=False
+    )
+    """The TLS keys as the ``-c`` file itself gives them (``tls.config.file`` not read in):
+    what a saved update writes in place of the effective TLS keys (see
+    :meth:`to_stored_properties`); None for a config not read from a file."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -159,6 +165,22 @@ class NamesrvConfig:
             return cls(**kwargs)
         except ValueError as exc:
             raise ValueError(f"bad namesrv properties: {exc}") from None
+
+    def to_stored_properties(self) -> str:
+        """What ``configStorePath`` gets: :meth:`to_properties`'s keys, but the TLS keys only as
+        the ``-c`` file gave them (:attr:`file_tls_properties`; a config not read from a file
+        writes its effective ones, the password in clear, as it must read back). So a saved
+        update neither copies the keys of ``tls.config.file`` (a password among them) into the
+        ``-c`` file nor stops later edits of that file from taking effect."""
+        if self.file_tls_properties is None:
+            return self.to_properties(reveal_password=True)
+        lines = []
+        for f in dataclasses.fields(self):
+            if f.metadata:
+                lines.append(format_entry(f.metadata["key"], getattr(self, f.name)))
+        for key, raw in self.file_tls_properties:
+            lines.append(format_entry(key, raw))
+        return "\n".join(lines) + "\n"
 
     def to_properties(self, *, reveal_password: bool = False) -> str:
         """``key=value`` lines (as ``mqnamesrv -p`` prints), one per field, booleans lowercase,

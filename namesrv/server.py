@@ -124,7 +124,7 @@ class NameServer:
         it the effective one; OSError (nothing changed) when it cannot be saved."""
         stored = stored_config(self.file_config, config)
         path = Path(self.config.config_store_path).expanduser()
-        write_file_atomic(path, stored.to_properties(reveal_password=True).encode("utf-8"))
+        write_file_atomic(path, stored.to_stored_properties().encode("utf-8"))
         log.info("namesrv config saved to %s", path)
         self.file_config = stored
         self.config = config

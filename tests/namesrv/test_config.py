@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from common.properties import load_properties, parse_properties
+from namesrv.__main__ import build_config
 from namesrv.config import NamesrvConfig
+from namesrv.server import NameServer
+from remoting.tls import with_tls_config_file
 
 
 def test_defaults_match_rocketmq() -> None:
@@ -117,3 +121,44 @@ def test_from_properties_errors(props: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match="propert") as info:
         NamesrvConfig.from_properties(props)
     assert message in str(info.value)
+
+
+def test_a_saved_update_keeps_the_tls_keys_as_the_c_file_gave_them(tmp_path: Path) -> None:
+    """The keys of ``tls.config.file`` (a key password among them) are read in for the run,
+    but a saved update writes only the ``-c`` file's own TLS keys: no password is copied into
+    the ``-c`` file, and later edits of ``tls.properties`` still take effect."""
+    tls_file = tmp_path / "tls.properties"
+    tls_file.write_text(
+        "tls.server.mode=enforcing\n"
+        "tls.server.certPath=/etc/minimq/server.pem\n"
+        "tls.server.keyPath=/etc/minimq/server-key.pem\n"
+        "tls.server.keyPassword=s3cret\n",
+        encoding="utf-8",
+    )
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(f"listenPort=9999\ntls.config.file={tls_file}\n", encoding="utf-8")
+    config, file_config = build_config(str(conf), None, None)
+    assert config.tls_server.enabled
+    assert config.tls_server.key_password == "s3cret"
+    server = NameServer(config, file_config=file_config)
+    server.apply_config(dataclasses.replace(config, broker_channel_expired_time_ms=7000))
+    saved = load_properties(conf)
+    assert saved["brokerChannelExpiredTime"] == "7000"
+    assert saved["tls.config.file"] == str(tls_file)
+    assert not [key for key in saved if key.startswith("tls.server.")]
+    reread = NamesrvConfig.from_properties(with_tls_config_file(saved))
+    assert reread.tls_server == config.tls_server
+
+
+def test_a_config_not_read_from_a_file_saves_its_effective_tls_keys() -> None:
+    config = NamesrvConfig.from_properties(
+        {
+            "tls.server.mode": "enforcing",
+            "tls.server.certPath": "/etc/minimq/server.pem",
+            "tls.server.keyPath": "/etc/minimq/server-key.pem",
+            "tls.server.keyPassword": "s3cret",
+        }
+    )
+    saved = parse_properties(config.to_stored_properties())
+    assert saved["tls.server.mode"] == "enforcing"
+    assert saved["tls.server.keyPassword"] == "s3cret"  # it must read back at the next start
