@@ -35,7 +35,7 @@ def read_partition(opts: ReadOptions, partition: Any) -> Iterator[Any]:
         read_range(
             opts.namesrv,
             qr,
-            tags=opts.tags,
+            expression=opts.expression,
             pull_batch_size=opts.pull_batch_size,
             fail_on_data_loss=opts.fail_on_data_loss,
             group=opts.group,
@@ -52,8 +52,9 @@ def _explained(opts: ReadOptions, batches: Iterator[Any]) -> Iterator[Any]:
 
 def check_group(client: SharedInstance, opts: ReadOptions, bounds: brokers.Bounds) -> None:
     """Fail when the query starts, not in the executors' first pull, if a broker of the
-    topics refuses pulls naming the ``group`` option (see :func:`check_pull_group`)."""
-    client.call(check_pull_group, bounds, opts.group, opts.tags, timeout=DRIVER_TIMEOUT_S)
+    topics refuses pulls naming the ``group`` option, or the ``sql`` option's SQL92 selector
+    (see :func:`check_pull_group`)."""
+    client.call(check_pull_group, bounds, opts.group, opts.expression, timeout=DRIVER_TIMEOUT_S)
 
 
 def starting_offsets(

@@ -5,28 +5,38 @@ Spark passes options as a case-insensitive map of strings; every check here rais
 
 Readers and writers take the same security options (:class:`SecurityOptions`): an ACL account
 (``accessKey`` / ``secretKey``, RocketMQ's names, as in ``tools.yml`` and ``broker.conf``) and
-TLS with the client keys of RocketMQ's ``tls.properties`` (``tls.enable``, ``tls.client.*``).
-TLS keys that are not given keep the process's defaults from the environment
-(``MINIMQ_TLS_CONFIG_FILE`` / ``MINIMQ_TLS_ENABLE``, see :mod:`client.config`). No message
-here ever shows an option's value for the secret.
+TLS with the client keys of RocketMQ's ``tls.properties`` (``tls.enable``, ``tls.client.*``),
+or that file itself (``tls.config.file``: read where each client is built, on the driver and on
+every executor; the ``tls.*`` options given override its keys). TLS keys given by neither keep
+the process's defaults from the environment (``MINIMQ_TLS_CONFIG_FILE`` / ``MINIMQ_TLS_ENABLE``,
+see :mod:`client.config`). No message here ever shows an option's value for the secret.
+
+Readers filter by ``tags`` (a TAG expression) or by ``sql`` (an SQL92 selector over message
+properties, RocketMQ's ``MessageSelector.bySql``; brokers need ``enablePropertyFilter=true``),
+not both; the selector is parsed here with the brokers' own grammar.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from client.config import ClientConfig
 from client.spark.offsets import OffsetError, OffsetMap, parse_spec
-from common.subscription import parse_tags
+from common.properties import load_properties
+from common.sql_filter import EXPRESSION_SQL92, compile_sql_cached
+from common.subscription import MessageSelector, SubscriptionExpression, parse_tags
 from common.topic import group_problem
 from remoting.tls_config import (
     TLS_CLIENT_AUTHSERVER,
     TLS_CLIENT_CERTPATH,
     TLS_CLIENT_KEYPATH,
     TLS_CLIENT_TRUSTCERTPATH,
+    TLS_CONFIG_FILE,
     TLS_ENABLE,
+    TLS_TEST_MODE_ENABLE,
     parse_bool,
 )
 
@@ -41,7 +51,9 @@ TLS_OPTIONS: Final = {
 }
 """TLS option -> the :class:`~client.config.ClientConfig` field it sets."""
 _TLS_BOOLS: Final = frozenset({TLS_ENABLE, TLS_CLIENT_AUTHSERVER})
-SECURITY_NAMES: Final = (ACCESS_KEY, SECRET_KEY, *TLS_OPTIONS)
+SECURITY_NAMES: Final = (ACCESS_KEY, SECRET_KEY, *TLS_OPTIONS, TLS_CONFIG_FILE)
+TAGS: Final = "tags"
+SQL: Final = "sql"
 
 _NAMES = (
     "namesrv",
@@ -50,7 +62,8 @@ _NAMES = (
     "endingOffsets",
     "startingTimestamp",
     "maxOffsetsPerTrigger",
-    "tags",
+    TAGS,
+    SQL,
     "failOnDataLoss",
     "pullBatchSize",
     "group",
@@ -89,23 +102,36 @@ class SecurityOptions:
     access_key: str = ""
     secret_key: str = field(default="", repr=False)
     tls: tuple[TlsSetting, ...] = ()
-    """The TLS fields given as options, sorted (the others come from the environment)."""
+    """The TLS fields given as options, sorted (the others come from :attr:`tls_config_file`,
+    then from the environment)."""
+    tls_config_file: str = ""
+    """The ``tls.config.file`` option: a ``tls.properties`` file, read in each process that
+    builds a client (the driver and every executor), or ``""``."""
 
     @property
     def is_default(self) -> bool:
         """No account and no TLS option: clients are built exactly as without these options."""
-        return not self.access_key and not self.tls
+        return not self.access_key and not self.tls and not self.tls_config_file
+
+    def tls_settings(self) -> tuple[TlsSetting, ...]:
+        """The TLS fields of the clients: :attr:`tls_config_file`'s (read now, in the calling
+        process; OptionError naming the option when it cannot be used), overridden by the
+        ``tls.*`` options."""
+        if not self.tls_config_file:
+            return self.tls
+        return merge_tls(read_tls_config_file(self.tls_config_file), self.tls)
 
     def config_kwargs(self) -> dict[str, object]:
         """Keyword arguments of :meth:`ClientConfig.create` for these settings."""
-        kwargs: dict[str, object] = dict(self.tls)
+        kwargs: dict[str, object] = dict(self.tls_settings())
         if self.access_key:
             kwargs.update(access_key=self.access_key, secret_key=self.secret_key)
         return kwargs
 
     def client_config(self, namesrv: str) -> ClientConfig:
         """The client config for ``namesrv`` with these settings, built in the calling process
-        (its IP, and the environment's TLS defaults for the TLS fields not given)."""
+        (its IP, its copy of the ``tls.config.file`` file, and the environment's TLS defaults
+        for the TLS fields given by neither)."""
         return ClientConfig.create(namesrv, **self.config_kwargs())
 
 
@@ -141,6 +167,15 @@ class ReadOptions:
     pull_batch_size: int = DEFAULT_PULL_BATCH
     group: str | None = None
     security: SecurityOptions = NO_SECURITY
+    sql: str | None = None
+    """The ``sql`` option: an SQL92 selector (then ``tags`` is ``"*"``), or None."""
+
+    @property
+    def expression(self) -> SubscriptionExpression:
+        """What the pulls subscribe with: the ``sql`` selector, else the ``tags`` expression."""
+        if self.sql is not None:
+            return MessageSelector(EXPRESSION_SQL92, self.sql)
+        return self.tags
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,35 +263,100 @@ def _account(opts: Mapping[str, str]) -> tuple[str, str]:
     return access_key, secret_key
 
 
-def _tls_setting(opts: Mapping[str, str], name: str) -> TlsSetting | None:
-    raw = opts.get(name.lower(), "").strip()
-    if not raw:
+def _tls_value(name: str, raw: str) -> TlsSetting | None:
+    """The ClientConfig field of TLS key ``name`` and its value (None when ``raw`` is blank);
+    ValueError naming the key for a boolean that is not true or false."""
+    value = raw.strip()
+    if not value:
         return None
     if name not in _TLS_BOOLS:
-        return TLS_OPTIONS[name], raw
-    try:
-        return TLS_OPTIONS[name], parse_bool({name: raw}, name, default=False)
-    except ValueError:
-        raise OptionError(f"option '{name}' must be true or false, got {raw!r}") from None
+        return TLS_OPTIONS[name], value
+    return TLS_OPTIONS[name], parse_bool({name: value}, name, default=False)
 
 
 def _tls(opts: Mapping[str, str]) -> tuple[TlsSetting, ...]:
-    """The TLS options given (blank ones are not given), as ClientConfig fields."""
-    settings = (_tls_setting(opts, name) for name in TLS_OPTIONS)
-    given = sorted(s for s in settings if s is not None)
-    keys = {key for key, _ in given}
-    if ("tls_cert_path" in keys) != ("tls_key_path" in keys):
+    """The TLS options given (blank ones are not given), as ClientConfig fields, sorted."""
+    given: list[TlsSetting] = []
+    for name in TLS_OPTIONS:
+        raw = opts.get(name.lower(), "")
+        try:
+            setting = _tls_value(name, raw)
+        except ValueError:
+            raise OptionError(f"option '{name}' must be true or false, got {raw!r}") from None
+        if setting is not None:
+            given.append(setting)
+    return tuple(sorted(given))
+
+
+def tls_file_settings(props: Mapping[str, str], path: str) -> tuple[TlsSetting, ...]:
+    """The client TLS fields of ``props``, the keys of the ``tls.properties`` file ``path``
+    (``tls.enable``, ``tls.client.*``; other keys, server ones included, are ignored), sorted.
+    OptionError naming the option, the file and the key for a bad value, for
+    ``tls.test.mode.enable=true`` (refused, as everywhere), or when the file sets none of the
+    client keys (a wrong file would otherwise leave the query in plaintext unnoticed)."""
+    where = f"option '{TLS_CONFIG_FILE}' ({path})"
+    try:
+        if parse_bool(props, TLS_TEST_MODE_ENABLE, default=False):
+            raise ValueError(
+                f"{TLS_TEST_MODE_ENABLE}=true is not supported (RocketMQ's test mode verifies "
+                "nothing): set it to false or leave it out"
+            )
+        settings = [_tls_value(name, props.get(name, "")) for name in TLS_OPTIONS]
+    except ValueError as exc:
+        raise OptionError(f"{where}: {exc}") from None
+    given = tuple(sorted(s for s in settings if s is not None))
+    if not given:
         raise OptionError(
-            f"options '{TLS_CLIENT_CERTPATH}' and '{TLS_CLIENT_KEYPATH}' go together: give both"
+            f"{where}: the file sets none of the client TLS keys ({', '.join(TLS_OPTIONS)})"
         )
-    return tuple(given)
+    return given
+
+
+def read_tls_config_file(path: str) -> tuple[TlsSetting, ...]:
+    """:func:`tls_file_settings` of the file ``path``, read now by the calling process (the
+    driver when the query starts, each executor when it builds its client); OptionError
+    naming the option, the path and the host when it cannot be read or parsed."""
+    try:
+        props = load_properties(path)
+    except OSError as exc:
+        raise OptionError(
+            f"option '{TLS_CONFIG_FILE}': cannot read {path} on host {socket.gethostname()}: "
+            f"{exc.strerror or exc} (the file must be readable at this path on the driver "
+            "and on every executor)"
+        ) from None
+    except ValueError as exc:  # a malformed escape; the message names the file and line
+        raise OptionError(f"option '{TLS_CONFIG_FILE}': {exc}") from None
+    return tls_file_settings(props, path)
+
+
+def merge_tls(
+    base: tuple[TlsSetting, ...], overrides: tuple[TlsSetting, ...]
+) -> tuple[TlsSetting, ...]:
+    """``base`` with the fields of ``overrides`` replacing its own, sorted."""
+    return tuple(sorted({**dict(base), **dict(overrides)}.items()))
+
+
+def _check_client_certificate(settings: tuple[TlsSetting, ...], from_file: bool) -> None:
+    """OptionError unless the client certificate and its key are given together (in the
+    options, or between the options and the file)."""
+    keys = {key for key, _ in settings}
+    if ("tls_cert_path" in keys) != ("tls_key_path" in keys):
+        where = f" (as options or in the file of '{TLS_CONFIG_FILE}')" if from_file else ""
+        raise OptionError(
+            f"options '{TLS_CLIENT_CERTPATH}' and '{TLS_CLIENT_KEYPATH}' go together: give "
+            f"both{where}"
+        )
 
 
 def parse_security(options: Mapping[str, str]) -> SecurityOptions:
-    """The ACL and TLS options among ``options`` (any case)."""
+    """The ACL and TLS options among ``options`` (any case); the ``tls.config.file`` file is
+    read and checked now, so a query whose file the driver cannot use fails at start."""
     opts = _lower(options)
     access_key, secret_key = _account(opts)
-    return SecurityOptions(access_key, secret_key, _tls(opts))
+    path = opts.get(TLS_CONFIG_FILE, "").strip()
+    security = SecurityOptions(access_key, secret_key, _tls(opts), path)
+    _check_client_certificate(security.tls_settings(), bool(path))  # the file is read here too
+    return security
 
 
 def _topics(raw: str) -> tuple[str, ...]:
@@ -264,6 +364,41 @@ def _topics(raw: str) -> tuple[str, ...]:
     if any(not t for t in topics):
         raise OptionError(f"option 'topic' has an empty name in {raw!r}")
     return tuple(dict.fromkeys(topics))
+
+
+def _tags(opts: Mapping[str, str]) -> str:
+    """The ``tags`` option (``"*"`` when absent or blank), checked."""
+    tags = opts.get(TAGS, "*").strip() or "*"
+    try:
+        parse_tags(tags)
+    except ValueError as exc:
+        raise OptionError(f"option '{TAGS}': {exc}") from None
+    return tags
+
+
+def _sql(raw: str) -> str:
+    """The ``sql`` option, parsed with the brokers' selector grammar (OptionError saying
+    where it does not parse)."""
+    sql = raw.strip()
+    if not sql:
+        raise OptionError(f"option '{SQL}' is empty: give an SQL92 selector, e.g. \"a > 5\"")
+    try:
+        compile_sql_cached(sql)
+    except ValueError as exc:
+        raise OptionError(f"option '{SQL}' is not a valid SQL92 selector: {exc}") from None
+    return sql
+
+
+def _filter(opts: Mapping[str, str]) -> tuple[str, str | None]:
+    """``(tags, sql)``: the TAG expression and the SQL92 selector, which exclude each other."""
+    if SQL not in opts:
+        return _tags(opts), None
+    if TAGS in opts:
+        raise OptionError(
+            f"options '{TAGS}' and '{SQL}' exclude each other: filter by tags or by an SQL92 "
+            "selector (which can test the tag too: TAGS = 'A' or TAGS IN ('A', 'B'))"
+        )
+    return "*", _sql(opts[SQL])
 
 
 def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -281,11 +416,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     timestamp = _int(opts, "startingTimestamp", 0)
     if timestamp is not None and starting is not None:
         raise OptionError("options 'startingTimestamp' and 'startingOffsets' exclude each other")
-    tags = opts.get("tags", "*").strip() or "*"
-    try:
-        parse_tags(tags)
-    except ValueError as exc:
-        raise OptionError(f"option 'tags': {exc}") from None
+    tags, sql = _filter(opts)
     group = _group(opts)
     return ReadOptions(
         namesrv=namesrv,
@@ -295,6 +426,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         starting_timestamp=timestamp,
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
         tags=tags,
+        sql=sql,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         pull_batch_size=_int(opts, "pullBatchSize", 1, 1024) or DEFAULT_PULL_BATCH,
         group=group,

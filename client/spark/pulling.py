@@ -9,8 +9,12 @@ Pulls never wait on the broker
 (``suspendTimeoutMillis`` 0). Without a tag filter the offsets of the next pulls are known, so
 several pulls are kept in flight; a short answer discards the guesses after it. Records are
 decoded straight into Arrow columns (:mod:`client.spark.columns`, no per-message objects).
-Offsets whose data retention deleted are data loss (failOnDataLoss) whether or not a tag filter
-is set: the broker answers them apart from the records it found (``MESSAGE_WAS_REMOVING``).
+Offsets whose data retention deleted are data loss (failOnDataLoss) whether or not a tag or
+SQL92 filter is set: the broker answers them apart from the records it found
+(``MESSAGE_WAS_REMOVING``). With an SQL92 selector (the ``sql`` option) the broker alone filters,
+one pull at a time: each answer's ``nextBeginOffset`` is past the records it skipped, so a range
+whose records all fail the filter is crossed without a row. A broker that refuses SQL92
+(``enablePropertyFilter=false``) fails the read with :class:`PropertyFilterRefusedError`.
 
 The whole pull, decode and column-building loop is one producer task in the client's loop
 thread (pulls in flight are its child tasks); it hands finished record batches through a small
@@ -42,12 +46,14 @@ from client.spark.columns import ARROW_SCHEMA, QUEUE_OFFSET, record_tag
 from client.spark.columns import Columns as _Columns
 from client.spark.columns import decode_body as _decode
 from client.spark.options import NO_SECURITY, SecurityOptions
-from common.subscription import SubscriptionData, build_subscription
+from common.sql_filter import EXPRESSION_SQL92
+from common.subscription import SubscriptionData, SubscriptionExpression, build_subscription
 from remoting.codes import ResponseCode
 
 __all__ = [
     "ARROW_SCHEMA",
     "DataLossError",
+    "PropertyFilterRefusedError",
     "PullGroupError",
     "QueueRange",
     "RangePuller",
@@ -165,6 +171,42 @@ def _group_missing(group: str, mq: MessageQueue, addr: str, remark: str) -> Pull
     return PullGroupError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, text, addr)
 
 
+NO_FILTER_SUPPORT: Final = "The broker does not support consumer to filter message by"
+"""How RocketMQ's ``PullMessageProcessor`` (and minimq's) starts the remark of its refusal of
+an SQL92 pull when ``enablePropertyFilter`` is off."""
+
+
+class PropertyFilterRefusedError(MQBrokerError):
+    """A broker refused the SQL92 pulls of the ``sql`` option: it does not filter by
+    properties (``enablePropertyFilter=false``, RocketMQ's default), or it could not parse the
+    selector (``SUBSCRIPTION_PARSE_FAILED``); the message says which and what to do."""
+
+
+def _sql_refusal(
+    resp_code: int, remark: str, subscription: SubscriptionData, mq: MessageQueue, addr: str
+) -> PropertyFilterRefusedError | None:
+    """The error of a broker's refusal of an SQL92 pull, or None when ``resp_code`` and
+    ``remark`` are not one."""
+    if subscription.expression_type != EXPRESSION_SQL92:
+        return None
+    where = f"minimq source: broker {mq.broker_name} ({addr}) refused the pulls of topic {mq.topic}"
+    if resp_code == ResponseCode.SYSTEM_ERROR and remark.startswith(NO_FILTER_SUPPORT):
+        text = (
+            f"{where} filtered by the 'sql' option: it does not filter by message properties "
+            "(SQL92). Set enablePropertyFilter=true in the broker's configuration (broker.conf) "
+            "and restart it, or filter with the 'tags' option instead "
+            f"(broker said: {remark})"
+        )
+        return PropertyFilterRefusedError(resp_code, text, addr)
+    if resp_code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
+        text = (
+            f"{where}: it could not parse the 'sql' option {subscription.sub_string!r} "
+            f"(broker said: {remark})"
+        )
+        return PropertyFilterRefusedError(resp_code, text, addr)
+    return None
+
+
 async def _moved(instance: ClientInstance, mq: MessageQueue, addr: str) -> str | None:
     """The broker's address after a failed connection to ``addr``: refreshed from the name
     servers (unless another pull already did), or None when it did not change."""
@@ -211,6 +253,9 @@ async def _pull(
     if resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
         raise _group_missing(group, mq, addr, resp.remark or "")
     if resp.code not in api.PULL_STATUS_BY_CODE:
+        refused = _sql_refusal(resp.code, resp.remark or "", subscription, mq, addr)
+        if refused is not None:
+            raise refused
         raise MQBrokerError(resp.code, resp.remark or f"pull failed with code {resp.code}", addr)
     fields = resp.ext_fields
     return _Raw(
@@ -228,12 +273,14 @@ async def check_pull_group(
     instance: ClientInstance,
     queues: Mapping[tuple[str, str, int], tuple[int, int]],
     group: str | None,
-    tags: str,
+    expression: SubscriptionExpression,
 ) -> None:
     """Driver side, as a query starts: raise what the executors' pulls would meet when a
     broker of ``queues`` (``{(topic, broker, queue id): (min, max offset)}``) refuses pulls
-    that name ``group`` (default :data:`DEFAULT_PULL_GROUP`): :class:`PullGroupError` when it
-    lacks the group and does not create groups, or its MQBrokerError. One pull per broker,
+    that name ``group`` (default :data:`DEFAULT_PULL_GROUP`) and subscribe with ``expression``:
+    :class:`PullGroupError` when it lacks the group and does not create groups,
+    :class:`PropertyFilterRefusedError` when it refuses an SQL92 selector, or its
+    MQBrokerError. One pull per broker,
     at a queue's max offset (nothing to transfer; the broker does not hold it). A broker that
     cannot be reached is left to the executors."""
     name = group or DEFAULT_PULL_GROUP
@@ -243,7 +290,8 @@ async def check_pull_group(
     for key in by_broker.values():
         mq = MessageQueue(*key)
         try:
-            await _pull(instance, mq, queues[key][1], 1, build_subscription(mq.topic, tags), name)
+            sub = build_subscription(mq.topic, expression)
+            await _pull(instance, mq, queues[key][1], 1, sub, name)
         except MQBrokerError:
             raise
         except MQClientError as exc:
@@ -309,7 +357,7 @@ class RangePuller:
         instance: SharedInstance,
         qr: QueueRange,
         *,
-        tags: str = "*",
+        expression: SubscriptionExpression = "*",
         pull_batch_size: int = 32,
         fail_on_data_loss: bool = True,
         group: str | None = None,
@@ -317,12 +365,14 @@ class RangePuller:
         self.instance = instance
         self.qr = qr
         self.mq = MessageQueue(qr.topic, qr.broker, qr.queue_id)
-        self.subscription = build_subscription(qr.topic, tags)
+        self.subscription = build_subscription(qr.topic, expression)
+        self.every = self.subscription.matches_all
+        """No filter: every offset of an answer is a record (a gap is data loss)."""
         self.step = pull_batch_size
         self.fail_on_data_loss = fail_on_data_loss
         self.group = group or DEFAULT_PULL_GROUP
         self.cur = qr.start
-        self.window = IN_FLIGHT if self.subscription.matches_all else 1
+        self.window = IN_FLIGHT if self.every else 1
         self._inflight: collections.deque[_Slot] = collections.deque()
 
     def batches(self) -> Generator[pa.RecordBatch, None, None]:
@@ -410,8 +460,7 @@ class RangePuller:
         status = api.PULL_STATUS_BY_CODE[ResponseCode(raw.code)]
         end = self.qr.end
         if status is api.PullStatus.FOUND:
-            sub = self.subscription
-            if sub.matches_all:
+            if self.every:  # inline: the hot path of an unfiltered read
                 first = cols.add_body(raw.body, self.cur, end)
                 if first is None:  # not the common layout: the checked decoder
                     records = _decode(raw.body)
@@ -419,13 +468,11 @@ class RangePuller:
                     cols.add_range(records, self.cur, end)
                 if first > self.cur:
                     self._lost(first, raw, "missing from the answer")
+                got = raw.next_begin - raw.offset
+                if 0 < got < self.step and raw.next_begin < end:
+                    self.step = got  # the broker caps a pull below our batch size
             else:
-                for rec in _decode(raw.body):
-                    if self.cur <= rec[QUEUE_OFFSET] < end and sub.matches_tag(record_tag(rec)):
-                        cols.add(rec)
-            got = raw.next_begin - raw.offset
-            if sub.matches_all and 0 < got < self.step and raw.next_begin < end:
-                self.step = got  # the broker caps a pull below our batch size
+                self._take_filtered(raw, cols)
             if raw.next_begin <= self.cur:
                 raise MQBrokerError(
                     ResponseCode.SYSTEM_ERROR, f"a pull of {self.mq} at {self.cur} made no progress"
@@ -446,6 +493,20 @@ class RangePuller:
             return True
         self._lost(end, raw, "beyond the queue's max offset")
         return False
+
+    def _take_filtered(self, raw: _Raw, cols: _Columns) -> None:
+        """Add the records of a filtered answer (gaps are records the filter skipped; the
+        broker never mixes found records with deleted ones): a TAG filter re-checks each exact
+        tag (two tags may share a hash code), an SQL92 selector is the broker's alone."""
+        sub = self.subscription
+        end = self.qr.end
+        if not sub.tags_set:  # SQL92
+            if cols.add_body(raw.body, self.cur, end) is None:
+                cols.add_range(_decode(raw.body), self.cur, end)
+            return
+        for rec in _decode(raw.body):
+            if self.cur <= rec[QUEUE_OFFSET] < end and sub.matches_tag(record_tag(rec)):
+                cols.add(rec)
 
     def _lost(self, upto: int, raw: _Raw, reason: str) -> None:
         qr = self.qr
@@ -472,20 +533,21 @@ def read_range(
     namesrv: str,
     qr: QueueRange,
     *,
-    tags: str = "*",
+    expression: SubscriptionExpression = "*",
     pull_batch_size: int = 32,
     fail_on_data_loss: bool = True,
     group: str | None = None,
     security: SecurityOptions = NO_SECURITY,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of ``qr`` pulled through this process's shared client instance (the one
-    of ``namesrv`` and ``security``)."""
+    of ``namesrv`` and ``security``), of the messages ``expression`` (a TAG expression, or an
+    SQL92 :class:`~common.subscription.MessageSelector`) selects."""
     if qr.end <= qr.start:
         return iter(())
     puller = RangePuller(
         shared_instance(namesrv, security),
         qr,
-        tags=tags,
+        expression=expression,
         pull_batch_size=pull_batch_size,
         fail_on_data_loss=fail_on_data_loss,
         group=group,

@@ -8,6 +8,7 @@ instance until :meth:`StreamReader.stop`; the reader pickled to executors carrie
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -55,6 +56,14 @@ RETRY_INTERVAL_S = 1.0
 class SourceUnavailableError(RuntimeError):
     """No broker of the query's topics answered a trigger's offset requests (the message names
     each broker and its error); the query fails with this."""
+
+
+def _raise_if_refused(failures: brokers.Failures) -> None:
+    """Raise the failures of a trigger's offset requests at once (no retry can help) when the
+    brokers refused them for lack of permission (the reader explains the refusal)."""
+    error = brokers.OffsetsUnavailableError("could not get the queues' offsets", failures)
+    if brokers.refused_for_permission(error):
+        raise error
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -120,6 +129,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             brokers.describe(probe.failures),
                         )
                     return probe.bounds
+                _raise_if_refused(probe.failures)
                 problem = f"no broker of topic(s) {topics} answered: "
                 problem += brokers.describe(probe.failures)
             if attempt < FETCH_ATTEMPTS:
@@ -128,14 +138,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f"minimq source: {problem} ({FETCH_ATTEMPTS} attempts, {RETRY_INTERVAL_S:g} s apart)"
         )
 
+    def _explained(self) -> contextlib.AbstractContextManager[None]:
+        """A refusal for lack of permission in a driver-side step, explained as the batch
+        reader and the executors explain it (:func:`brokers.acl_refusals_explained`)."""
+        return brokers.acl_refusals_explained(self.opts.security)
+
     def initialOffset(self) -> NestedOffsets:
         """startingOffsets (default latest) or startingTimestamp, resolved now (every broker
         of the topics must answer: OffsetsUnavailableError names those that do not)."""
-        bounds = self._c().call(
-            brokers.queue_bounds, list(self.opts.topics), timeout=DRIVER_TIMEOUT_S
-        )
-        self._check_group_once(bounds)
-        return to_nested(starting_offsets(self._c(), self.opts, bounds, "latest"))
+        with self._explained():
+            bounds = self._c().call(
+                brokers.queue_bounds, list(self.opts.topics), timeout=DRIVER_TIMEOUT_S
+            )
+            self._check_group_once(bounds)
+            return to_nested(starting_offsets(self._c(), self.opts, bounds, "latest"))
 
     def _check_group_once(self, bounds: brokers.Bounds) -> None:
         """At the query's first trigger (new or restarted): fail if the brokers refuse the
@@ -151,7 +167,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Remember the max offsets now: an availableNow query reads up to them and stops."""
-        self._targets = {k: hi for k, (_, hi) in self._live_bounds().items()}
+        with self._explained():
+            self._targets = {k: hi for k, (_, hi) in self._live_bounds().items()}
 
     def latestOffset(self, start: NestedOffsets, limit: ReadLimit) -> NestedOffsets:
         """The end of the next micro-batch: the queues' max offsets (capped by the
@@ -165,8 +182,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_nested(start, "start offset")
         base: OffsetMap = dict(begin)
         latest: OffsetMap = dict(begin)
-        bounds = self._live_bounds()
-        self._check_group_once(bounds)
+        with self._explained():
+            bounds = self._live_bounds()
+            self._check_group_once(bounds)
         for key, (lo, hi) in bounds.items():
             first = begin.get(key, lo)
             if hi < first:
@@ -207,7 +225,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finish = from_nested(end, "end offset")
         restart = [k for k, hi in finish.items() if k not in begin or hi < begin[k]]
         if restart:
-            lows = {k: lo for k, (lo, _) in self._live_bounds().items()}
+            with self._explained():
+                lows = {k: lo for k, (lo, _) in self._live_bounds().items()}
             for key in restart:
                 begin[key] = lows.get(key, 0)
         return [

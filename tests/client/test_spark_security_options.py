@@ -57,7 +57,6 @@ def test_parse_security(options: dict[str, str], expected: SecurityOptions) -> N
         ({"tls.client.authServer": "1"}, "option 'tls.client.authServer' must be true or false"),
         ({"tls.client.certPath": "/c.pem"}, "'tls.client.certPath' and 'tls.client.keyPath'"),
         ({"tls.client.keyPath": "/k.pem"}, "'tls.client.certPath' and 'tls.client.keyPath'"),
-        ({"tls.config.file": "/t.properties"}, "unknown option(s) for the minimq source"),
     ],
 )
 def test_bad_security_options_name_the_option(options: dict[str, str], message: str) -> None:

@@ -50,7 +50,8 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncCluster]:
-    """A name server and brokers broker-a and broker-b."""
+    """A name server and brokers broker-a and broker-b; broker-a filters by SQL92
+    (``enablePropertyFilter=true``), broker-b keeps RocketMQ's default and refuses it."""
     root: Path = tmp_path_factory.mktemp("spark-cluster")
-    with sync_cluster(root, {"broker-a": {}, "broker-b": {}}) as c:
+    with sync_cluster(root, {"broker-a": {"enablePropertyFilter": "true"}, "broker-b": {}}) as c:
         yield c

@@ -138,6 +138,54 @@ def test_tag_filtering(spark: Any, cluster: SyncCluster) -> None:
     assert len(rows) == len(want)
 
 
+SQL = "n >= 10 AND n < 20 AND TAGS <> 'T0'"
+
+
+def sql_matches(msg: Message) -> bool:
+    """What :data:`SQL` selects (``produce`` numbers each queue's messages ``n`` from 0)."""
+    return 10 <= int(msg.properties["n"]) < 20 and msg.tags != "T0"
+
+
+def test_sql_filtering_batch_and_streaming(
+    spark: Any, cluster: SyncCluster, tmp_path: Path
+) -> None:
+    """The sql option reads only the matching messages, batch and streaming; offsets move
+    past the others (ranges and micro-batches none of whose messages match included), so a
+    restarted stream reads only what is new. Broker-b does not filter by properties: a read
+    of its topic fails at start naming enablePropertyFilter, as a bad selector names 'sql'."""
+    topic = "SparkSql"
+    ns = cluster.namesrv
+    cluster.create_topic(topic, {"broker-a": 2})
+    sent = produce(ns, topic, {("broker-a", 0): 40, ("broker-a", 1): 30})
+    want = {k for k, m in sent.items() if sql_matches(m)}
+    rows = read(spark, ns, topic, sql=SQL, pullBatchSize="4")
+    assert sorted(r.msg_id for r in rows) == sorted(want)
+    # queue 1 ends at 10: none of its range matches
+    ending = json.dumps({topic: {"broker-a": {"0": 15, "1": 10}}})
+    rows = read(spark, ns, topic, sql=SQL, endingOffsets=ending)
+    assert sorted((r.queue_id, r.queue_offset) for r in rows) == [
+        (0, i) for i in range(10, 15) if i % 3 != 0
+    ]
+    ckpt = tmp_path / "ckpt"
+    opts = {"sql": SQL, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "10"}
+    batches = stream_once(spark, ns, topic, ckpt, **opts)
+    assert len(batches) < 7  # 7 micro-batches of 10, the ones without a match are empty
+    ids = [r.msg_id for b in batches for r in b]
+    assert sorted(ids) == sorted(want)
+    more = produce(ns, topic, {("broker-a", 0): 25})
+    again = [r.msg_id for b in stream_once(spark, ns, topic, ckpt, **opts) for r in b]
+    assert sorted(again) == sorted(k for k, m in more.items() if sql_matches(m))
+    assert stream_once(spark, ns, topic, ckpt, **opts) == []
+
+    with pytest.raises(Exception, match="options 'tags' and 'sql' exclude each other"):
+        read(spark, ns, topic, sql=SQL, tags="T1")
+    with pytest.raises(Exception, match="option 'sql' is not a valid SQL92 selector"):
+        read(spark, ns, topic, sql="n >")
+    cluster.create_topic("SparkSqlB", {"broker-b": 1})
+    with pytest.raises(Exception, match=r"enablePropertyFilter=true"):
+        read(spark, ns, "SparkSqlB", sql=SQL)
+
+
 def test_available_now_splits_batches_and_restart_is_exactly_once(
     spark: Any, cluster: SyncCluster, tmp_path: Path
 ) -> None:

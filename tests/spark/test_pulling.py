@@ -88,7 +88,7 @@ def test_reads_every_message_in_order_in_batches(
 
 
 def test_tag_filter_reads_one_pull_at_a_time(filled: SharedInstance) -> None:
-    batches = list(RangePuller(filled, _range(0, 300), tags="T0").batches())
+    batches = list(RangePuller(filled, _range(0, 300), expression="T0").batches())
     offsets = pa.Table.from_batches(batches).column("queue_offset").to_pylist()
     assert offsets == list(range(0, 300, 2))
 

@@ -54,8 +54,8 @@ async def test_offsets_whose_data_retention_deleted_are_lost_with_a_tag_filter_t
                 qr = QueueRange(TOPIC, "broker-a", 0, 0, 150)
                 for tags in ("*", "T0"):
                     with pytest.raises(DataLossError, match=r"deleted by retention"):
-                        await read(instance, qr, tags=tags)
+                        await read(instance, qr, expression=tags)
                 everything = await read(instance, qr, fail_on_data_loss=False)
                 assert everything == list(range(kept, 150))
-                evens = await read(instance, qr, tags="T0", fail_on_data_loss=False)
+                evens = await read(instance, qr, expression="T0", fail_on_data_loss=False)
                 assert evens == list(range(kept + kept % 2, 150, 2))

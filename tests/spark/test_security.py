@@ -22,7 +22,14 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.tls import client_ssl_context
-from tests.broker.test_acl import ADMIN, READER, acl_overrides, create_topic, write_accounts
+from tests.broker.test_acl import (
+    ADMIN,
+    PRODUCER,
+    READER,
+    acl_overrides,
+    create_topic,
+    write_accounts,
+)
 from tests.remoting.tls_certs import Pki, make_pki
 from tests.spark.cluster import SyncCluster, sync_cluster
 
@@ -92,6 +99,45 @@ def test_acl_write_and_batch_read_need_the_account(
     assert secret not in out + err
 
 
+def stream_bodies(spark: Any, namesrv: str, checkpoint: Path, **options: str) -> list[str]:
+    """The bodies one availableNow run of a streaming read from the earliest offsets gets;
+    the query's error (a StreamingQueryException with the source's message) if it failed."""
+    rows: list[Any] = []
+    query = (
+        with_options(spark.readStream, namesrv, startingOffsets="earliest", **options)
+        .load()
+        .writeStream.foreachBatch(lambda df, _id: rows.extend(df.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)  # raises the query's error
+    assert not query.isActive
+    return sorted(bytes(r.body).decode() for r in rows)
+
+
+def test_acl_streaming_read_needs_sub_on_the_topic(spark: Any, tmp_path: Path) -> None:
+    """A streaming read signed by an account with SUB on the topic gets every row; one by an
+    account with PUB only fails at its first trigger with the NO_PERMISSION hint naming the
+    account (never its secret), before any task pulls; one without an account fails at once
+    (no retries of refused offset requests) saying which options to give."""
+    with acl_cluster(tmp_path / "acl") as cluster:
+        ns = cluster.namesrv
+        bodies = [f"streamed-{i}" for i in range(ROWS)]
+        write(spark, ns, bodies, **account_options(PRODUCER))
+        got = stream_bodies(spark, ns, tmp_path / "reader", **account_options(READER))
+        assert got == sorted(bodies)
+        with pytest.raises(Exception, match="no SUB permission on topic:Orders") as refused:
+            stream_bodies(spark, ns, tmp_path / "producer", **account_options(PRODUCER))
+        with pytest.raises(Exception, match="AccessKey missing") as unsigned:
+            stream_bodies(spark, ns, tmp_path / "unsigned")
+    text = str(refused.value)
+    assert "AclRefusedError" in text
+    assert f"check the ACL account '{PRODUCER.access_key}' of option 'accessKey'" in text
+    assert PRODUCER.secret_key not in text
+    assert "give the options 'accessKey' and 'secretKey'" in str(unsigned.value)
+
+
 def test_a_worker_keeps_one_client_per_account(tmp_path: Path) -> None:
     """Executor pulls of two accounts in one process use two client instances: a wrong
     secret is refused even after the right one read through the same name server (a cache by
@@ -139,8 +185,8 @@ async def create_topic_over_tls(broker: str, pki: Pki) -> None:
 
 
 def test_batch_read_over_tls(spark: Any, tmp_path: Path) -> None:
-    """Name server and broker enforce TLS: the tls.* options carry the read; without them
-    the query fails."""
+    """Name server and broker enforce TLS: the tls.* options, or the tls.config.file file they
+    override, carry the read; without them the query fails, as with a file that is missing."""
     pki = make_pki(tmp_path / "pki")
     root = tmp_path / "tls"
     root.mkdir()
@@ -156,7 +202,20 @@ def test_batch_read_over_tls(spark: Any, tmp_path: Path) -> None:
         with Producer(group="pg", client_config=tls.client_config(ns)) as producer:
             for i in range(ROWS):
                 producer.send(Message(TOPIC, b"tls-%d" % i))
+        want = sorted(f"tls-{i}" for i in range(ROWS))
         options = {"tls.enable": "true", "tls.client.trustCertPath": str(pki.ca)}
-        assert read_bodies(spark, ns, **options) == sorted(f"tls-{i}" for i in range(ROWS))
+        assert read_bodies(spark, ns, **options) == want
         with pytest.raises(Exception, match="no name server answered"):
             read_bodies(spark, ns)
+        # tls.config.file: its keys, read on the driver and on the executors ...
+        tls_file = root / "tls.properties"
+        tls_file.write_text(f"tls.enable=true\ntls.client.trustCertPath={pki.ca}\n")
+        assert read_bodies(spark, ns, **{"tls.config.file": str(tls_file)}) == want
+        # ... with the tls.* options over them (the file says plaintext here)
+        tls_file.write_text(f"tls.enable=false\ntls.client.trustCertPath={pki.ca}\n")
+        with pytest.raises(Exception, match="no name server answered"):
+            read_bodies(spark, ns, **{"tls.config.file": str(tls_file)})
+        both = {"tls.config.file": str(tls_file), "tls.enable": "true"}
+        assert read_bodies(spark, ns, **both) == want
+        with pytest.raises(Exception, match=r"option 'tls\.config\.file': cannot read"):
+            read_bodies(spark, ns, **{"tls.config.file": str(root / "missing.properties")})
