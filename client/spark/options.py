@@ -32,6 +32,7 @@ from common.topic import group_problem
 from remoting.tls_config import (
     TLS_CLIENT_AUTHSERVER,
     TLS_CLIENT_CERTPATH,
+    TLS_CLIENT_KEYPASSWORD,
     TLS_CLIENT_KEYPATH,
     TLS_CLIENT_TRUSTCERTPATH,
     TLS_CONFIG_FILE,
@@ -48,6 +49,7 @@ TLS_OPTIONS: Final = {
     TLS_CLIENT_TRUSTCERTPATH: "tls_trust_cert_path",
     TLS_CLIENT_CERTPATH: "tls_cert_path",
     TLS_CLIENT_KEYPATH: "tls_key_path",
+    TLS_CLIENT_KEYPASSWORD: "tls_key_password",
 }
 """TLS option -> the :class:`~client.config.ClientConfig` field it sets."""
 _TLS_BOOLS: Final = frozenset({TLS_ENABLE, TLS_CLIENT_AUTHSERVER})
@@ -101,9 +103,9 @@ class SecurityOptions:
 
     access_key: str = ""
     secret_key: str = field(default="", repr=False)
-    tls: tuple[TlsSetting, ...] = ()
+    tls: tuple[TlsSetting, ...] = field(default=(), repr=False)
     """The TLS fields given as options, sorted (the others come from :attr:`tls_config_file`,
-    then from the environment)."""
+    then from the environment); out of ``repr``, as it may hold the key's password."""
     tls_config_file: str = ""
     """The ``tls.config.file`` option: a ``tls.properties`` file, read in each process that
     builds a client (the driver and every executor), or ``""``."""

@@ -39,6 +39,20 @@ BASE = {"namesrv": "127.0.0.1:9876", "topic": "T"}
             {"tls.client.certPath": "/c.pem", "tls.client.keyPath": "/k.pem"},
             SecurityOptions(tls=(("tls_cert_path", "/c.pem"), ("tls_key_path", "/k.pem"))),
         ),
+        (
+            {
+                "tls.client.certPath": "/c.pem",
+                "tls.client.keyPath": "/k.pem",
+                "tls.client.keyPassword": "pw",
+            },
+            SecurityOptions(
+                tls=(
+                    ("tls_cert_path", "/c.pem"),
+                    ("tls_key_password", "pw"),
+                    ("tls_key_path", "/k.pem"),
+                )
+            ),
+        ),
         ({"tls.client.trustCertPath": "  "}, NO_SECURITY),
     ],
 )
@@ -103,6 +117,17 @@ def test_secret_in_no_repr_and_accounts_never_share_a_key(secret: str, other: st
     opts = parse_read({**BASE, "accessKey": "ak", "secretKey": secret}, streaming=False)
     assert f"secret_key={secret!r}" not in repr(opts)
     assert "secret_key" not in repr(opts.security)
+    with_key = parse_read(
+        {
+            **BASE,
+            "tls.client.certPath": "/c.pem",
+            "tls.client.keyPath": "/k.pem",
+            "tls.client.keyPassword": secret,
+        },
+        streaming=False,
+    )
+    assert repr(secret) not in repr(with_key)
+    assert with_key.security.client_config("127.0.0.1:9876").tls_key_password == secret
     assert pickle.loads(pickle.dumps(opts)) == opts
     second = SecurityOptions("ak", other)
     assert (opts.security == second) == (secret == other)
