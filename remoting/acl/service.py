@@ -8,22 +8,24 @@ Rules:
   start with a clear error. A file the group or others may read is warned about (it holds
   every account's secret; chmod 600).
 - :meth:`AclService.watch` checks the file every :data:`WATCH_INTERVAL_S` (RocketMQ's
-  ``AclFileWatchService.WATCH_INTERVAL``, 5 s) and reloads it when its modification time or
-  size changed; :meth:`AclService.reload` reloads at once (SIGHUP). A file that became
-  malformed or unreadable is logged as an error and the accounts in force stay.
+  ``AclFileWatchService.WATCH_INTERVAL``, 5 s) and reloads it when its modification time,
+  size or inode changed (:class:`common.file_watch.FileWatch`, which the TLS reload uses too;
+  a deleted file is no change until a new one takes its place); :meth:`AclService.reload`
+  reloads at once (SIGHUP). A file that became malformed or unreadable is logged as an error
+  and the accounts in force stay.
 - The file is small and read on the event loop (a stat every 5 s, a read on change).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 import trio
 
+from common.file_watch import FileWatch
 from remoting.acl.config import AclConfigError, load_acl_config, readable_by_others
 from remoting.acl.signing import wall_ms
 from remoting.acl.validator import AclValidator
@@ -34,21 +36,12 @@ WATCH_INTERVAL_S: Final = 5.0
 """How often the accounts file is checked for changes (RocketMQ's 5000 ms)."""
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
-    """``(mtime_ns, size)`` of ``path``, or None when it cannot be read."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
 class AclService:
     """The accounts file of one server and the validator built from it (module rules)."""
 
     def __init__(self, path: Path, *, now_ms: Callable[[], int] = wall_ms) -> None:
         self.path = path
-        self._stamp = _stamp(path)
+        self._file = FileWatch([str(path)])
         self.validator = AclValidator(load_acl_config(path), now_ms=now_ms)
         self.reloads = 0
         """Successful reloads since start."""
@@ -64,7 +57,7 @@ class AclService:
 
     def reload(self) -> bool:
         """Read the file again now; False (logged, old accounts kept) when it is bad."""
-        self._stamp = _stamp(self.path)
+        self._file.changed()  # this read is the file's state from now on
         try:
             config = load_acl_config(self.path)
         except AclConfigError as exc:
@@ -77,8 +70,8 @@ class AclService:
         return True
 
     def reload_if_changed(self) -> bool:
-        """Reload when the file's modification time or size changed; True if reloaded."""
-        if _stamp(self.path) == self._stamp:
+        """Reload when the file changed since it was last read; True if reloaded."""
+        if not self._file.changed():
             return False
         return self.reload()
 
