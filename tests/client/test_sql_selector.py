@@ -58,7 +58,16 @@ async def test_push_consumer_gets_exactly_the_matching_messages(tmp_path: Path) 
             got.extend(msgs)
             return ConsumeResult.SUCCESS
 
-        consumer = PushConsumer(GROUP, c.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+        # a held pull wakes only for a matching message: the offset passes the messages after
+        # the last match when the hold times out, and reaches the broker at the next persist;
+        # so pulls are held 1 s (not 15) and offsets persisted every 0.5 s (not 5)
+        consumer = PushConsumer(
+            GROUP,
+            c.namesrv,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            suspend_timeout_ms=1000,
+            persist_interval=0.5,
+        )
         consumer.subscribe(TOPIC, MessageSelector.by_sql(SELECTOR), handle)
         with trio.fail_after(LIMIT):
             async with consumer:
