@@ -31,6 +31,8 @@ class MessageConst:
     TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
     CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
     SHARDING_KEY: Final = "__SHARDINGKEY"
+    PROPERTY_INNER_NUM: Final = "INNER_NUM"
+    """Messages inside an inner-batch record (INNER_BATCH_FLAG), a decimal string."""
     KEY_SEPARATOR: Final = " "
 
 

@@ -44,6 +44,7 @@ from common.record import (
     record_field_problem,
 )
 from common.topic import NAME_CHARS, topic_problem
+from store.batch_consume_queue import inner_batch_size
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
 from store.errors import MappedFileCreateError
@@ -65,6 +66,7 @@ _SYSFLAG = struct.Struct(">i")
 _HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _TX_MASK = MessageSysFlag.TRANSACTION_MASK
 _TX_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
+_INNER_BATCH = MessageSysFlag.INNER_BATCH_FLAG
 _TAGS = MessageConst.TAGS
 PROPS_CRC_MIN = 512
 """Properties longer than this (one disk sector) get the ``__CRC32#`` property; see above."""
@@ -106,6 +108,27 @@ class CommitLog:
         self._plain_props_max = -1 if self._append_crc else PROPS_CRC_MIN
         self.warmed_offset = 0
         """Commitlog offset up to which the pages are prefaulted (see :meth:`warm_ahead`)."""
+        self.batch_topics: set[str] = set()
+        """BatchCQ topics: the only ones that take inner-batch records
+        (``MessageStore.set_queue_type``)."""
+
+    def inner_batch_step(self, m: MessageRecord) -> int | PutResult:
+        """The queue offsets an inner-batch record takes (its INNER_NUM), or why it is refused:
+        its topic is not a BatchCQ topic, or INNER_NUM is not 1 to 32767 (RocketMQ's
+        MESSAGE_ILLEGAL in ``asyncPutMessage``)."""
+        if m.topic not in self.batch_topics:
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                remark=f"inner-batch message for topic {m.topic}, whose queue.type is not BatchCQ",
+            )
+        num = inner_batch_size(m.properties)
+        if num is None:
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                remark=f"inner-batch message with INNER_NUM "
+                f"{m.properties.get(MessageConst.PROPERTY_INNER_NUM)!r}, not 1 to 32767",
+            )
+        return num
 
     # -- validation and encoding (outside the lock) ----------------------------------------
     def _encode_all(self, msgs: Sequence[MessageRecord]) -> _Encoded | PutResult:
@@ -153,6 +176,10 @@ class CommitLog:
                 codes.append(0)
             if len(m.born_host) != 8:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="born host must be IPv4")
+            if m.sys_flag & _INNER_BATCH:
+                step = self.inner_batch_step(m)
+                if isinstance(step, PutResult):
+                    return step
             problem = record_field_problem(m)
             if problem:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=problem)
@@ -192,7 +219,7 @@ class CommitLog:
         topic, queue_id = first.topic, first.queue_id
         sys_flag = first.sys_flag & ~_HOST_V6_FLAGS
         prefix = self._topic_prefix.get(topic)
-        if prefix is None or self._append_crc:
+        if prefix is None or self._append_crc or sys_flag & _INNER_BATCH:
             return None
         tx = sys_flag & _TX_MASK
         consumable = tx == 0 or tx == _TX_COMMIT
@@ -320,6 +347,12 @@ class CommitLog:
             or PROPERTY_CRC32 in props
         ):
             return self._append_batch((m,))
+        step = 1
+        if m.sys_flag & _INNER_BATCH:  # BatchCQ: the record takes INNER_NUM queue offsets
+            inner = self.inner_batch_step(m)
+            if isinstance(inner, PutResult):
+                return inner
+            step = inner
         total = 90 + len(body) + len(prefix) + len(raw)  # 88 fixed + 2 properties length
         with self.lock:
             files = self.queue.files
@@ -344,7 +377,7 @@ class CommitLog:
                     pass  # a number out of its field's range: the batch way names it
                 else:  # nothing changed before this point, so a refusal leaves no trace
                     if numbered:
-                        self.topic_queue_table[key] = qoff + 1
+                        self.topic_queue_table[key] = qoff + step
                     mf.append(b"".join((header, body, prefix, _SHORT.pack(len(raw)), raw)))
                     self.pending_dispatch.append(
                         _new_tuple(
@@ -386,6 +419,8 @@ class CommitLog:
             if m.queue_id != run_queue or sys_flag != run_flag or m.topic != run_topic:
                 qoff, step = runs.begin(i, m, sys_flag, phys, qoff)
                 run_topic, run_queue, run_flag = m.topic, m.queue_id, sys_flag
+                if sys_flag & _INNER_BATCH:
+                    run_flag = -1  # an inner-batch record is a run of its own
             body = m.body
             header = pack(
                 total, MAGIC_CODE_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff,
@@ -514,7 +549,8 @@ class _RunSplitter:
     ) -> None:
         self.log, self.msgs, self.enc, self.now = log, msgs, enc, now
         self.open: tuple[str, int, int, int, int, int, int] | None = None
-        # (topic, queue_id, sys_flag, first index, first phys, first queue offset, step)
+        # (topic, queue_id, sys_flag, first index, first phys, first queue offset, step);
+        # an inner-batch record is a run of one whose step is its INNER_NUM
         self.queue_offsets: list[int] = []
         """Each message's queue offset (0 for those no consume queue sees)."""
 
@@ -526,6 +562,8 @@ class _RunSplitter:
         tx = sys_flag & _TX_MASK
         if tx == 0 or tx == _TX_COMMIT:  # consumable: numbered in its queue
             first, step = self.log.topic_queue_table.get((m.topic, m.queue_id), 0), 1
+            if sys_flag & _INNER_BATCH:
+                step = inner_batch_size(m.properties) or 1  # validated by _encode_all
         else:
             first, step = 0, 0
         self.open = (m.topic, m.queue_id, sys_flag, i, phys, first, step)
@@ -537,7 +575,10 @@ class _RunSplitter:
             return
         topic, queue_id, sys_flag, first, start, first_qoff, step = self.open
         self.open = None
-        if step:
+        if step and sys_flag & _INNER_BATCH:
+            self.log.topic_queue_table[(topic, queue_id)] = next_queue_offset
+            self.queue_offsets.append(first_qoff)  # one record: its base offset
+        elif step:
             self.log.topic_queue_table[(topic, queue_id)] = next_queue_offset
             self.queue_offsets += range(first_qoff, next_queue_offset)
         else:

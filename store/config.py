@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from store.batch_consume_queue import effective_batch_consume_queue_file_size
 from store.consume_queue import CQ_STORE_UNIT_SIZE
 
 DISK_RATIO_BOUNDS: Final = {
@@ -52,6 +53,10 @@ class StoreConfig:
     store_path_root_dir: Path = field(default_factory=lambda: Path.home() / "store")
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     mapped_file_size_consume_queue: int = 300_000 * 20
+    mapper_file_size_batch_consume_queue: int = 300_000 * 46
+    """Bytes per batch consume queue file (BatchCQ topics, :mod:`store.batch_consume_queue`):
+    RocketMQ's ``mapperFileSizeBatchConsumeQueue``, 300,000 units of 46 bytes; rounded up to
+    whole units."""
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 5_000_000 * 4
     max_msgs_num_batch: int = 64
@@ -116,6 +121,9 @@ class StoreConfig:
         self.mapped_file_size_consume_queue = effective_consume_queue_file_size(
             self.mapped_file_size_consume_queue
         )
+        self.mapper_file_size_batch_consume_queue = effective_batch_consume_queue_file_size(
+            self.mapper_file_size_batch_consume_queue
+        )
 
     def _check_geometry(self) -> None:
         """File sizes and index geometry, one check per field."""
@@ -134,6 +142,7 @@ class StoreConfig:
         are refused here, at startup, with the setting's name."""
         positive = (
             "mapped_file_size_consume_queue",
+            "mapper_file_size_batch_consume_queue",
             "flush_interval_commit_log",
             "flush_interval_consume_queue",
             "clean_resource_interval",
@@ -176,6 +185,11 @@ class StoreConfig:
     def consume_queue_dir(self) -> Path:
         """``<root>/consumequeue``."""
         return self.store_path_root_dir / "consumequeue"
+
+    @property
+    def batch_consume_queue_dir(self) -> Path:
+        """``<root>/batchconsumequeue``: the queues of BatchCQ topics."""
+        return self.store_path_root_dir / "batchconsumequeue"
 
     @property
     def index_dir(self) -> Path:

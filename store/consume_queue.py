@@ -14,7 +14,9 @@ import struct
 from collections.abc import Sequence
 from itertools import accumulate
 from pathlib import Path
+from typing import Final
 
+from common.topic_attributes import CQType
 from store.dispatch_request import DispatchRequest
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
@@ -86,6 +88,8 @@ class ConsumeQueueGapError(Exception):
 
 class ConsumeQueue:
     """One topic-queue's consume queue; see the module docstring for the layout."""
+
+    cq_type: Final = CQType.SIMPLE_CQ
 
     def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
         self.topic = topic
@@ -241,6 +245,18 @@ class ConsumeQueue:
             return None
         off, size, code = UNIT.unpack(raw)
         return off, size, code
+
+    def last_unit(self) -> tuple[int, int, int, int] | None:
+        """``(commitlog offset, size, tags code, queue offset of its record)`` of the last
+        readable unit, or None (what recovery checks against the record)."""
+        last = self.max_offset - 1
+        unit = self.unit_at(last) if last >= self.min_offset else None
+        return None if unit is None else (*unit, last)
+
+    def drop_last_unit(self, flushed_below: int) -> None:
+        """Cut the last unit (it disagrees with its record) and recover what is left."""
+        self.queue.truncate_dirty((self.max_offset - 1) * CQ_STORE_UNIT_SIZE)
+        self.recover(flushed_below)
 
     def roll_next_file(self, logical: int) -> int:
         """First logical offset of the file after the one holding ``logical``."""

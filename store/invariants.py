@@ -14,6 +14,10 @@ What must hold once recovery is done and every appended record is dispatched:
   end or below its start.
 - Offsets: the next queue offset of every queue (``commitlog.topic_queue_table``) equals its
   consume queue's max offset.
+- BatchCQ queues (:mod:`store.batch_consume_queue`): the same with message offsets. A record
+  takes ``INNER_NUM`` consecutive queue offsets when it is an inner batch (else one); its unit
+  has msgBaseOffset = its QUEUEOFFSET and batchSize = that count, and each unit starts where
+  the one before ended.
 - Index (when ``message_index_enable``): every key of every record (UNIQ_KEY and each KEYS
   element) finds that record through ``store.query_messages`` over all time. A key with more
   matches than one query returns (``max_msgs_num_batch``) is retried in a narrow time window
@@ -30,6 +34,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,11 +43,12 @@ import numpy.typing as npt
 from common.hashing import java_string_hash
 from common.message import MessageConst, MessageSysFlag
 from common.record import PHYSICAL_OFFSET_POSITION, RecordError, decode_properties, decode_record
+from store.batch_consume_queue import BatchConsumeQueue, BatchUnit, record_batch_size
 from store.commitlog import scan_records
 from store.consume_queue import CQ_STORE_UNIT_SIZE
 
 if TYPE_CHECKING:
-    from store.consume_queue import ConsumeQueue
+    from store.consume_queue_interface import ConsumeQueueInterface
     from store.message_store import MessageStore
 
 DEFAULT_MAX_PROBLEMS = 200
@@ -61,6 +67,8 @@ class _Queue:
     phys: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     codes: list[int] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    """Queue offsets each record takes (INNER_NUM for an inner batch, else 1)."""
 
 
 @dataclass(slots=True)
@@ -152,6 +160,7 @@ def _walk_commitlog(store: MessageStore, report: _Report) -> _Walk:
             q.phys.append(item.offset)
             q.sizes.append(item.size)
             q.codes.append(code)
+            q.batches.append(record_batch_size(item.sys_flag, props))
             walk.at[item.offset] = (item.topic, item.queue_id, item.queue_offset)
         if index and item.sys_flag & MessageSysFlag.TRANSACTION_MASK != rollback:
             hit = (item.offset, item.store_timestamp)
@@ -190,7 +199,9 @@ def _why_invalid(store: MessageStore, offset: int) -> str:
 
 
 # -- consume queues ----------------------------------------------------------------------------
-def _read_units(cq: ConsumeQueue, lo: int, hi: int) -> tuple[npt.NDArray[np.void], int | None]:
+def _read_units(
+    cq: ConsumeQueueInterface, lo: int, hi: int
+) -> tuple[npt.NDArray[np.void], int | None]:
     """Units [lo, hi) as a structured array; the second item is where reading failed, if it did."""
     chunks: list[bytes] = []
     pos = lo
@@ -216,6 +227,9 @@ def _check_queue(
                 f"{name}: {len(recs.qoffs)} records (queue offsets {recs.qoffs[0]}.."
                 f"{recs.qoffs[-1]}, first at commitlog {recs.phys[0]}) but no consume queue"
             )
+        return
+    if isinstance(cq, BatchConsumeQueue):
+        _check_batch_queue(name, recs, cq, walk, report)
         return
     lo, hi = cq.min_offset, cq.max_offset
     units, broken = _read_units(cq, lo, hi)
@@ -329,6 +343,64 @@ def _check_units_to_records(
             report.add(f"{where} points at no valid consumable record")
     if len(bad) > 20:
         report.add(f"{name}: {len(bad) - 20} more units point at the wrong place")
+
+
+def _read_batch_units(
+    cq: BatchConsumeQueue, lo: int, hi: int
+) -> tuple[list[BatchUnit], int | None]:
+    """The units of [lo, hi); the second item is where reading failed, if it did."""
+    units: list[BatchUnit] = []
+    pos = lo
+    while pos < hi:
+        got = cq.read_batch_units(pos, hi - pos)
+        if not got:
+            break
+        units.extend(got)
+        pos = got[-1].end
+    return units, (None if pos >= hi else pos)
+
+
+def _check_batch_queue(
+    name: str,
+    recs: _Queue,
+    cq: BatchConsumeQueue,
+    walk: _Walk,
+    report: _Report,
+) -> None:
+    """The checks of :func:`_check_queue` for a BatchCQ queue (units by msgBaseOffset)."""
+    lo, hi = cq.min_offset, cq.max_offset
+    units, broken = _read_batch_units(cq, lo, hi)
+    if broken is not None:
+        report.add(f"{name}: units from queue offset {broken} to {hi} cannot be read (no file)")
+    rows = list(zip(recs.qoffs, recs.phys, recs.sizes, recs.codes, recs.batches, strict=True))
+    for (q0, p0, _, _, b0), (q1, p1, _, _, _) in pairwise(rows):
+        if q1 != q0 + b0:
+            report.add(
+                f"{name}: queue offset goes from {q0} + {b0} (commitlog {p0}) to {q1} "
+                f"(commitlog {p1}) in commitlog order"
+            )
+    by_base = {u.base: u for u in units}
+    for q, phys, size, code, batch in rows:
+        if q + batch <= lo:
+            continue  # below the readable minimum: retention's doing
+        if q >= hi or q < lo:
+            report.add(f"{name}: record at commitlog {phys} (queue offset {q}) has no unit")
+            continue
+        u = by_base.get(q)
+        if u is None or (u.phys, u.size, u.tags_code, u.batch_size) != (phys, size, code, batch):
+            report.add(
+                f"{name}: unit at queue offset {q} is {u} but the record there is (offset "
+                f"{phys}, size {size}, tags code {code}, batch {batch})"
+            )
+    for prev, u in pairwise(units):
+        if u.base != prev.end:
+            report.add(f"{name}: unit at queue offset {u.base} does not follow {prev.end}")
+    for u in units:
+        if walk.at.get(u.phys, ("", -1, -1))[:3] != (cq.topic, cq.queue_id, u.base):
+            report.add(
+                f"{name}: unit at queue offset {u.base} (commitlog {u.phys}) points at no "
+                "record of its queue with that offset"
+            )
 
 
 def _check_queue_table(store: MessageStore, report: _Report) -> None:

@@ -17,16 +17,19 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord, decode_record, pack_host
-from store import recovery, retention
+from common.topic_attributes import CQType
+from store import batch_get, recovery, retention
+from store.batch_consume_queue import BatchConsumeQueue
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from store.consume_queue_interface import ConsumeQueueInterface
 from store.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from store.deleted_topics import DeletedTopics
 from store.dispatch_request import DispatchRequest
@@ -41,6 +44,7 @@ ArrivalListener = Callable[[str, int, int], None]
 """Called as ``listener(topic, queue_id, next_offset)`` after new units are dispatched."""
 
 _BLANK_SIZE = 0x7FFFFFFF
+_BATCH_CQ = CQType.BATCH_CQ
 _STORE_TS = struct.Struct(">q")
 
 
@@ -65,7 +69,9 @@ class MessageStore:
         self.commitlog = CommitLog(config, clock_ms)
         self.index = IndexService(config, clock_ms)
         self.checkpoint: StoreCheckpoint
-        self.cq_table: dict[tuple[str, int], ConsumeQueue] = {}
+        self.cq_table: dict[tuple[str, int], ConsumeQueueInterface] = {}
+        self.queue_types: dict[str, CQType] = {}
+        """Topics' queue types (:meth:`set_queue_type`); a topic not here is SimpleCQ."""
         self.deleted_topics = DeletedTopics(config.store_path_root_dir / DELETED_TOPICS_FILE)
         self.dead_units_dropped = 0
         self._units_deleted = 0  # units of deleted topics' queues, for flush_logics' count
@@ -209,26 +215,73 @@ class MessageStore:
         fsync_directory(path.parent)  # the abort file's name, and the checkpoint's if new
 
     def _load_consume_queues(self) -> None:
-        root = self.config.consume_queue_dir
-        if not root.is_dir():
-            return
-        for topic_dir in sorted(root.iterdir()):
-            if not topic_dir.is_dir():
+        """Load ``consumequeue/`` (SimpleCQ) and ``batchconsumequeue/`` (BatchCQ): a queue
+        keeps the type of the directory it is found in."""
+        for batch, root in (
+            (False, self.config.consume_queue_dir),
+            (True, self.config.batch_consume_queue_dir),
+        ):
+            if not root.is_dir():
                 continue
-            for qdir in sorted(topic_dir.iterdir()):
-                queue_id = parse_uint(qdir.name, max_digits=9)
-                if queue_id is not None and qdir.is_dir():
-                    cq = self._new_consume_queue(topic_dir.name, queue_id)
-                    cq.load()
+            for topic_dir in sorted(root.iterdir()):
+                if not topic_dir.is_dir():
+                    continue
+                for qdir in sorted(topic_dir.iterdir()):
+                    queue_id = parse_uint(qdir.name, max_digits=9)
+                    if queue_id is not None and qdir.is_dir():
+                        self._load_queue(topic_dir.name, queue_id, batch=batch)
+
+    def _load_queue(self, topic: str, queue_id: int, *, batch: bool) -> None:
+        if (topic, queue_id) in self.cq_table:
+            # both kinds on disk (a topic deleted and created again with the other type):
+            # the SimpleCQ is kept, the other directory left alone
+            log.warning("%s/%d: queues of both types on disk; using the SimpleCQ", topic, queue_id)
+            return
+        cq = self._new_consume_queue(topic, queue_id, batch=batch)
+        cq.load()
 
     # -- consume queues --------------------------------------------------------------------
-    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue(
-            self.config.consume_queue_dir,
-            topic,
-            queue_id,
-            self.config.mapped_file_size_consume_queue,
-        )
+    def set_queue_type(self, topic: str, cq_type: CQType) -> None:
+        """Make ``topic``'s new queues of ``cq_type`` (its ``queue.type`` attribute).
+
+        The broker calls it for every topic at start and when a topic is created. Queues on
+        disk keep the type of the directory they were loaded from. Inner-batch records are
+        accepted only for BatchCQ topics. Also works before :meth:`open`, so that recovery
+        creates lost queues with the right type (recovery also makes a queue BatchCQ when
+        its first record is an inner batch).
+        """
+        self.queue_types[topic] = cq_type
+        if cq_type is CQType.BATCH_CQ:
+            self.commitlog.batch_topics.add(topic)
+        else:
+            self.commitlog.batch_topics.discard(topic)
+
+    def queue_type(self, topic: str) -> CQType:
+        """The type of ``topic``'s new queues (SimpleCQ unless :meth:`set_queue_type` said)."""
+        return self.queue_types.get(topic, CQType.SIMPLE_CQ)
+
+    def _new_consume_queue(
+        self, topic: str, queue_id: int, *, batch: bool | None = None
+    ) -> ConsumeQueueInterface:
+        """Create (in memory) the queue of ``(topic, queue_id)``: BatchCQ when ``batch``, or
+        when None and the topic is a BatchCQ topic."""
+        if batch is None:
+            batch = self.queue_types.get(topic) is CQType.BATCH_CQ
+        cq: ConsumeQueueInterface
+        if batch:
+            cq = BatchConsumeQueue(
+                self.config.batch_consume_queue_dir,
+                topic,
+                queue_id,
+                self.config.mapper_file_size_batch_consume_queue,
+            )
+        else:
+            cq = ConsumeQueue(
+                self.config.consume_queue_dir,
+                topic,
+                queue_id,
+                self.config.mapped_file_size_consume_queue,
+            )
         self.cq_table[(topic, queue_id)] = cq
         return cq
 
@@ -302,7 +355,7 @@ class MessageStore:
         with self.queues_lock:
             cq = self.cq_table.pop((topic, queue_id))
             cq.destroy()
-        directory = self.config.consume_queue_dir / topic
+        directory = cq.queue.directory.parent
         try:
             (directory / str(queue_id)).rmdir()
         except OSError:
@@ -314,18 +367,19 @@ class MessageStore:
     def _sync_removed_queues(self, topic: str) -> None:
         """Make the removal of ``topic``'s queue directories durable, so that a power cut
         cannot bring a queue back: one sync of the directory that held the topmost one
-        removed (the topic's, or ``consumequeue/`` once that went too)."""
-        directory = self.config.consume_queue_dir / topic
-        if not directory.is_dir():
-            directory = directory.parent
-        if directory.is_dir():
-            fsync_directory(directory)
+        removed (the topic's, or ``consumequeue/`` once that went too), for each type."""
+        for root in (self.config.consume_queue_dir, self.config.batch_consume_queue_dir):
+            directory = root / topic
+            if not directory.is_dir():
+                directory = directory.parent
+            if directory.is_dir():
+                fsync_directory(directory)
 
-    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueueInterface | None:
         """The consume queue of (topic, queue_id), if it exists."""
         return self.cq_table.get((topic, queue_id))
 
-    def consume_queues(self) -> list[ConsumeQueue]:
+    def consume_queues(self) -> list[ConsumeQueueInterface]:
         """Every consume queue (a snapshot, safe to iterate from another thread)."""
         return list(self.cq_table.values())
 
@@ -449,7 +503,12 @@ class MessageStore:
                     groups[key] = group = []
                 group.append(run)
         for (topic, queue_id), group in groups.items():
-            cq = self.cq_table.get((topic, queue_id)) or self._new_consume_queue(topic, queue_id)
+            cq = self.cq_table.get((topic, queue_id))
+            if cq is None:
+                # an inner batch can only be a BatchCQ topic's (a lost queue, re-dispatched
+                # by recovery before the broker said the topic's type)
+                batch = group[0].sys_flag & MessageSysFlag.INNER_BATCH_FLAG != 0 or None
+                cq = self._new_consume_queue(topic, queue_id, batch=batch)
             cq.put(group, allow_gap=allow_gap)
         if self.config.message_index_enable and runs:
             self.index.build_index(runs)
@@ -507,6 +566,11 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        if cq.cq_type is _BATCH_CQ:
+            return batch_get.read_batch_queue(
+                self, cast(BatchConsumeQueue, cq), offset, max_msgs, max_bytes, tag_codes,
+                record_filter,
+            )  # fmt: skip
         if record_filter is not None:
             return self._read_queue_matching(cq, offset, max_msgs, max_bytes, record_filter, lo, hi)
         return self._read_queue(
@@ -521,7 +585,7 @@ class MessageStore:
 
     def _read_queue(
         self,
-        cq: ConsumeQueue,
+        cq: ConsumeQueueInterface,
         offset: int,
         max_msgs: int,
         max_bytes: int | None,
@@ -566,7 +630,7 @@ class MessageStore:
 
     def _read_queue_matching(
         self,
-        cq: ConsumeQueue,
+        cq: ConsumeQueueInterface,
         offset: int,
         max_msgs: int,
         max_bytes: int | None,
@@ -609,7 +673,7 @@ class MessageStore:
 
     def _read_window(
         self,
-        cq: ConsumeQueue,
+        cq: ConsumeQueueInterface,
         offset: int,
         max_msgs: int,
         max_bytes: int | None,
@@ -683,6 +747,10 @@ class MessageStore:
         cq = self.cq_table.get((record.topic, record.queue_id))
         if cq is None or not cq.min_offset <= record.queue_offset < cq.max_offset:
             return False
+        if isinstance(cq, BatchConsumeQueue):  # the unit must also start at its offset
+            batch = cq.batch_unit_at(record.queue_offset)
+            if batch is None or batch.base != record.queue_offset:
+                return False
         unit = cq.unit_at(record.queue_offset)
         return unit is not None and unit[0] == phys_offset and unit[1] == record.store_size
 
@@ -706,6 +774,8 @@ class MessageStore:
         cq = self.cq_table.get((topic, queue_id))
         if cq is None:
             return 0
+        if isinstance(cq, BatchConsumeQueue):
+            return cq.offset_by_time(timestamp)
         lo, hi = cq.min_offset, cq.max_offset
         cl = self.commitlog
 

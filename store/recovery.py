@@ -36,13 +36,10 @@ from typing import TYPE_CHECKING
 
 from common.message import MessageConst, MessageSysFlag
 from common.record import decode_properties
+from store.batch_consume_queue import record_batch_size
 from store.commitlog import ScannedRecord, scan_records
-from store.consume_queue import (
-    BLANK_UNIT_SIZE,
-    CQ_STORE_UNIT_SIZE,
-    ConsumeQueue,
-    ConsumeQueueGapError,
-)
+from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueGapError
+from store.consume_queue_interface import ConsumeQueueInterface
 from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_service import LostIndexRecord
 from store.recovery_scan import verify_until
@@ -113,29 +110,32 @@ def _recover_consume_queues(store: MessageStore) -> bool:
     return damaged
 
 
-def _verify_last_unit(store: MessageStore, cq: ConsumeQueue) -> None:
+def _verify_last_unit(store: MessageStore, cq: ConsumeQueueInterface) -> None:
     """Cut a queue's last unit when it disagrees with its record, so that it is dispatched again.
 
-    Units are 20 bytes and straddle pages: a crash inside a dispatch can leave the last unit
+    Units (20 or 46 bytes) straddle pages: a crash inside a dispatch can leave the last unit
     with its offset but a cut-short size or tags code, which the shape check cannot see.
     """
-    last = cq.max_offset - 1
     cl = store.commitlog
-    unit = cq.unit_at(last) if last >= cq.min_offset else None
+    unit = cq.last_unit()
     if unit is None or unit[1] == BLANK_UNIT_SIZE or unit[0] < cl.min_offset:
         return
-    offset, size, code = unit
+    offset, size, code, queue_offset = unit
     rec = next(scan_records(cl, offset, check_crc=store.config.check_crc_on_recover))
     if (
         isinstance(rec, ScannedRecord)
         and (rec.offset, rec.size, rec.topic, rec.queue_id, rec.queue_offset)
-        == (offset, size, cq.topic, cq.queue_id, last)
+        == (offset, size, cq.topic, cq.queue_id, queue_offset)
         and _tags_code_of(rec) == code
     ):
         return
-    log.warning("%s/%d: last unit %d does not match its record; cut", cq.topic, cq.queue_id, last)
-    cq.queue.truncate_dirty(last * CQ_STORE_UNIT_SIZE)
-    cq.recover(store.checkpoint.dispatched_phy_offset)
+    log.warning(
+        "%s/%d: last unit (queue offset %d) does not match its record; cut",
+        cq.topic,
+        cq.queue_id,
+        queue_offset,
+    )
+    cq.drop_last_unit(store.checkpoint.dispatched_phy_offset)
 
 
 def _dispatch_start(store: MessageStore) -> int:
@@ -253,7 +253,8 @@ class _RunCollector:
         self._codes.append(tags_code(props.get(MessageConst.TAGS)))
         self._props.append(props)
         self._end = rec.offset + rec.size
-        self._next_queue_offset += self._step
+        if self._step:  # an inner batch (BatchCQ) takes INNER_NUM queue offsets
+            self._next_queue_offset += record_batch_size(rec.sys_flag, props)
         self.records += 1
 
     def take(self) -> list[DispatchRequest]:

@@ -487,5 +487,41 @@ def stacks_command(
     console.print(stacks.summary_table(summary, top=top, us_per_msg=us_per_msg, by=by))
 
 
+@store_group.command(name="batchcq")
+@click.option("--batches", type=click.IntRange(1), default=20_000, show_default=True)
+@click.option("--batch", type=click.IntRange(1, 0x7FFF), default=32, show_default=True)
+@click.option("--body-size", type=click.IntRange(0), default=128, show_default=True)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-data"),
+    show_default=True,
+    help="Parent directory of the two bench stores (deleted afterwards).",
+)
+@click.option("--json", "json_out", is_flag=True, help="One JSON object per side.")
+def batchcq(batches: int, batch: int, body_size: int, directory: Path, json_out: bool) -> None:
+    """µs per message to put and dispatch inner batches (BatchCQ) vs ordinary batches."""
+    import json
+
+    from store.bench.batch_cq import as_rows, run_batch_cq
+
+    tune_gc()
+    with _bench_errors():
+        results = run_batch_cq(directory, batches=batches, batch=batch, body_size=body_size)
+    if json_out:
+        for row in as_rows(results):
+            click.echo(json.dumps(row))
+        return
+    table = Table(title=f"{batches} batches of {batch} messages, {body_size}-byte bodies")
+    for column in ("kind", "messages", "put µs/msg", "dispatch µs/msg"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(
+            r.kind, str(r.messages), f"{r.put_us_per_msg:.3f}", f"{r.dispatch_us_per_msg:.3f}"
+        )
+    Console().print(table)
+
+
 if __name__ == "__main__":
     main()

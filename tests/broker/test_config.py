@@ -208,6 +208,7 @@ def test_store_keys_cover_store_config() -> None:
         "store_path_root_dir",
         "mapped_file_size_commit_log",
         "mapped_file_size_consume_queue",
+        "mapper_file_size_batch_consume_queue",
         "max_hash_slot_num",
         "max_index_num",
         "max_msgs_num_batch",
