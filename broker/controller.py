@@ -221,15 +221,19 @@ class BrokerController:
         self.server_ssl_context = server_ssl_context(self.config.tls_server)
         self.namesrv_ssl_context = client_ssl_context(self.config.tls_client)
         store = MessageStore(self.config.store_config())
+        # the topics first: the store knows each topic's queue type before it recovers
+        topics = TopicConfigManager(
+            store.config.config_dir,
+            self.config.default_topic_queue_nums,
+            self.config.auto_create_topic_enable,
+        )
+        topics.on_queue_type = store.set_queue_type
+        topics.announce_queue_types()
         await trio.to_thread.run_sync(store.open)
         self.store = store
         try:
             config_dir = store.config.config_dir
-            self.topics = TopicConfigManager(
-                config_dir,
-                self.config.default_topic_queue_nums,
-                self.config.auto_create_topic_enable,
-            )
+            self.topics = topics
             self.topics.next_version()  # this run's registrations are newer than the last's
             self.offsets = ConsumerOffsetManager(config_dir)
             self.groups = SubscriptionGroupManager(

@@ -38,7 +38,7 @@ Rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -70,7 +70,12 @@ RETRY_AFTER_FAILURE_S: Final = 10.0
 
 def delay_level_of(msg: MessageRecord) -> int:
     """The DELAY property as an int (0 when absent); ValueError when not an integer."""
-    raw = msg.properties.get(MessageConst.DELAY)
+    return delay_level_in(msg.properties)
+
+
+def delay_level_in(properties: Mapping[str, str]) -> int:
+    """:func:`delay_level_of` a message with these properties."""
+    raw = properties.get(MessageConst.DELAY)
     if raw is None or raw == "":
         return 0
     try:

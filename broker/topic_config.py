@@ -10,11 +10,15 @@ Rules:
   ``SCHEDULE_TOPIC_XXXX``, the transaction topics) exist from the start; the file loaded at start
   overrides them.
 - Topic names follow RocketMQ's ``TopicValidator``: ``^[%|a-zA-Z0-9_-]+$``, at most 127 chars.
+- A topic's ``queue.type`` attribute (:mod:`common.topic_attributes`) reaches the store: every
+  topic's at :meth:`TopicConfigManager.announce_queue_types` (broker start, before serving),
+  and each created or updated topic's as it changes (``on_queue_type``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,7 @@ from common.topic import (
     is_not_allowed_send_topic,
     topic_problem,
 )
+from common.topic_attributes import CQType, queue_type_of
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,9 @@ class TopicConfigManager:
         self.data_version = 0
         self.data_version_timestamp_ms = wall_clock_ms()
         self._table: dict[str, TopicConfig] = {}
+        self.on_queue_type: Callable[[str, CQType], None] | None = None
+        """Told each created or updated topic's queue type (the store's ``set_queue_type``)
+        once the change is on disk, before anything can be sent to the topic."""
         self._create_system_topics()
         self.load()
 
@@ -159,8 +167,16 @@ class TopicConfigManager:
         self.data_version += 1
         self.data_version_timestamp_ms = next_version_timestamp_ms(self.data_version_timestamp_ms)
 
+    def announce_queue_types(self) -> None:
+        """Tell :attr:`on_queue_type` the queue type of every topic (at broker start)."""
+        if self.on_queue_type is not None:
+            for name, config in self._table.items():
+                self.on_queue_type(name, queue_type_of(config.attributes))
+
     def _change(self, topic: str, config: TopicConfig | None) -> None:
         change_durably(self, self._table, topic, config)
+        if config is not None and self.on_queue_type is not None:
+            self.on_queue_type(topic, queue_type_of(config.attributes))
 
     # ------------------------------------------------------------------ persistence
 

@@ -17,11 +17,17 @@ from client.message import (
     ReceivedMessage,
     SendResult,
     SendStatus,
-    from_record,
     received_from_raw_fields,
 )
+from common.inner_batch import InnerBatchError, any_inner_batch, unwrap_all
 from common.message import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND
-from common.record import RecordError, decode_raw_fields, decode_records
+from common.record import (
+    RawRecordFields,
+    RecordError,
+    decode_raw_fields,
+    decode_records,
+    raw_fields_of,
+)
 from common.route import PermName, TopicRouteData
 from common.subscription import SubscriptionData
 from remoting.client_bodies import (
@@ -213,17 +219,26 @@ def pull_request(
 
 
 def parse_pull(
-    resp: RemotingCommand, mq: MessageQueue, subscription: SubscriptionData, addr: str
+    resp: RemotingCommand,
+    mq: MessageQueue,
+    subscription: SubscriptionData,
+    addr: str,
+    offset: int = 0,
 ) -> PullResult:
-    """Decode a pull answer; drop messages whose exact tag the subscription does not name
-    (an SQL92 subscription is not re-checked: RocketMQ's ``PullAPIWrapper`` re-checks tags
-    only)."""
+    """Decode the answer to a pull at ``offset``; drop messages whose exact tag the
+    subscription does not name (an SQL92 subscription is not re-checked: RocketMQ's
+    ``PullAPIWrapper`` re-checks tags only).
+
+    Inner batches (records of a BatchCQ topic, :mod:`common.inner_batch`) are unwrapped into
+    their messages, those below ``offset`` dropped (the broker answers from the batch that
+    holds ``offset``), before the tag check: the broker passes batches through its tag-code
+    filter whole."""
     status = PULL_STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
     if status is None:
         raise _fail(resp, addr)
     messages: list[ReceivedMessage] = []
     if status is PullStatus.FOUND and resp.body:
-        messages = _pulled_messages(resp.body, mq.broker_name, subscription, addr)
+        messages = _pulled_messages(resp.body, mq.broker_name, subscription, addr, offset)
     return PullResult(
         status=status,
         next_begin_offset=_int_field(resp, "nextBeginOffset", addr),
@@ -234,21 +249,29 @@ def parse_pull(
 
 
 def _pulled_messages(
-    body: bytes, broker_name: str, subscription: SubscriptionData, addr: str
+    body: bytes, broker_name: str, subscription: SubscriptionData, addr: str, offset: int
 ) -> list[ReceivedMessage]:
-    """The messages of a pull body whose exact tag the subscription names."""
+    """The messages of a pull body (at ``offset``) whose exact tag the subscription names."""
     fields = decode_raw_fields(body) if isinstance(body, bytes) else None
-    if fields is not None:  # the fast path: one object per message, decoded lazily
-        msgs = received_from_raw_fields(fields, broker_name)
-    else:
+    if fields is None:  # not the common layout: the checked decoder, which names what is wrong
         try:
-            records = decode_records(body)
+            fields = [raw_fields_of(rec) for rec in decode_records(body)]
         except RecordError as exc:
             raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
-        msgs = [from_record(rec, broker_name) for rec in records]
+    if any_inner_batch(fields):  # one C-level pass per pull, not a check per message
+        fields = _unwrapped(fields, offset, addr)
+    msgs = received_from_raw_fields(fields, broker_name)
     if not subscription.tags_set:  # "*", or SQL92: the broker alone filters
         return msgs
     return [m for m in msgs if subscription.matches_tag(m.tags)]
+
+
+def _unwrapped(fields: list[RawRecordFields], offset: int, addr: str) -> list[RawRecordFields]:
+    """:func:`common.inner_batch.unwrap_all`; a batch that does not decode is a bad answer."""
+    try:
+        return unwrap_all(fields, offset)
+    except InnerBatchError as exc:
+        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
 
 
 # ---------------------------------------------------------------------- offsets

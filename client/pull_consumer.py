@@ -652,10 +652,11 @@ class PullConsumer:
             state.space = trio.Event()
             await state.space.wait()
         addr = await self._instance.find_broker_addr(state.mq)
+        offset = state.fetch_offset
         cmd = api.pull_request(
             group=self.group,
             mq=state.mq,
-            offset=state.fetch_offset,
+            offset=offset,
             max_msgs=self.pull_batch_size,
             subscription=state.subscription,
             suspend_timeout_ms=self.suspend_timeout_ms,
@@ -664,7 +665,7 @@ class PullConsumer:
         asked = _now_ms()
         resp = await self._instance.invoke(addr, cmd, timeout)
         self._check_stall()  # an answer after a stall must not be buffered
-        result = api.parse_pull(resp, state.mq, state.subscription, addr)
+        result = api.parse_pull(resp, state.mq, state.subscription, addr, offset)
         if generation != state.generation or self._states.get(state.mq) is not state:
             return
         if result.status is api.PullStatus.FOUND:  # as the push consumer's figures

@@ -1010,10 +1010,11 @@ class PushConsumer:
         if entry is not None:
             q.subscription = entry[0]  # the current expression: subscribe() may change it
         addr = await self._instance.find_broker_addr(slot.mq)
+        offset = q.next_offset
         cmd = api.pull_request(
             group=self.group,
             mq=slot.mq,
-            offset=q.next_offset,
+            offset=offset,
             max_msgs=self.pull_batch_size,
             subscription=q.subscription,
             suspend_timeout_ms=self.suspend_timeout_ms,
@@ -1030,7 +1031,7 @@ class PushConsumer:
             self._stall(q, f"was answered after {answered - issued} ms")
             return
         pq.last_pull_ms = answered
-        result = api.parse_pull(resp, slot.mq, q.subscription, addr)
+        result = api.parse_pull(resp, slot.mq, q.subscription, addr, offset)
         if pq.dropped:
             return
         if result.status is api.PullStatus.FOUND:  # RocketMQ's incPullRT / incPullTPS

@@ -482,6 +482,28 @@ def _walk_v4(buf: bytes, decode_props: bool) -> list[tuple[object, ...]] | None:
     return out
 
 
+def raw_fields_of(record: MessageRecord) -> RawRecordFields:
+    """``record`` as a :data:`RawRecordFields` tuple (its properties encoded again)."""
+    return (
+        record.topic,
+        record.body,
+        record.queue_id,
+        record.flag,
+        encode_properties(record.properties),
+        record.sys_flag,
+        record.born_timestamp,
+        record.born_host,
+        record.store_timestamp,
+        record.store_host,
+        record.reconsume_times,
+        record.prepared_transaction_offset,
+        record.queue_offset,
+        record.physical_offset,
+        record.body_crc,
+        record.store_size,
+    )
+
+
 def decode_records(
     buf: bytes | bytearray | memoryview,
     *,

@@ -264,10 +264,14 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """RocketMQ 5's topic attributes (:mod:`common.topic_attributes`), e.g.
+    ``{"queue.type": "BatchCQ"}``; treat as read-only."""
 
     def to_wire(self) -> dict[str, Any]:
-        """RocketMQ's JSON map."""
-        return {
+        """RocketMQ's JSON map (``attributes`` only when there are some: older readers, and
+        the topics files of topics without attributes, stay as they were)."""
+        wire: dict[str, Any] = {
             "topicName": self.topic_name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
@@ -276,6 +280,9 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "order": self.order,
         }
+        if self.attributes:
+            wire["attributes"] = dict(self.attributes)
+        return wire
 
     @classmethod
     def from_wire(cls, obj: object) -> TopicConfig:
@@ -297,7 +304,19 @@ class TopicConfig:
             topic_filter_type=filter_type,
             topic_sys_flag=_get(wire, "topicSysFlag", int, what, 0),
             order=_get(wire, "order", bool, what, False),
+            attributes=_attributes(wire, what),
         )
+
+
+def _attributes(wire: Mapping[Any, Any], what: str) -> dict[str, str]:
+    """The ``attributes`` map of a topic config (absent or null: none), str to str."""
+    raw = wire.get("attributes")
+    if raw is None:
+        return {}
+    attrs = _map(raw, f"{what}.attributes")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
+        raise ValueError(f"{what}: 'attributes' must map str to str")
+    return dict(attrs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 ::
 
     UPDATE_AND_CREATE_TOPIC   17  topic readQueueNums writeQueueNums perm [topicFilterType]
-                                  [topicSysFlag] [order] -> SUCCESS, then re-registration
+                                  [topicSysFlag] [order] [attributes "+k=v,-k"]
+                                  -> SUCCESS, then re-registration
     DELETE_TOPIC_IN_BROKER   215  topic -> SUCCESS, then re-registration
     GET_ALL_TOPIC_CONFIG      21  -> body msgpack of TopicConfigManager.to_wire()
     GET_BROKER_RUNTIME_INFO   28  -> body msgpack {"table": {str: str}}
@@ -13,6 +14,10 @@ Rules:
 
 - A topic name must pass :func:`common.topic.topic_problem` and must not be a system topic
   (RocketMQ answers both SYSTEM_ERROR); a bad header value is SYSTEM_ERROR too.
+- ``attributes`` is RocketMQ 5's modification string, applied to the topic's current attributes
+  by :func:`common.topic_attributes.alter_current_attributes` (none given: they stay as they
+  are). An unknown key, a bad value, a malformed string or a change of ``queue.type`` on an
+  existing topic is answered SYSTEM_ERROR with the reason (as RocketMQ's), nothing changed.
 - After a topic change the handler awaits ``reregister()`` (one REGISTER_BROKER round to every
   name server, awaited until one of them has it) before answering, so the route is current
   once the caller has the response.
@@ -38,6 +43,7 @@ from broker.topic_config import TopicConfigManager
 from common.clock import wall_clock_ms
 from common.route import PermName, TopicConfig
 from common.topic import is_system_topic, topic_problem
+from common.topic_attributes import TopicAttributeError, alter_current_attributes, parse_to_map
 from common.version import minimq_version
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
@@ -107,7 +113,12 @@ class AdminProcessor:
             return error(
                 request, ResponseCode.SYSTEM_ERROR, f"topicPermission value: {perm} is invalid."
             )
+        try:
+            attributes = self._altered_attributes(topic, opt_str(request, "attributes", ""))
+        except TopicAttributeError as exc:
+            return error(request, ResponseCode.SYSTEM_ERROR, str(exc))
         wire = {
+            "attributes": attributes,
             "topicName": topic,
             "readQueueNums": read_queues,
             "writeQueueNums": write_queues,
@@ -123,6 +134,12 @@ class AdminProcessor:
         self.topics.create_or_update(config)
         await self.reregister()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def _altered_attributes(self, topic: str, modification: str) -> dict[str, str]:
+        """The attributes ``topic`` has once ``modification`` is applied (module rules)."""
+        existing = self.topics.select(topic)
+        current = {} if existing is None else existing.attributes
+        return alter_current_attributes(existing is None, current, parse_to_map(modification))
 
     async def delete_topic(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """DELETE_TOPIC_IN_BROKER: forget the topic's config (see the module rules)."""

@@ -35,6 +35,8 @@ auto-creatable -> SUBSCRIPTION_GROUP_NOT_EXIST, ``consumeEnable`` false -> NO_PE
 - ``expressionType`` TAG (or empty, or absent): the tag filter above;
 - SQL92 with ``enablePropertyFilter=false`` (RocketMQ's default), or any other type ->
   SYSTEM_ERROR "The broker does not support consumer to filter message by <type>";
+- SQL92 on a BatchCQ topic (``queue.type=BatchCQ``) -> SYSTEM_ERROR "SQL92 filtering is not
+  supported on the BatchCQ topic[<topic>] ...", whatever ``enablePropertyFilter`` says;
 - SQL92 with ``enablePropertyFilter=true``: the ``subscription`` is compiled once per
   ``(group, topic, subVersion)`` (:mod:`broker.consumer_filter`; empty or malformed ->
   SUBSCRIPTION_PARSE_FAILED "parse the consumer's subscription failed: <why>") and each record
@@ -88,6 +90,7 @@ from common.record import RecordError
 from common.route import PermName
 from common.sql_filter import EXPRESSION_SQL92
 from common.subscription import EXPRESSION_TAG
+from common.topic_attributes import CQType, queue_type_of
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
@@ -106,6 +109,14 @@ def subscription_tag_codes(subscription: str) -> frozenset[int] | None:
         return None
     tags = [t.strip() for t in text.split("||")]
     return frozenset(java_string_hash(t) for t in tags if t)
+
+
+def sql92_on_batch_cq(topic: str) -> str:
+    """The remark refusing an SQL92 pull of a BatchCQ topic."""
+    return (
+        f"SQL92 filtering is not supported on the BatchCQ topic[{topic}] (queue.type=BatchCQ: "
+        "the broker filters a batch as one record); subscribe by tags instead"
+    )
 
 
 class PullProcessor:
@@ -185,6 +196,8 @@ class PullProcessor:
                 self.store.get_messages, topic, queue_id, offset, max_msgs, tag_codes=codes
             )
         else:
+            if expression_type == EXPRESSION_SQL92 and self._batch_cq(topic):
+                return error(request, ResponseCode.SYSTEM_ERROR, sql92_on_batch_cq(topic))
             sql_read = self._sql_read(request, group, topic, queue_id, expression_type, max_msgs)
             if isinstance(sql_read, RemotingCommand):
                 return sql_read
@@ -295,6 +308,11 @@ class PullProcessor:
             return result
 
         return read
+
+    def _batch_cq(self, topic: str) -> bool:
+        """True when ``topic`` is a BatchCQ topic."""
+        config = self.topics.select(topic)
+        return config is not None and queue_type_of(config.attributes) is CQType.BATCH_CQ
 
     def _refusal(
         self, request: RemotingCommand, group: str, topic: str, queue_id: int

@@ -14,7 +14,9 @@ Rules:
 - The answer lists the units ``index``, ``index + 1``, ... while they exist, at most ``count``
   (default 10, as RocketMQ's tool) and never more than :data:`QUERY_CQ_MAX_COUNT`, across
   consume queue files (RocketMQ stops at the end of the file holding ``index``); a unit is
-  listed as stored (a pre-blank filler too, and a unit whose message retention removed).
+  listed as stored (a pre-blank filler too, and a unit whose message retention removed). On a
+  BatchCQ queue ``index`` is a message offset: the unit holding it, then the next units, each
+  listed once.
 - ``maxQueueIndex`` / ``minQueueIndex`` are the queue's max and min offsets.
 - With ``consumerGroup``: ``subscriptionData`` is the group's subscription to the topic from
   its members' heartbeats here, and each unit's ``eval`` says whether that subscription's tags
@@ -46,6 +48,7 @@ from remoting.consume_queue_bodies import (
 )
 from remoting.headers import error, guarded, header_int, header_str, opt_int, opt_str
 from store import MessageStore
+from store.batch_consume_queue import BatchConsumeQueue
 from store.consume_queue import UNIT
 
 QUERY_CQ_DEFAULT_COUNT: Final = 10
@@ -79,6 +82,8 @@ class ConsumeQueueQueryProcessor:
     def _units(self, topic: str, queue_id: int, index: int, count: int) -> list[bytes]:
         """Up to ``count`` raw units from ``index`` on, across the queue's files."""
         cq = self.store.find_consume_queue(topic, queue_id)
+        if isinstance(cq, BatchConsumeQueue):
+            return _batch_units(cq, index, count)
         units: list[bytes] = []
         while cq is not None and len(units) < count:
             raw = cq.read_units(index + len(units), count - len(units))
@@ -133,6 +138,20 @@ class ConsumeQueueQueryProcessor:
     def handlers(self) -> dict[int, Handler]:
         """The ``{request code: handler}`` table."""
         return {int(RequestCode.QUERY_CONSUME_QUEUE): guarded(self.query_consume_queue)}
+
+
+def _batch_units(cq: BatchConsumeQueue, index: int, count: int) -> list[bytes]:
+    """:meth:`ConsumeQueueQueryProcessor._units` of a BatchCQ queue: its units from the one holding
+    message offset ``index`` on, each once (the next read starts past the last batch, not
+    at the next message offset), in the 20-byte form of a simple unit."""
+    units: list[bytes] = []
+    while len(units) < count:
+        batch = cq.read_batch_units(index, count - len(units))
+        if not batch:
+            break
+        units.extend(UNIT.pack(u.phys, u.size, u.tags_code) for u in batch)
+        index = batch[-1].end
+    return units
 
 
 def _unit_data(raw: bytes, sub: SubscriptionData | None) -> ConsumeQueueData:

@@ -36,6 +36,15 @@ MESSAGE_ILLEGAL ("batch request does not support retry group ...", as RocketMQ's
 Response header: msgId (offsetMsgId of the store host and physical offset; comma-separated for a
 batch), queueId, queueOffset (of the first message); a half message adds transactionId (its
 UNIQ_KEY) and its msgId / queueOffset are those of the half record.
+
+BatchCQ topics (``queue.type=BatchCQ``, :mod:`common.topic_attributes`): a SEND_BATCH_MESSAGE
+passes the same checks with the same answers, then is stored as ONE inner-batch record
+(:mod:`common.inner_batch`: SYSFLAG ``INNER_BATCH | NEED_UNWRAP``, the header's properties plus
+``INNER_NUM`` and the batch ``UNIQ_KEY`` (the header's, else a new one), the body as received)
+with no per-message work beyond the C-level batch validation. Its answer: msgId = the record's
+offset id, queueOffset = the first message's, ``batchUniqId`` = the batch UNIQ_KEY (RocketMQ's
+response field); the send is counted as INNER_NUM messages. A single message to a BatchCQ
+topic is stored as today (a batch of one in its queue).
 """
 
 from __future__ import annotations
@@ -43,7 +52,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import itertools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple
 
 import trio
@@ -52,20 +63,22 @@ from broker.broker_stats import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.processors.send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM, create_topic_in_send_back
 from broker.processors.send_checks import (
+    BatchEntry,
     IllegalMessageError,
     check_properties,
     decode_batch_body,
     encode_batch_body,
     parse_properties,
 )
-from broker.schedule import delay_level_of
+from broker.schedule import delay_level_in, delay_level_of
 from broker.status_codes import put_response_code
 from broker.subscription_group import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.deferred import Deferred
 from common.digits import parse_uint
+from common.inner_batch import INNER_BATCH_BITS
 from common.message import MessageConst, MessageSysFlag
-from common.message_id import offset_msg_id_of_packed
+from common.message_id import UniqKeyGenerator, offset_msg_id_of_packed
 from common.record import MessageRecord, pack_host
 from common.route import PermName, TopicConfig
 from common.topic import (
@@ -75,6 +88,7 @@ from common.topic import (
     is_not_allowed_send_topic,
     topic_problem,
 )
+from common.topic_attributes import CQType, queue_type_of
 from remoting.channel import Channel, Handler
 from remoting.client import split_addr
 from remoting.codes import RequestCode, ResponseCode
@@ -95,6 +109,11 @@ from store.services import StoreServices
 from store.status import PutResult
 
 DELAY = MessageConst.DELAY
+INNER_NUM = MessageConst.PROPERTY_INNER_NUM
+_body_of = itemgetter(0)
+_properties_of = itemgetter(1)
+_BATCH_IDS = UniqKeyGenerator()
+"""The UNIQ_KEY of an inner batch whose request has none."""
 
 V2_FIELD_NAMES: Mapping[str, str] = {
     "a": "producerGroup",
@@ -368,13 +387,15 @@ class SendProcessor:
         except IllegalMessageError as exc:
             return error(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         max_size = self.store.config.max_message_size
-        for body, _, _ in entries:
-            if len(body) > max_size:
-                return error(
-                    request,
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"the message body size {len(body)} is over the limit {max_size}",
-                )
+        if max(map(len, map(_body_of, entries))) > max_size:  # one C-level pass
+            size = next(n for n in map(len, map(_body_of, entries)) if n > max_size)
+            return error(
+                request,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {size} is over the limit {max_size}",
+            )
+        if batch and config.attributes and queue_type_of(config.attributes) is CQType.BATCH_CQ:
+            return self._send_inner_batch(request, channel, header, queue_id, props, entries)
 
         dead_letter: tuple[str, bool] | None = None
         if self.groups is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # not a batch
@@ -412,6 +433,56 @@ class SendProcessor:
         if isinstance(put, PutResult):
             return self._answer(request, topic, msgs, queue_id, put)
         return self._answer_when_flushed(request, channel, topic, msgs, queue_id, put)
+
+    def _send_inner_batch(
+        self,
+        request: RemotingCommand,
+        channel: Channel,
+        header: _SendHeader,
+        queue_id: int,
+        props: dict[str, str],
+        entries: list[BatchEntry],
+    ) -> RemotingCommand | Deferred[Response]:
+        """Store a validated batch to a BatchCQ topic as one inner-batch record (module
+        docstring) and answer as for a batch."""
+        refused = _inner_batch_refusal(request, header.sys_flag, props, entries)
+        if refused is not None:
+            return refused
+        max_size = self.store.config.max_message_size
+        if len(request.body) > max_size:  # one record holds the whole batch
+            return error(
+                request,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the batch body size {len(request.body)} is over the limit {max_size} "
+                f"(a BatchCQ topic stores a batch as one message)",
+            )
+        props = dict(props)
+        props[INNER_NUM] = str(len(entries))
+        if MessageConst.UNIQ_KEY not in props:
+            props[MessageConst.UNIQ_KEY] = _BATCH_IDS.next()
+        try:
+            check_properties(props)
+        except IllegalMessageError as exc:
+            return error(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        record = MessageRecord(
+            header.topic,
+            request.body,
+            queue_id,
+            header.flag,
+            props,
+            header.sys_flag | INNER_BATCH_BITS,
+            header.born_timestamp,
+            born_host_of(channel),
+        )
+        record.reconsume_times = header.reconsume_times
+        msgs = [record]
+        put = self.services.put_messages_deferred(msgs)
+        inner = len(entries)
+        if isinstance(put, PutResult):
+            return self._answer(request, header.topic, msgs, queue_id, put, inner_num=inner)
+        return self._answer_when_flushed(
+            request, channel, header.topic, msgs, queue_id, put, inner_num=inner
+        )
 
     def _dead_letter_target(
         self,
@@ -460,11 +531,13 @@ class SendProcessor:
         msgs: list[MessageRecord],
         queue_id: int,
         put: Deferred[PutResult],
+        *,
+        inner_num: int = 0,
     ) -> Deferred[Response]:
         """The answer to a put waiting for its flush, once it is flushed (or timed out)."""
 
         def answer(result: PutResult) -> Response:
-            return self._answer(request, topic, msgs, queue_id, result)
+            return self._answer(request, topic, msgs, queue_id, result, inner_num=inner_num)
 
         def failed(result: PutResult, exc: Exception) -> Response:
             return failure_response(request, channel, exc)
@@ -478,15 +551,19 @@ class SendProcessor:
         msgs: list[MessageRecord],
         queue_id: int,
         result: PutResult,
+        *,
+        inner_num: int = 0,
     ) -> RemotingCommand:
         """The response to a put: its status, and the stored messages' ids and offsets (counted
         under ``topic``, the header's: where a delayed, half or dead-letter message went is
-        not where its sender sent it)."""
+        not where its sender sent it). ``inner_num`` > 0: the put was one inner batch of
+        that many messages."""
         code, remark = put_response_code(result.status)
         if not result.phys_offsets:  # not stored: no id to give
             return error(request, code, result.remark or remark)
         if self.stats is not None:
-            self.stats.inc_topic_put(topic, len(result.phys_offsets), len(request.body))
+            count = inner_num or len(result.phys_offsets)
+            self.stats.inc_topic_put(topic, count, len(request.body))
         packed_host = pack_host(*self.store.config.store_host)  # cached
         fields: dict[str, ExtValue] = {
             "msgId": ",".join(offset_msg_id_of_packed(packed_host, p) for p in result.phys_offsets),
@@ -495,6 +572,8 @@ class SendProcessor:
         }
         if msgs[0].topic == TRANS_HALF_TOPIC and msgs[0].uniq_key is not None:
             fields["transactionId"] = msgs[0].uniq_key  # a half message (broker.transaction)
+        if inner_num:
+            fields["batchUniqId"] = msgs[0].properties[MessageConst.UNIQ_KEY]
         return RemotingCommand.response_to(
             request, code, remark=result.remark or remark, ext_fields=fields
         )
@@ -538,6 +617,36 @@ class SendProcessor:
             int(RequestCode.SEND_MESSAGE_V2): h,
             int(RequestCode.SEND_BATCH_MESSAGE): h,
         }
+
+
+def _inner_batch_refusal(
+    request: RemotingCommand,
+    sys_flag: int,
+    props: Mapping[str, str],
+    entries: Sequence[BatchEntry],
+) -> RemotingCommand | None:
+    """The refusals of :meth:`SendProcessor._apply_transform` for a batch (a prepared one, or
+    one with a DELAY level above 0 or not an integer), made on the entries' property maps
+    without a record per message: C-level passes over every property name, and a walk only
+    when a DELAY is there."""
+    if MessageSysFlag.transaction_value(sys_flag) == MessageSysFlag.TRANSACTION_PREPARED_TYPE:
+        return error(
+            request, ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction"
+        )
+    own = list(map(_properties_of, entries))
+    names = set(chain.from_iterable(filter(None, own)))
+    if DELAY not in names and (DELAY not in props or None not in own):
+        return None
+    effective = [props if p is None else p for p in own]
+    try:  # as RocketMQ: only a level above 0 delays, so only that is refused
+        delayed = any(delay_level_in(p) > 0 for p in effective if DELAY in p)
+    except ValueError as exc:
+        return error(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    if delayed:
+        return error(
+            request, ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batching"
+        )
+    return None
 
 
 def _redirect(msgs: list[MessageRecord], dlq: str) -> None:

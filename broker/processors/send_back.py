@@ -13,7 +13,10 @@ Steps, as RocketMQ's:
    SUCCESS and stores nothing.
 2. ``%RETRY%<group>`` is created on demand (``retryQueueNums`` queues, read|write) and must be
    writable (else NO_PERMISSION); the original record is looked up by commitlog offset (else
-   SYSTEM_ERROR "look message by offset failed, <offset>").
+   SYSTEM_ERROR "look message by offset failed, <offset>"). When it is an inner batch (a
+   BatchCQ topic, :mod:`common.inner_batch`) the message sent back is its inner message whose
+   UNIQ_KEY is the header's ``originMsgId``; none such is answered SYSTEM_ERROR as well (the
+   client then sends the message to the retry topic itself, :mod:`client.send_back`).
 3. The new message copies body, flag, sysFlag, born timestamp/host and properties (UNIQ_KEY
    included) with ``reconsumeTimes + 1``, where ``reconsumeTimes`` is the stored record's or
    the header's (a minimq field: the count an orderly consumer kept), whichever is larger.
@@ -42,6 +45,7 @@ from broker.broker_stats import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from common.inner_batch import InnerBatchError, find_inner_message, is_inner_batch
 from common.message import MessageConst
 from common.message_id import offset_msg_id_of_packed
 from common.record import MessageRecord, RecordError, decode_record
@@ -50,7 +54,7 @@ from common.topic import dlq_topic, retry_topic
 from remoting.channel import Channel, Handler
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import error, guarded, header_int, header_str, opt_int
+from remoting.headers import error, guarded, header_int, header_str, opt_int, opt_str
 from store import MessageStore, PutStatus
 from store.services import StoreServices
 
@@ -90,6 +94,17 @@ def send_back_properties(
         origin = offset_msg_id_of_packed(store_host or rec.store_host, rec.physical_offset)
     props[MessageConst.ORIGIN_MESSAGE_ID] = origin
     return props
+
+
+def _inner_message(rec: MessageRecord, uniq_key: str) -> MessageRecord | None:
+    """The inner message of the inner batch ``rec`` whose UNIQ_KEY is ``uniq_key``; None
+    when there is none (or the batch does not decode)."""
+    if not uniq_key:
+        return None
+    try:
+        return find_inner_message(rec, uniq_key)
+    except InnerBatchError:
+        return None
 
 
 class SendBackProcessor:
@@ -155,6 +170,17 @@ class SendBackProcessor:
             return error(
                 request, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
             )
+        if is_inner_batch(rec.sys_flag):
+            origin = opt_str(request, "originMsgId", "")
+            inner = _inner_message(rec, origin)
+            if inner is None:
+                return error(
+                    request,
+                    ResponseCode.SYSTEM_ERROR,
+                    f"look message by offset failed, {offset}: no message {origin!r} in the "
+                    "inner batch there",
+                )
+            rec = inner
         # the client's maxReconsumeTimes replaces the group's retryMaxTimes (mqadmin
         # updateSubGroup -r), which applies when the client leaves it at -1, as in RocketMQ
         max_times = max_reconsume if max_reconsume >= 0 else config.retry_max_times

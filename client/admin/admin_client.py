@@ -268,8 +268,11 @@ class AdminClient:
 
     # ------------------------------------------------------------------ topics and groups
 
-    async def update_topic(self, addr: str, config: TopicConfig) -> None:
-        """UPDATE_AND_CREATE_TOPIC on one broker."""
+    async def update_topic(self, addr: str, config: TopicConfig, attributes: str = "") -> None:
+        """UPDATE_AND_CREATE_TOPIC on one broker. ``attributes`` is RocketMQ's modification
+        string (``"+queue.type=BatchCQ"``; :func:`common.topic_attributes.add_modification`
+        builds one from a map); empty keeps the topic's attributes as they are
+        (``config.attributes`` is not sent)."""
         fields: dict[str, ExtValue] = {
             "topic": config.topic_name,
             "readQueueNums": config.read_queue_nums,
@@ -277,6 +280,8 @@ class AdminClient:
             "perm": config.perm,
             "order": config.order,
         }
+        if attributes:
+            fields["attributes"] = attributes
         await self.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
 
     async def topic_config(self, addr: str, topic: str) -> TopicConfig | None:
@@ -535,7 +540,7 @@ class AdminClient:
             subscription=sub,
             suspend_timeout_ms=0,
         )
-        return api.parse_pull(await self.instance.invoke(addr, cmd), mq, sub, addr)
+        return api.parse_pull(await self.instance.invoke(addr, cmd), mq, sub, addr, offset)
 
     async def view_message(self, offset_msg_id: str) -> ReceivedMessage:
         """VIEW_MESSAGE_BY_ID: the message an offset message id names (ValueError if the id is

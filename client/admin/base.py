@@ -31,6 +31,8 @@ from client.config import NAMESRV_ADDR_ENV
 from client.errors import MQClientError
 from client.message import ReceivedMessage
 from common.digits import parse_uint
+from common.inner_batch import is_inner_batch
+from common.message import MessageConst
 from remoting.acl.config import TOOLS_FILE, AclConfigError, load_tools_credentials
 from remoting.codes import ResponseCode
 
@@ -456,9 +458,11 @@ def show_configs(result: EachBroker[dict[str, str]], as_json: bool) -> None:
 
 def java_object(name: str, fields: Mapping[str, Any]) -> str:
     """``Name [key=value, ...]``, as RocketMQ's tools print a config object (``true`` and
-    ``false`` for booleans)."""
+    ``false`` for booleans, ``{k=v, ...}`` for maps)."""
 
     def value(v: Any) -> str:
+        if isinstance(v, Mapping):  # Java's Map.toString
+            return "{" + ", ".join(f"{k}={value(x)}" for k, x in v.items()) + "}"
         return str(v).lower() if isinstance(v, bool) else str(v)
 
     return f"{name} [" + ", ".join(f"{k}={value(v)}" for k, v in fields.items()) + "]"
@@ -590,6 +594,18 @@ def print_message(msg: ReceivedMessage, charset: str = "utf-8") -> None:
         ("Store Host", msg.store_host),
         ("System Flag", str(msg.sys_flag)),
         ("Properties", json.dumps(dict(msg.properties), ensure_ascii=False)),
-        ("Message Body", msg.body.decode(charset, "replace")),
+        ("Message Body", _body_text(msg, charset)),
     ]
     lines(*(f"{k + ':':<21}{v}" for k, v in rows))
+
+
+def _body_text(msg: ReceivedMessage, charset: str) -> str:
+    """The body as text; for an inner batch (a BatchCQ topic's record, found by its offset
+    id) what it holds instead of its encoded entries."""
+    if is_inner_batch(msg.sys_flag):
+        num = msg.properties.get(MessageConst.PROPERTY_INNER_NUM, "?")
+        return (
+            f"[inner batch of {num} messages, {len(msg.body)} bytes; queue offsets "
+            f"{msg.queue_offset}.. (consume them, or queryMsgByOffset)]"
+        )
+    return msg.body.decode(charset, "replace")

@@ -3,6 +3,7 @@ topicClusterList, topicStatus."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from client.admin.base import (
 from client.errors import MQBrokerError, MQClientError
 from common.route import MASTER_ID, PermName, TopicConfig, TopicRouteData
 from common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from common.topic_attributes import parse_to_map
 from remoting.codes import ResponseCode
 
 
@@ -128,6 +130,13 @@ def topic_list(namesrv: str | None, as_json: bool, cluster_model: bool) -> None:
 @click.option(
     "-o", "--order", type=click.BOOL, default=False, show_default=True, help="Ordered topic."
 )
+@click.option(
+    "-a",
+    "--attributes",
+    default="",
+    help="Attribute changes, RocketMQ's +a=b,+c=d,-e (supported: queue.type=SimpleCQ|BatchCQ, "
+    "set when the topic is created only).",
+)
 def update_topic(
     namesrv: str | None,
     as_json: bool,
@@ -138,26 +147,34 @@ def update_topic(
     write_queues: int,
     perm: int,
     order: bool,
+    attributes: str,
 ) -> None:
     """Update or create topic."""
     if broker is None and cluster is None:
         fail("give -b brokerAddr or -c clusterName")
+    attributes = attributes.strip()
     try:
+        modification = parse_to_map(attributes)  # RocketMQ's tool parses it before sending
         config = TopicConfig(topic, read_queues, write_queues, perm, order=order)
     except ValueError as exc:
         fail(str(exc))
 
     async def body(admin: AdminClient) -> list[str]:
         targets = await admin.masters(cluster=cluster, broker_addr=broker)
-        done = await on_each_broker(targets, lambda addr: admin.update_topic(addr, config))
+        done = await on_each_broker(
+            targets, lambda addr: admin.update_topic(addr, config, attributes)
+        )
         return [addr for addr, _ in done]
 
     done = run(namesrv, body)
+    wire = config.to_wire()
+    if modification:  # as RocketMQ's tool prints it: the changes asked for
+        wire["attributes"] = modification
     if as_json:
-        emit_json({"topicConfig": config.to_wire(), "brokers": done})
+        emit_json({"topicConfig": wire, "brokers": done})
         return
     lines(*(f"create topic to {addr} success." for addr in done))
-    lines(java_object("TopicConfig", config.to_wire()))
+    lines(java_object("TopicConfig", wire))
 
 
 TOPIC_PERMS: dict[int, str] = {
@@ -184,6 +201,15 @@ class PermUpdate:
     broker_addr: str
     old_perm: int
     config: TopicConfig
+
+    def with_attributes(self, held: TopicConfig | None) -> PermUpdate:
+        """This update, its config showing the attributes the broker holds (an update keeps
+        them: they are not sent)."""
+        if held is None or not held.attributes:
+            return self
+        return dataclasses.replace(
+            self, config=dataclasses.replace(self.config, attributes=dict(held.attributes))
+        )
 
     def to_json(self, updated: bool) -> dict[str, Any]:
         """The broker's entry in ``--json`` (``updated``: the config was sent)."""
@@ -296,7 +322,8 @@ def update_topic_perm(
         updates = perm_updates(route, topic, perm, targets)
         if broker is not None and updates[0].old_perm == perm:
             return updates, False  # as RocketMQ's: "new perm equals to the old one!"
-        await refuse_wiped(admin, updates)
+        held = await refuse_wiped(admin, updates)
+        updates = [u.with_attributes(held.get(u.broker_addr)) for u in updates]
         await on_each_broker(
             [(u.broker_name, u.broker_addr) for u in updates],
             lambda addr: admin.update_topic(addr, _config_for(updates, addr)),
@@ -319,14 +346,19 @@ def update_topic_perm(
             lines(java_object("TopicConfig", updates[0].config.to_wire()) + ".")
 
 
-async def refuse_wiped(admin: AdminClient, updates: list[PermUpdate]) -> None:
+async def refuse_wiped(
+    admin: AdminClient, updates: list[PermUpdate]
+) -> dict[str, TopicConfig | None]:
     """MQClientError when a broker already holds the new perm while the route shows another:
     the write bit is kept out of the routes by the broker's ``brokerPermission`` or by the
     name servers (wipeWritePerm), and an update that changes nothing on the broker does not
-    change the routes (as RocketMQ 5's)."""
+    change the routes (as RocketMQ 5's). Otherwise the config each broker holds, by address."""
     kept = []
+    configs: dict[str, TopicConfig | None] = {}
     for update in updates:
-        held = await admin.topic_config(update.broker_addr, update.config.topic_name)
+        held = configs[update.broker_addr] = await admin.topic_config(
+            update.broker_addr, update.config.topic_name
+        )
         if held is not None and held.perm == update.config.perm != update.old_perm:
             kept.append(f"{update.broker_name} holds perm {held.perm}, routed {update.old_perm}")
     if kept:
@@ -336,6 +368,7 @@ async def refuse_wiped(admin: AdminClient, updates: list[PermUpdate]) -> None:
             "or wipeWritePerm keeps the write bit out of the routes (addWritePerm -b "
             "<brokerName> gives back a wiped one); nothing was changed",
         )
+    return configs
 
 
 def _config_for(updates: list[PermUpdate], addr: str) -> TopicConfig:

@@ -32,6 +32,7 @@ from client.bench.runner import (
     BenchError,
     WorkerPool,
     bench_group,
+    create_topic,
     ensure_topic,
     fill_topic,
     shares,
@@ -57,6 +58,7 @@ from common.benchkit import (
     one_line_errors,
     rss_anon_bytes,
 )
+from common.topic_attributes import CQType
 from remoting.acl.config import TOOLS_FILE, AclConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,6 +67,11 @@ SOURCES = ("broker", "client", "common", "namesrv", "remoting", "store")
 """The code a client figure measures (for the commit in the machine info)."""
 BENCH_CODE = ("client/bench", "store/bench")
 WARMUP_MSGS = 300
+PRODUCE_QUEUES = 8
+"""Queues of a ``produce --queue-type`` topic: what a producer's send auto-creates
+(``defaultTopicQueueNums``)."""
+FILL_QUEUES = 4
+"""Queues of a ``consume --queue-type`` topic: what :func:`fill_topic` auto-creates."""
 
 LAZY_COMMANDS = {
     "store": ("store.bench.cli", "store_group"),
@@ -267,6 +274,24 @@ def common_options(f: F) -> F:
     return f
 
 
+def queue_type_option(f: F) -> F:
+    """``--queue-type``: create the topic with that ``queue.type`` before the run."""
+    return click.option(
+        "--queue-type",
+        type=click.Choice([t.value for t in CQType]),
+        default=None,
+        help="Create the topic with this queue.type attribute first (on every master; a "
+        "topic's queue type cannot change). Default: the topic as it is, or auto-created "
+        "(SimpleCQ).",
+    )(f)
+
+
+def _create_typed_topic(s: Session, namesrv: str, kw: dict[str, Any], queues: int) -> None:
+    """The ``--queue-type`` topic, when one was asked for."""
+    if kw["queue_type"] is not None:
+        create_topic(namesrv, kw["topic"], kw["queue_type"], queues, account=s.account)
+
+
 def _config(s: Session, kw: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {
         "cluster": "started" if s.namesrv is None else s.namesrv,
@@ -328,6 +353,7 @@ def main() -> None:
     help="Seconds to send for (instead of --count).",
 )
 @click.option("--api", type=click.Choice(["aio", "blocking"]), default="aio", show_default=True)
+@queue_type_option
 def produce(**kw: Any) -> None:
     """N producer processes sending their share of --count messages (or for --duration)."""
     s = Session(kw)
@@ -343,9 +369,11 @@ def produce(**kw: Any) -> None:
         count=count,
         duration_s=duration,
         api=kw["api"],
+        queue_type=kw["queue_type"],
     )
     counts = shares(count, clients) if count is not None else [None] * clients
     with _bench_errors(), s.cluster() as (namesrv, cluster):
+        _create_typed_topic(s, namesrv, kw, PRODUCE_QUEUES)
         group = bench_group("bench_pg")
         specs = [
             ProduceSpec(
@@ -483,6 +511,7 @@ def consume_options(f: F) -> F:
     is_flag=True,
     help="Read what the topic holds (at most --count) instead of filling it first.",
 )
+@queue_type_option
 def consume(**kw: Any) -> None:
     """Fill the topic (untimed), then read --count messages from the first offset."""
     s = Session(kw)
@@ -493,8 +522,10 @@ def consume(**kw: Any) -> None:
         pull_batch=kw["pull_batch"],
         count=kw["count"],
         fill=not kw["no_fill"],
+        queue_type=kw["queue_type"],
     )
     with _bench_errors(), s.cluster() as (namesrv, cluster):
+        _create_typed_topic(s, namesrv, kw, FILL_QUEUES)
         ranges = None if kw["no_fill"] else _fill(s, namesrv, kw)[0]
         meter = CpuMeter(_broker_pid(cluster))
         results, worker_pids = _consume_run(s, namesrv, kw, ranges, meter=meter)

@@ -20,9 +20,13 @@ from typing import Any
 import trio
 
 from client import aio, rebalance
+from client.admin.admin_client import AdminClient
 from client.bench.account import NO_ACCOUNT, Account
 from client.bench.protocol import QueueRanges, queue_key
+from client.errors import MQClientError
 from common.benchkit import ProgressHook
+from common.route import TopicConfig
+from common.topic_attributes import QUEUE_TYPE, add_modification
 
 JOIN_TIMEOUT_S = 10.0
 WORKER_SILENCE_LIMIT_S = 120.0
@@ -183,6 +187,31 @@ async def _send_one(namesrv: str, topic: str, body: bytes, queues: int, account:
         ) as p,
     ):
         await p.send(aio.Message(topic, body))
+
+
+def create_topic(
+    namesrv: str, topic: str, queue_type: str, queues: int = 8, account: Account = NO_ACCOUNT
+) -> None:
+    """Create ``topic`` with ``queues`` queues and ``queue.type=queue_type`` on every master
+    broker (UPDATE_AND_CREATE_TOPIC with RocketMQ's ``+queue.type=...``), so that a run sends
+    to a topic of that type; BenchError when a broker refuses (e.g. the topic exists with
+    another queue type, which cannot change)."""
+    try:
+        trio.run(_create_topic, namesrv, topic, queue_type, queues, account)
+    except MQClientError as exc:
+        raise BenchError(f"creating topic {topic} with queue.type={queue_type}: {exc}") from None
+
+
+async def _create_topic(
+    namesrv: str, topic: str, queue_type: str, queues: int, account: Account
+) -> None:
+    modification = add_modification({QUEUE_TYPE: queue_type})
+    config = TopicConfig(topic, queues, queues)
+    async with AdminClient(
+        namesrv, access_key=account.access_key, secret_key=account.secret_key
+    ) as admin:
+        for _, addr in await admin.masters():
+            await admin.update_topic(addr, config, modification)
 
 
 # -- filling a topic (untimed) -----------------------------------------------------------------

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from client.compression import decompress_if_needed
 from client.errors import MQBrokerError
+from common.inner_batch import InnerBatchError, any_inner_batch, unwrap_all
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import offset_msg_id_of_packed
 from common.record import (
@@ -22,7 +23,7 @@ from common.record import (
     decode_properties,
     decode_raw_fields,
     decode_records,
-    encode_properties,
+    raw_fields_of,
 )
 from remoting.codes import ResponseCode
 
@@ -123,7 +124,8 @@ class Columns:
         needs are unpacked and appended to the columns as each record is read.
 
         Returns the first record's queue offset (``lo`` for an empty body), or None, having
-        added nothing, when a record is not in the common IPv4 layout or does not add up
+        added nothing, when a record is not in the common IPv4 layout, is an inner batch or
+        does not add up
         (then decode with :func:`decode_body` and use :meth:`add_range`, which checks
         everything). The checks are those of :func:`common.record.decode_raw_fields`.
         """
@@ -218,7 +220,13 @@ _SPARK_HEADER: Final = struct.Struct(">ii12xqqiq8xq8si8xi")
 total size, magic, queue offset, physical offset, sys flag, born and store times, store host,
 reconsume times and body length; the rest is skipped."""
 _HEADER_SIZE: Final = _SPARK_HEADER.size
-_V6_BITS: Final = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_V6_BITS: Final = (
+    MessageSysFlag.BORNHOST_V6_FLAG
+    | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+    | MessageSysFlag.INNER_BATCH_FLAG
+)
+"""SYSFLAG bits :meth:`Columns.add_body` leaves to :func:`decode_body`: IPv6 hosts, and the
+inner batches of BatchCQ topics, which it unwraps (the same one test per record as before)."""
 
 
 def properties_columns(raw: list[bytes]) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
@@ -302,36 +310,21 @@ _NAME_END: Final = "\x01"
 
 
 def decode_body(body: bytes) -> list[RawRecordFields]:
-    """A pull body's records as field tuples, properties still encoded (no per-record
-    objects)."""
+    """A pull body's messages as field tuples, properties still encoded (no per-record
+    objects); the inner batches of a BatchCQ topic unwrapped into their messages
+    (:mod:`common.inner_batch`; the callers keep the offsets they asked for)."""
     fields = decode_raw_fields(body)
-    if fields is not None:
+    if fields is None:
+        try:  # not the common IPv4 layout: the checked decoder, which names what is wrong
+            fields = [raw_fields_of(r) for r in decode_records(body)]
+        except RecordError as exc:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}") from None
+    if not any_inner_batch(fields):
         return fields
-    try:  # not the common IPv4 layout: the checked decoder, which names what is wrong
-        records = decode_records(body)
-    except RecordError as exc:
+    try:
+        return unwrap_all(fields, 0)
+    except InnerBatchError as exc:
         raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}") from None
-    return [
-        (
-            r.topic,
-            r.body,
-            r.queue_id,
-            r.flag,
-            encode_properties(r.properties),
-            r.sys_flag,
-            r.born_timestamp,
-            r.born_host,
-            r.store_timestamp,
-            r.store_host,
-            r.reconsume_times,
-            r.prepared_transaction_offset,
-            r.queue_offset,
-            r.physical_offset,
-            r.body_crc,
-            r.store_size,
-        )
-        for r in records
-    ]
 
 
 def record_tag(fields: RawRecordFields) -> str | None:
