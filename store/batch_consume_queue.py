@@ -30,10 +30,9 @@ import numpy as np
 from common.digits import parse_uint
 from common.message import MessageConst, MessageSysFlag
 from common.topic_attributes import CQType
-from store.consume_queue import ConsumeQueueGapError
+from store.consume_queue import ConsumeQueueGapError, QueueFiles
 from store.dispatch_request import DispatchRequest
 from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
 
 BCQ_STORE_UNIT_SIZE: Final = 46
 BCQ_UNIT: Final = struct.Struct(">qiqqqhii")
@@ -171,7 +170,7 @@ def effective_batch_consume_queue_file_size(configured: int) -> int:
 
 
 # -- the queue ---------------------------------------------------------------------------------
-class BatchConsumeQueue:
+class BatchConsumeQueue(QueueFiles):
     """One topic-queue's batch consume queue; see the module docstring for the layout.
 
     Offsets (``min_offset``, ``max_offset``, the ``logical`` arguments) are message offsets;
@@ -181,14 +180,7 @@ class BatchConsumeQueue:
     cq_type: Final = CQType.BATCH_CQ
 
     def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.file_size = file_size
-        self.queue = MappedFileQueue(Path(root) / topic / str(queue_id), file_size)
-        self.min_logic_offset = 0
-        self.max_physic_offset = -1  # offset + size of the last unit's record
-        self.contiguous = True
-        self._destroyed = False
+        super().__init__(root, topic, queue_id, file_size)
         self._min_offset = 0
         self._max_offset = 0
 
@@ -472,23 +464,7 @@ class BatchConsumeQueue:
         self.queue.truncate_dirty(self.queue.max_offset - BCQ_STORE_UNIT_SIZE)
         self.recover(flushed_below)
 
-    def flush(self) -> int:
-        """Flush dirty files."""
-        return self.queue.flush()
-
-    def close(self) -> None:
-        """Unmap every file."""
-        self.queue.close()
-
-    @property
-    def destroyed(self) -> bool:
-        """True after :meth:`destroy`."""
-        return self._destroyed
-
     def destroy(self) -> None:
         """Delete every file."""
-        self._destroyed = True
-        self.queue.destroy()
-        self.min_logic_offset = 0
+        super().destroy()
         self._min_offset = self._max_offset = 0
-        self.max_physic_offset = -1

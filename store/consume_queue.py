@@ -86,10 +86,11 @@ class ConsumeQueueGapError(Exception):
         self.got = got
 
 
-class ConsumeQueue:
-    """One topic-queue's consume queue; see the module docstring for the layout."""
-
-    cq_type: Final = CQType.SIMPLE_CQ
+class QueueFiles:
+    """What both kinds of consume queue share: their directory of mapped files under
+    ``root/topic/queueId``, the byte offset of the first readable unit
+    (``min_logic_offset``), the end of the last unit's record (``max_physic_offset``), and
+    their life cycle (flush, close, destroy)."""
 
     def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
         self.topic = topic
@@ -97,9 +98,35 @@ class ConsumeQueue:
         self.file_size = file_size
         self.queue = MappedFileQueue(Path(root) / topic / str(queue_id), file_size)
         self.min_logic_offset = 0  # in bytes
-        self.max_physic_offset = -1  # offset + size of the last unit
+        self.max_physic_offset = -1  # offset + size of the last unit's record
         self.contiguous = True
         self._destroyed = False
+
+    def flush(self) -> int:
+        """Flush dirty files."""
+        return self.queue.flush()
+
+    def close(self) -> None:
+        """Unmap every file."""
+        self.queue.close()
+
+    @property
+    def destroyed(self) -> bool:
+        """True after :meth:`destroy`."""
+        return self._destroyed
+
+    def destroy(self) -> None:
+        """Delete every file."""
+        self._destroyed = True
+        self.queue.destroy()
+        self.min_logic_offset = 0
+        self.max_physic_offset = -1
+
+
+class ConsumeQueue(QueueFiles):
+    """One topic-queue's consume queue; see the module docstring for the layout."""
+
+    cq_type: Final = CQType.SIMPLE_CQ
 
     # -- offsets ---------------------------------------------------------------------------
     @property
@@ -363,23 +390,3 @@ class ConsumeQueue:
             else:
                 hi_u = mid
         return mf.file_from_offset + lo_u * CQ_STORE_UNIT_SIZE
-
-    def flush(self) -> int:
-        """Flush dirty files."""
-        return self.queue.flush()
-
-    def close(self) -> None:
-        """Unmap every file."""
-        self.queue.close()
-
-    @property
-    def destroyed(self) -> bool:
-        """True after :meth:`destroy`."""
-        return self._destroyed
-
-    def destroy(self) -> None:
-        """Delete every file."""
-        self._destroyed = True
-        self.queue.destroy()
-        self.min_logic_offset = 0
-        self.max_physic_offset = -1
