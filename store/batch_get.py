@@ -80,26 +80,4 @@ def read_batch_queue(
             count += batch
             total += size
         next_offset = base + batch
-    return _result(store, records, queue_offsets, count, total, removed, next_offset, lo, hi)
-
-
-def _result(
-    store: MessageStore,
-    records: list[bytes],
-    queue_offsets: list[int],
-    count: int,
-    total: int,
-    removed: bool,
-    next_offset: int,
-    lo: int,
-    hi: int,
-) -> GetResult:
-    """The GetResult of a read that scanned up to ``next_offset`` (``count`` messages)."""
-    if records:
-        status = GetStatus.FOUND
-        store.messages_transferred += count
-    elif removed:
-        status = GetStatus.MESSAGE_WAS_REMOVING
-    else:
-        status = GetStatus.NO_MATCHED_MESSAGE
-    return GetResult(status, next_offset, lo, hi, records, queue_offsets, total)
+    return store._read_result(records, queue_offsets, total, removed, next_offset, lo, hi, count)

@@ -700,11 +700,13 @@ class MessageStore:
         next_offset: int,
         lo: int,
         hi: int,
+        count: int | None = None,
     ) -> GetResult:
-        """The GetResult of a read that scanned up to ``next_offset``."""
+        """The GetResult of a read that scanned up to ``next_offset``; ``count`` is the
+        messages in ``records`` (default: one a record; an inner batch holds several)."""
         if records:
             status = GetStatus.FOUND
-            self.messages_transferred += len(records)
+            self.messages_transferred += len(records) if count is None else count
         elif removed:
             status = GetStatus.MESSAGE_WAS_REMOVING
         else:
