@@ -20,7 +20,9 @@ Helpers (import them with ``from tests.conftest import ...``):
 
 from __future__ import annotations
 
+import os
 import struct
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import pytest
 
 from common.record import MessageRecord
 from store import MessageStore, PutResult, StoreConfig
+from store.retention import disk_usage_ratio
 
 SMALL_COMMITLOG_SIZE = 64 * 1024
 SMALL_CQ_UNITS = 50
@@ -35,6 +38,19 @@ SMALL_CQ_SIZE = 20 * SMALL_CQ_UNITS
 SMALL_HASH_SLOTS = 100
 SMALL_INDEX_NUM = 400
 CLOCK_START_MS = 1_700_000_000_000
+
+DISK_HEADROOM_WARNING_RATIO = 0.80
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """How full the disk under the test brokers' files is: a broker refuses puts above
+    ``diskSpaceWarningLevelRatio`` (90 %), so a disk near that fails tests that send."""
+    base = Path(os.environ.get("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir()))
+    ratio = disk_usage_ratio(base)
+    line = f"disk under {base}: {ratio:.0%} used (brokers refuse puts above 90 %)"
+    if ratio > DISK_HEADROOM_WARNING_RATIO:
+        line += " -- WARNING: too little headroom, sends in tests may fail with 'the disk is full'"
+    return [line]
 
 
 class ManualClock:
