@@ -44,7 +44,6 @@ from operator import attrgetter
 from types import TracebackType
 from typing import Any, TypeAlias
 
-import msgpack
 import trio
 
 from client import api
@@ -70,6 +69,7 @@ from client.validation import (
     validate_message,
     validate_topic,
 )
+from common.batch_body import encode_batch_entries
 from common.clock import monotonic_ms, wall_clock_ms
 from common.message import MessageConst
 from common.message_id import UniqKeyGenerator
@@ -96,10 +96,9 @@ def encode_properties_str(props: dict[str, str]) -> str:
 
 
 def encode_batch(messages: Sequence[Message]) -> bytes:
-    """The SEND_BATCH_MESSAGE body: a msgpack list of ``{body, properties, flag}`` maps."""
-    entries = [{"body": m.body, "properties": m.properties, "flag": m.flag} for m in messages]
-    data: bytes = msgpack.packb(entries, use_bin_type=True)
-    return data
+    """The SEND_BATCH_MESSAGE body: ``[body, properties, flag]`` per message
+    (:mod:`common.batch_body`)."""
+    return encode_batch_entries([(m.body, m.properties, m.flag) for m in messages])
 
 
 class Producer:

@@ -5,8 +5,8 @@ A SEND_BATCH_MESSAGE to a topic whose ``queue.type`` is BatchCQ is stored as one
 record (an *inner batch*): SYSFLAG has ``INNER_BATCH_FLAG | NEED_UNWRAP_FLAG``, QUEUEOFFSET is
 the queue offset of its first message, property ``INNER_NUM`` counts its messages, property
 ``UNIQ_KEY`` is the batch's id, and its body is the batch body as the producer sent it
-(minimq's msgpack list of ``{"body": bytes, "properties": {str: str}, "flag": int}``, the last
-two optional).
+(minimq's msgpack array of ``[body, properties, flag]`` entries, :mod:`common.batch_body`; the
+older ``{"body", "properties", "flag"}`` maps are read too).
 
 Inner message ``i`` (RocketMQ's rules, with minimq's per-entry defaults):
 
@@ -23,10 +23,12 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Any, Final
 
 import msgpack
 
+from common.batch_body import entry_fields, plain_rows
 from common.message import MessageConst, MessageSysFlag
 from common.record import (
     MessageRecord,
@@ -40,6 +42,7 @@ INNER_BATCH_BITS: Final = MessageSysFlag.INNER_BATCH_FLAG | MessageSysFlag.NEED_
 SYS_FLAG: Final = 5
 QUEUE_OFFSET: Final = 12
 """Positions in a :data:`common.record.RawRecordFields` tuple."""
+_properties_of = operator.itemgetter(1)
 
 InnerEntry = tuple[bytes, dict[str, str] | None, int | None]
 """One inner message as stored: body, its own properties (None: the record's), its flag
@@ -72,22 +75,37 @@ def decode_inner_entries(body: bytes) -> list[InnerEntry]:
         raise InnerBatchError(f"inner batch body is not valid msgpack: {exc}") from None
     if not isinstance(wire, list) or not wire:
         raise InnerBatchError("inner batch body must be a non-empty list")
+    rows = plain_rows(wire)
+    if rows is not None and _all_str_maps(list(filter(None, map(_properties_of, rows)))):
+        return rows
     return [_entry(i, e) for i, e in enumerate(wire)]
 
 
+def _all_str_maps(maps: list[dict[Any, Any]]) -> bool:
+    """True if every name and value of ``maps`` is a str (two C-level joins)."""
+    try:
+        "".join(chain.from_iterable(maps))
+        "".join(chain.from_iterable(map(dict.values, maps)))
+    except TypeError:
+        return False
+    return True
+
+
 def _entry(i: int, entry: Any) -> InnerEntry:
-    if not isinstance(entry, dict) or not isinstance(entry.get("body"), bytes):
-        raise InnerBatchError(f"inner batch entry {i} must be a map with a bytes 'body'")
-    props = entry.get("properties")
+    fields = entry_fields(entry)
+    if fields is None or not isinstance(fields[0], bytes):
+        raise InnerBatchError(
+            f"inner batch entry {i} must be [body, properties, flag] with a bytes body"
+        )
+    body, props, flag = fields
     if props is not None and not (
         isinstance(props, dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in props.items())
     ):
         raise InnerBatchError(f"inner batch entry {i}: 'properties' must map str to str")
-    flag = entry.get("flag")
     if flag is not None and (type(flag) is not int):
         raise InnerBatchError(f"inner batch entry {i}: 'flag' must be an int")
-    return entry["body"], props, flag
+    return body, props, flag
 
 
 def outer_defaults(properties: dict[str, str]) -> dict[str, str]:

@@ -8,10 +8,11 @@ properties (``k\\x01v\\x02``), reconsumeTimes, batch.
 Bodies:
 
 - SEND_MESSAGE / SEND_MESSAGE_V2: the message body.
-- SEND_BATCH_MESSAGE: **minimq's own encoding**, not RocketMQ's §7 batch frames: a msgpack list of
-  maps ``{"body": bytes, "properties": {str: str}, "flag": int}`` (``properties``/``flag``
-  optional). Every message goes to the header's topic and queue; header properties/flag are the
-  defaults each entry overrides.
+- SEND_BATCH_MESSAGE: **minimq's own encoding**, not RocketMQ's §7 batch frames: a msgpack
+  array of ``[body, properties, flag]`` entries (:mod:`common.batch_body`; ``properties`` and
+  ``flag`` may be nil, and the older ``{"body", "properties", "flag"}`` maps are accepted).
+  Every message goes to the header's topic and queue; header properties/flag are the defaults
+  each entry overrides.
 
 Checks, in order, all before the store is touched: topic name (MESSAGE_ILLEGAL), system topics
 clients may not send to (NO_PERMISSION, as RocketMQ), topic exists or is auto-created

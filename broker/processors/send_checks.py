@@ -3,20 +3,22 @@
 Pure functions of strings, maps and bytes. A malformed message raises
 :class:`IllegalMessageError`, which the processor answers with MESSAGE_ILLEGAL.
 
-A SEND_BATCH_MESSAGE body is **minimq's own encoding**: a msgpack list of maps
-``{"body": bytes, "properties": {str: str}, "flag": int}`` (``properties`` and ``flag``
-optional). :func:`decode_batch_body` checks a whole batch with a few C-level passes (types
-of every entry, every body, map and flag; all property names and values joined once) and
-walks it entry by entry only when something is wrong, to say which entry and why.
+A SEND_BATCH_MESSAGE body is **minimq's own encoding** (:mod:`common.batch_body`): a msgpack
+array of ``[body, properties, flag]`` entries (or of the older ``{"body", "properties",
+"flag"}`` maps). :func:`decode_batch_body` checks a whole batch with a few C-level passes (the
+shape and types of every entry; all property names and values joined once) and walks it entry
+by entry only when something is wrong, to say which entry and why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import msgpack
 
+from common.batch_body import BatchEntry, entry_fields, plain_rows
 from common.record import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
@@ -24,15 +26,7 @@ from common.record import (
     plain_properties_fit,
 )
 
-BatchEntry = tuple[bytes, dict[str, str] | None, int | None]
-"""One message of a batch: body, its own properties (None: the header's) and flag (None: the
-header's)."""
-
-_NONE_TYPE = type(None)
-_ENTRY_TYPES = {dict}
-_BODY_TYPES = {bytes}
-_PROPERTIES_TYPES = {dict, _NONE_TYPE}
-_FLAG_TYPES = {int, _NONE_TYPE}
+_properties_of = itemgetter(1)
 
 
 class IllegalMessageError(ValueError):
@@ -104,22 +98,12 @@ def decode_batch_body(body: bytes) -> list[BatchEntry]:
 
 
 def _legal_batch(wire: list[Any]) -> list[BatchEntry] | None:
-    """The entries of ``wire`` if every one is plainly legal (exact types, ASCII properties
-    whose total fits one message's limit); None when any needs a closer look."""
-    if set(map(type, wire)) != _ENTRY_TYPES:
+    """The entries of ``wire`` if every one is plainly legal (a plain shape and types, ASCII
+    properties whose total fits one message's limit); None when any needs a closer look."""
+    rows = plain_rows(wire)
+    if rows is None:
         return None
-    try:
-        rows = [(e["body"], e.get("properties"), e.get("flag")) for e in wire]
-    except KeyError:
-        return None
-    bodies, props, flags = zip(*rows, strict=True)
-    if (
-        set(map(type, bodies)) != _BODY_TYPES
-        or not set(map(type, props)) <= _PROPERTIES_TYPES
-        or not set(map(type, flags)) <= _FLAG_TYPES
-    ):
-        return None
-    maps = list(filter(None, props))  # the non-empty ones
+    maps = list(filter(None, map(_properties_of, rows)))  # the non-empty ones
     if maps and not plain_properties_fit(maps):
         return None
     return rows
@@ -129,20 +113,28 @@ def _checked_batch(wire: list[Any]) -> list[BatchEntry]:
     """:func:`decode_batch_body` entry by entry: raises naming the first bad entry."""
     out: list[BatchEntry] = []
     for i, entry in enumerate(wire):
-        if not isinstance(entry, dict) or not isinstance(entry.get("body"), bytes):
-            raise IllegalMessageError(f"batch entry {i} must be a map with a bytes 'body'")
-        props = entry.get("properties")
+        fields = entry_fields(entry)
+        if fields is None or not isinstance(fields[0], bytes):
+            raise IllegalMessageError(
+                f"batch entry {i} must be [body, properties, flag] with a bytes body"
+            )
+        body, props, flag = fields
         if props is not None and not isinstance(props, dict):
             raise IllegalMessageError(f"batch entry {i}: 'properties' must be a map")
-        flag = entry.get("flag")
         if flag is not None and (not isinstance(flag, int) or isinstance(flag, bool)):
             raise IllegalMessageError(f"batch entry {i}: 'flag' must be an int")
-        out.append((entry["body"], None if props is None else check_properties(props), flag))
+        if props is not None:
+            try:
+                props = check_properties(props)
+            except IllegalMessageError as exc:
+                raise IllegalMessageError(f"batch entry {i}: {exc}") from None
+        out.append((body, props, flag))
     return out
 
 
-def encode_batch_body(entries: list[Mapping[str, Any]]) -> bytes:
-    """Build a SEND_BATCH_MESSAGE body from ``{"body", "properties", "flag"}`` maps."""
+def encode_batch_body(entries: Iterable[Sequence[Any] | Mapping[str, Any]]) -> bytes:
+    """A SEND_BATCH_MESSAGE body holding ``entries`` as given: ``(body, properties, flag)``
+    rows (the current form) or ``{"body", "properties", "flag"}`` maps (the older one)."""
     data: bytes = msgpack.packb(list(entries), use_bin_type=True)
     return data
 

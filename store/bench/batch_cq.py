@@ -15,8 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import msgpack
-
+from common.batch_body import encode_batch_entries
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord
 from common.topic_attributes import CQType
@@ -45,10 +44,9 @@ def _ordinary_batch(topic: str, batch: int, body: bytes, n: int) -> list[Message
 
 
 def _inner_batch(topic: str, batch: int, body: bytes, n: int) -> MessageRecord:
-    entries = [
-        {"body": body, "properties": {MessageConst.UNIQ_KEY: f"u{n}-{i}"}} for i in range(batch)
-    ]
-    packed = msgpack.packb(entries)
+    packed = encode_batch_entries(
+        (body, {MessageConst.UNIQ_KEY: f"u{n}-{i}"}, None) for i in range(batch)
+    )
     props = {MessageConst.PROPERTY_INNER_NUM: str(batch), MessageConst.UNIQ_KEY: f"b{n}"}
     return MessageRecord(topic, packed, properties=props, sys_flag=_INNER)
 

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker.processors.send_checks import encode_batch_body
+from common.batch_body import encode_batch_entries
 from common.inner_batch import (
     INNER_BATCH_BITS,
     InnerBatchError,
@@ -32,10 +34,18 @@ from common.record import (
 OUTER_PROPS = {"INNER_NUM": "3", "UNIQ_KEY": "BATCH-ID", "KEYS": "outer", "TAGS": "T0"}
 
 
-def _record(entries: list[dict[str, Any]], **over: Any) -> MessageRecord:
+def _pack(entries: list[dict[str, Any]], *, maps: bool = False) -> bytes:
+    """A batch body of ``entries`` (maps as the tests write them): ``[body, properties, flag]``
+    arrays, or with ``maps`` the older map form as is."""
+    if maps:
+        return encode_batch_body(entries)
+    return encode_batch_entries((e["body"], e.get("properties"), e.get("flag")) for e in entries)
+
+
+def _record(entries: list[dict[str, Any]], *, maps: bool = False, **over: Any) -> MessageRecord:
     fields: dict[str, Any] = {
         "topic": "BCQ",
-        "body": msgpack.packb(entries, use_bin_type=True),
+        "body": _pack(entries, maps=maps),
         "queue_id": 2,
         "flag": 7,
         "properties": dict(OUTER_PROPS, INNER_NUM=str(len(entries))),
@@ -64,8 +74,9 @@ ENTRIES = [
 ]
 
 
-def test_unwrap_fields_follows_the_contract() -> None:
-    rec = _record(ENTRIES)
+@pytest.mark.parametrize("maps", [False, True], ids=["arrays", "maps"])
+def test_unwrap_fields_follows_the_contract(maps: bool) -> None:
+    rec = _record(ENTRIES, maps=maps)
     raw = _raw(rec)
     inner = unwrap_fields(raw)
     assert [m[1] for m in inner] == [b"a", b"bb", b"ccc"]
@@ -82,8 +93,9 @@ def test_unwrap_fields_follows_the_contract() -> None:
         assert [m[i] for i in same] == [raw[i] for i in same]
 
 
-def test_inner_messages_matches_unwrap_fields() -> None:
-    rec = decode_record(encode_record(_record(ENTRIES)))
+@pytest.mark.parametrize("maps", [False, True], ids=["arrays", "maps"])
+def test_inner_messages_matches_unwrap_fields(maps: bool) -> None:
+    rec = decode_record(encode_record(_record(ENTRIES, maps=maps)))
     msgs = inner_messages(rec)
     raw = unwrap_fields(_raw(rec))
     assert [(m.body, m.queue_offset, m.flag, m.properties, m.sys_flag) for m in msgs] == [
@@ -141,6 +153,13 @@ def test_any_inner_batch() -> None:
         msgpack.packb([{"body": b"x", "properties": {"a": 1}}]),
         msgpack.packb([{"body": b"x", "flag": "1"}]),
         msgpack.packb([{"body": b"x", "flag": True}]),
+        msgpack.packb([[b"x", None]]),
+        msgpack.packb([[b"x", None, None], [b"y", None, None, None]]),
+        msgpack.packb([["text", None, None]], use_bin_type=True),
+        msgpack.packb([[b"x", {"a": 1}, None]], use_bin_type=True),
+        msgpack.packb([[b"x", {1: "a"}, None]], use_bin_type=True),
+        msgpack.packb([[b"x", None, 1.5]], use_bin_type=True),
+        msgpack.packb([[b"x", None, None], {"body": b"y", "flag": False}], use_bin_type=True),
     ],
 )
 def test_bad_inner_batch_bodies_raise(body: bytes) -> None:
@@ -162,9 +181,12 @@ _entries = st.lists(
 )
 
 
-@given(_entries, st.integers(0, 1000), st.integers(0, 10))
-def test_unwrap_is_the_batch_as_sent(entries: list[dict[str, Any]], base: int, skip: int) -> None:
-    rec = _record(entries, queue_offset=base)
+@given(_entries, st.integers(0, 1000), st.integers(0, 10), st.booleans())
+def test_unwrap_is_the_batch_as_sent(
+    entries: list[dict[str, Any]], base: int, skip: int, maps: bool
+) -> None:
+    """Either form of the body (arrays, or the older maps) unwraps to the batch as sent."""
+    rec = _record(entries, maps=maps, queue_offset=base)
     out = unwrap_all([_raw(rec)], base + skip)
     kept = entries[skip:]
     assert [m[12] for m in out] == list(range(base + skip, base + len(entries)))
