@@ -56,7 +56,9 @@ Rules:
   malformed file raises ValueError: the broker does not start) and every handler of the table
   runs the ACL check first (:func:`remoting.acl.guard.guard_handlers`; END_TRANSACTION and
   VIEW_MESSAGE_BY_ID also by the topic of the stored message they name,
-  :mod:`broker.acl_lookups`); without it the table is served as it is. With ``accessKey`` /
+  :mod:`broker.acl_lookups`); without it the table is served as it is. The ACL admin
+  requests (:mod:`broker.processors.acl_admin`) change the accounts file over the wire (admin
+  accounts only); without ``aclEnable`` they are answered with an error. With ``accessKey`` /
   ``secretKey`` set, REGISTER_BROKER and UNREGISTER_BROKER are signed with that account (name
   servers with ACL on need an admin one).
 - With ``tls.server.mode=enforcing`` the listening port's certificate, key (and CA bundle
@@ -88,6 +90,7 @@ from broker.consumer_filter import ConsumerFilterManager
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.long_polling import CHECK_INTERVAL_S, PullHoldTable
 from broker.metrics import TASK_COUNT_INTERVAL_S, BrokerMetrics, count_trio_tasks
+from broker.processors.acl_admin import AclAdminProcessor
 from broker.processors.admin import AdminProcessor
 from broker.processors.admin_stats import AdminStatsProcessor
 from broker.processors.client import ClientService
@@ -203,6 +206,10 @@ class BrokerController:
         self.server_ssl_context = context
         if self.server is not None:
             self.server.use_ssl_context(context)
+
+    def _identity(self) -> tuple[str, str, str]:
+        """``(brokerName, broker address, brokerClusterName)`` (GET_BROKER_CLUSTER_ACL_INFO)."""
+        return self.config.broker_name, self.broker_addr, self.config.broker_cluster_name
 
     @property
     def broker_addr(self) -> str:
@@ -367,6 +374,7 @@ class BrokerController:
             **EndTransactionProcessor(self.transactions).handlers(),
             **self.consumer_calls.handlers(),
             **ConsumeQueueQueryProcessor(self.store, self.topics, self.clients).handlers(),
+            **AclAdminProcessor(self.acl, self._identity).handlers(),
         }
         if self.acl is not None:
             handlers = guard_handlers(

@@ -9,6 +9,7 @@ a plain ``int`` (a peer may send a code we do not know, which is answered with
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 
 class RequestCode(enum.IntEnum):
@@ -42,6 +43,11 @@ class RequestCode(enum.IntEnum):
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    UPDATE_AND_CREATE_ACL_CONFIG = 50
+    DELETE_ACL_CONFIG = 51
+    GET_BROKER_CLUSTER_ACL_INFO = 52
+    UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
+    GET_BROKER_CLUSTER_ACL_CONFIG = 54  # RocketMQ 4.7-4.9.7 (removed by apache/rocketmq#7653)
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
@@ -149,3 +155,16 @@ class LanguageCode(enum.IntEnum):
     OMS = 11
     RUST = 12
     NODE_JS = 13
+
+
+# RocketMQ's ResponseCode gives the failures of its ACL admin requests the numbers of
+# POLLING_FULL, POLLING_TIMEOUT and BROKER_NOT_EXIST again; an IntEnum would make them aliases
+# (one name per number here), so they are plain constants.
+UPDATE_AND_CREATE_ACL_CONFIG_FAILED: Final = 209
+"""UPDATE_AND_CREATE_ACL_CONFIG refused (RocketMQ's ``ResponseCode``, the number of
+POLLING_FULL)."""
+DELETE_ACL_CONFIG_FAILED: Final = 210
+"""DELETE_ACL_CONFIG refused (RocketMQ's ``ResponseCode``, the number of POLLING_TIMEOUT)."""
+UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED: Final = 211
+"""UPDATE_GLOBAL_WHITE_ADDRS_CONFIG refused (RocketMQ's ``ResponseCode``, the number of
+BROKER_NOT_EXIST)."""

@@ -29,6 +29,8 @@ from common.record import RecordError, decode_records
 from common.route import MASTER_ID, ClusterInfo, TopicConfig, TopicRouteData
 from common.subscription import build_subscription
 from remoting import admin_bodies as bodies
+from remoting.acl import wire as acl_wire
+from remoting.acl.edit import AccountChange
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import ExtValue, RemotingCommand
 from remoting.consume_queue_bodies import QueryConsumeQueueBody, decode_query_consume_queue
@@ -513,6 +515,38 @@ class AdminClient:
     async def update_broker_config(self, addr: str, props: Mapping[str, str]) -> None:
         """UPDATE_BROKER_CONFIG."""
         await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=properties_body(props))
+
+    # ------------------------------------------------------------------ ACL (plain_acl.yml)
+
+    async def create_and_update_plain_access_config(self, addr: str, change: AccountChange) -> None:
+        """UPDATE_AND_CREATE_ACL_CONFIG: add or change one account of the broker's
+        ``plain_acl.yml`` (fields None in ``change`` keep the account's)."""
+        fields = acl_wire.change_fields(change)
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, fields)
+
+    async def delete_plain_access_config(self, addr: str, access_key: str) -> None:
+        """DELETE_ACL_CONFIG: delete account ``access_key`` from the broker's file."""
+        await self.call(addr, RequestCode.DELETE_ACL_CONFIG, acl_wire.delete_fields(access_key))
+
+    async def update_global_white_addr_config(
+        self, addr: str, addrs: Sequence[str], acl_file_full_path: str | None = None
+    ) -> None:
+        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: replace the broker's
+        ``globalWhiteRemoteAddresses`` (empty: none)."""
+        fields = acl_wire.white_addrs_fields(addrs, acl_file_full_path)
+        await self.call(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, fields)
+
+    async def examine_broker_cluster_acl_version_info(self, addr: str) -> acl_wire.AclVersionInfo:
+        """GET_BROKER_CLUSTER_ACL_INFO: the broker's name, address, cluster and ACL data
+        version."""
+        resp = await self.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        return _decoded(lambda _: acl_wire.AclVersionInfo.from_fields(resp.ext_fields), b"", addr)
+
+    async def examine_broker_cluster_acl_config(self, addr: str) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_ACL_CONFIG: ``globalWhiteAddrs`` and ``plainAccessConfigs``
+        (each ``secretKey`` masked by the broker)."""
+        resp = await self.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+        return _decoded(acl_wire.decode_acl_config, resp.body, addr)
 
     # ------------------------------------------------------------------ messages
 

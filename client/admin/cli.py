@@ -9,6 +9,7 @@ progress bars go to stderr, and a failure prints one line on stderr and exits wi
 from __future__ import annotations
 
 from client.admin import (
+    cmd_acl,
     cmd_broker,
     cmd_consumer,
     cmd_group,
@@ -23,6 +24,7 @@ from client.admin import (
 from client.admin.base import main
 
 COMMAND_MODULES = (
+    cmd_acl,
     cmd_broker,
     cmd_consumer,
     cmd_group,

@@ -31,7 +31,9 @@ Rules:
 - :data:`ADMIN_CODES` is RocketMQ's five (create/update and delete topic, update broker config,
   create/update and delete subscription group) plus every other request that writes config or
   offsets here: offset resets and clones, the write-permission switches, the name server's
-  config, KV and topic writes, and broker (un)registration (CVE-2023-33246 / CVE-2023-37582).
+  config, KV and topic writes, and broker (un)registration (CVE-2023-33246 / CVE-2023-37582),
+  and the five plain-ACL admin requests (50-54: RocketMQ 4.x lets any valid account change or
+  read the accounts with them).
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ ADMIN_CODES: Final = frozenset(
         RequestCode.ADD_WRITE_PERM_OF_BROKER,
         RequestCode.PUT_KV_CONFIG,
         RequestCode.DELETE_KV_CONFIG,
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+        RequestCode.DELETE_ACL_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
     )
 )
 """Request codes only an ``admin: true`` account may send (see the module rules)."""

@@ -19,6 +19,11 @@ from remoting.codes import LanguageCode, RequestCode, ResponseCode
         (RequestCode.HEART_BEAT, 34),
         (RequestCode.CONSUMER_SEND_MSG_BACK, 36),
         (RequestCode.GET_CONSUMER_LIST_BY_GROUP, 38),
+        (RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, 50),
+        (RequestCode.DELETE_ACL_CONFIG, 51),
+        (RequestCode.GET_BROKER_CLUSTER_ACL_INFO, 52),
+        (RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, 53),
+        (RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, 54),
         (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, 40),
         (RequestCode.REGISTER_BROKER, 103),
         (RequestCode.UNREGISTER_BROKER, 104),
@@ -84,8 +89,9 @@ def test_numbers_are_unique(enum_cls: type[RequestCode | ResponseCode | Language
 def test_table_sizes() -> None:
     # Every code of facts §5.2 / §5.3 is present (63 request codes, 45 response codes), plus
     # RocketMQ's UPDATE_NAMESRV_CONFIG / GET_NAMESRV_CONFIG (318, 319) and minimq's own
-    # GET_PENDING_HALF_MESSAGES (100001, outside RocketMQ's range).
-    assert len(RequestCode) == 63 + 2 + 1
+    # GET_PENDING_HALF_MESSAGES (100001, outside RocketMQ's range), plus RocketMQ 4.x's five
+    # plain-ACL admin codes (50-54).
+    assert len(RequestCode) == 63 + 2 + 1 + 5
     assert (RequestCode.UPDATE_NAMESRV_CONFIG, RequestCode.GET_NAMESRV_CONFIG) == (318, 319)
     assert RequestCode.GET_PENDING_HALF_MESSAGES == 100001
     assert len(ResponseCode) == 45
