@@ -50,18 +50,19 @@ KEY_MIN_LENGTH: Final = 6
 """``accessKey`` and ``secretKey`` must be longer than this (RocketMQ's ``ACCESS_KEY_MIN_LENGTH``
 / ``SECRET_KEY_MIN_LENGTH``)."""
 
-_ACCOUNT_KEYS: Final = frozenset(
-    {
-        "accessKey",
-        "secretKey",
-        "whiteRemoteAddress",
-        "admin",
-        "defaultTopicPerm",
-        "defaultGroupPerm",
-        "topicPerms",
-        "groupPerms",
-    }
+ACCOUNT_KEY_ORDER: Final = (
+    "accessKey",
+    "secretKey",
+    "whiteRemoteAddress",
+    "admin",
+    "defaultTopicPerm",
+    "defaultGroupPerm",
+    "topicPerms",
+    "groupPerms",
 )
+"""An account's keys, in the order of RocketMQ's ``plain_acl.yml`` (and of a file the broker
+writes)."""
+_ACCOUNT_KEYS: Final = frozenset(ACCOUNT_KEY_ORDER)
 _TOP_KEYS: Final = frozenset({"globalWhiteRemoteAddresses", "accounts", "dataVersion"})
 
 

@@ -40,7 +40,7 @@ import yaml
 
 from common.route import DataVersion
 from remoting.acl.address import AddressPatternError, parse_address_pattern
-from remoting.acl.config import AclConfig, AclConfigError, parse_acl_config
+from remoting.acl.config import ACCOUNT_KEY_ORDER, AclConfig, AclConfigError, parse_acl_config
 
 SECRET_MASK: Final = "******"
 """What a secret is shown as (as GET_BROKER_CONFIG shows the broker's own ``secretKey``)."""
@@ -53,17 +53,6 @@ FILE_HEADER: Final = (
     "# reloads it either way. Comments are not kept when the broker writes it.\n"
 )
 """The comment the broker puts at the top of the file it writes."""
-ACCOUNT_KEY_ORDER: Final = (
-    "accessKey",
-    "secretKey",
-    "whiteRemoteAddress",
-    "admin",
-    "defaultTopicPerm",
-    "defaultGroupPerm",
-    "topicPerms",
-    "groupPerms",
-)
-"""The order of an account's keys in a written file (RocketMQ's ``plain_acl.yml``)."""
 
 
 class AclEditError(ValueError):
