@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import itertools
 import signal
+import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,6 +189,43 @@ async def create_topic(broker_addr: str, topic: str, queues: int) -> None:
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     """Run blocking client code in a worker thread (abandoned if the test is cancelled)."""
     return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
+RECOVERING = "recovering store"
+"""The broker's log line as it starts recovering a store left by a crash."""
+BOOTED = "serving on port"
+"""The broker's log line once it listens."""
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its chain of causes, outermost first."""
+    cur: BaseException | None = exc
+    while cur is not None:
+        yield cur
+        cur = cur.__cause__
+
+
+async def kill_when_logged(
+    cluster: Cluster, broker: BrokerProc, line: str, delay_s: float = 0.0
+) -> bool:
+    """Start ``mqbroker`` on the broker's store and port; SIGKILL it ``delay_s`` after its log
+    shows ``line`` (or at once if it exits first). Returns whether it had logged that it
+    serves (:data:`BOOTED`)."""
+    argv = cluster.broker_argv(broker.name, broker.store, broker.port, broker.overrides)
+    before = len(read_log(broker.log))
+    with broker.log.open("ab") as stderr:
+        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+    cluster.procs.append(proc)
+    await wait_until(
+        lambda: line in read_log(broker.log)[before:] or proc.returncode is not None,
+        f"the restarted broker logging {line!r}",
+    )
+    if delay_s > 0:
+        await trio.sleep(delay_s)
+    proc.kill()
+    with trio.fail_after(20):
+        await proc.wait()
+    return BOOTED in read_log(broker.log)[before:]
 
 
 async def wait_until(cond: Callable[[], bool], what: str, limit: float = LIMIT) -> None:

@@ -43,7 +43,6 @@ import random
 import subprocess
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,7 +66,15 @@ from store.batch_consume_queue import BCQ_STORE_UNIT_SIZE, count_valid_units, un
 from store.invariants import check_store
 from store.message_store import MessageStore
 from tests.broker.inprocess import SMALL_STORE
-from tests.e2e.cluster import BrokerProc, Cluster, running_cluster, wait_until
+from tests.e2e.cluster import (
+    RECOVERING,
+    BrokerProc,
+    Cluster,
+    causes,
+    kill_when_logged,
+    running_cluster,
+    wait_until,
+)
 from tests.processes import BROKER_BOOT_ANY, read_log
 
 TOPIC = "BcqCrashTopic"
@@ -78,10 +85,6 @@ MAX_BATCH = 64
 BCQ_FILE_UNITS = 16
 """Units per batch consume queue file: a queue's units span many files."""
 SEED = int(os.environ.get("CHAOS_SEED", "20250704"))
-RECOVERING = "recovering store"
-"""The broker's log line as it starts recovering its store."""
-BOOTED = "serving on port"
-"""The broker's log line once it listens."""
 BASE = {
     "diskMaxUsedSpaceRatio": "95",
     "mappedFileSizeCommitLog": "1048576",
@@ -124,14 +127,6 @@ def identity(msg: Message | ReceivedMessage) -> tuple[bytes, str | None, list[st
     """What must survive of a message: body, tags, keys and the two user properties."""
     props = msg.properties
     return msg.body, msg.tags, msg.keys, props.get("BATCH", ""), props.get("SEQ", "")
-
-
-def causes(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and its chain of causes, outermost first."""
-    cur: BaseException | None = exc
-    while cur is not None:
-        yield cur
-        cur = cur.__cause__
 
 
 # --------------------------------------------------------------------------- the producers
@@ -215,24 +210,6 @@ async def create_batch_cq_topic(namesrv: str, broker: BrokerProc) -> None:
         await admin.update_topic(
             broker.addr, TopicConfig(TOPIC, QUEUES, QUEUES), "+queue.type=BatchCQ"
         )
-
-
-async def kill_when_logged(cluster: Cluster, broker: BrokerProc, line: str) -> bool:
-    """Start ``mqbroker`` on the broker's store and port; SIGKILL it as soon as its log shows
-    ``line`` (or it exits). Returns whether it had logged that it serves."""
-    argv = cluster.broker_argv(broker.name, broker.store, broker.port, broker.overrides)
-    before = len(read_log(broker.log))
-    with broker.log.open("ab") as stderr:
-        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.DEVNULL, stderr=stderr)
-    cluster.procs.append(proc)
-    await wait_until(
-        lambda: line in read_log(broker.log)[before:] or proc.returncode is not None,
-        f"the restarted broker logging {line!r}",
-    )
-    proc.kill()
-    with trio.fail_after(20):
-        await proc.wait()
-    return BOOTED in read_log(broker.log)[before:]
 
 
 async def kill_when_port_answers(cluster: Cluster, broker: BrokerProc) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,16 @@ from client.aio import (
 )
 from client.errors import MQBrokerError, MQClientError
 from remoting.errors import RemotingConnectError
-from tests.e2e.cluster import BrokerProc, Cluster, create_topic, running_cluster, wait_until
+from tests.e2e.cluster import (
+    RECOVERING,
+    BrokerProc,
+    Cluster,
+    causes,
+    create_topic,
+    kill_when_logged,
+    running_cluster,
+    wait_until,
+)
 from tests.processes import read_log
 
 TOPIC = "R1KillTopic"
@@ -48,10 +56,6 @@ QUEUES = 4
 PRODUCERS = 2
 KILLS = 3
 SEED = int(os.environ.get("CHAOS_SEED", "20250611"))
-RECOVERING = "recovering store"
-"""The broker's log line as it starts recovering a store left by a crash."""
-BOOTED = "serving on port"
-"""The broker's log line once it listens."""
 SYNC = {"flushDiskType": "SYNC_FLUSH", "diskMaxUsedSpaceRatio": "95"}
 
 
@@ -67,14 +71,6 @@ def id_of(body: bytes) -> str:
     return body.split(b"|", 1)[0].decode()
 
 
-def causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its chain of causes, outermost first."""
-    chain = [exc]
-    while chain[-1].__cause__ is not None:
-        chain.append(chain[-1].__cause__)
-    return chain
-
-
 @dataclass
 class SendBook:
     """Every send's outcome: acked (id -> queue id, queue offset), failed and unknown ids."""
@@ -87,7 +83,7 @@ class SendBook:
 
     def classify_error(self, msg_id: str, exc: MQClientError) -> None:
         """A send that raised: failed if it surely never reached the store, else unknown."""
-        chain = causes(exc)
+        chain = list(causes(exc))
         refused = any(isinstance(e, RemotingConnectError) for e in chain)
         if refused or any(isinstance(e, MQBrokerError) for e in chain):
             self.failed.add(msg_id)
@@ -137,20 +133,7 @@ async def consume(namesrv: str, received: Counter[str], stop: trio.Event) -> Non
 async def kill_while_starting(cluster: Cluster, broker: BrokerProc, rng: random.Random) -> bool:
     """Start ``mqbroker`` on the broker's store and port and SIGKILL it as it recovers (once
     its log says so, after a seeded delay of up to 20 ms). Returns whether it had booted."""
-    argv = cluster.broker_argv(broker.name, broker.store, broker.port, broker.overrides)
-    before = len(read_log(broker.log))
-    with broker.log.open("ab") as stderr:
-        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.DEVNULL, stderr=stderr)
-    cluster.procs.append(proc)
-    await wait_until(
-        lambda: RECOVERING in read_log(broker.log)[before:] or proc.returncode is not None,
-        "the restarted broker recovering its store",
-    )
-    await trio.sleep(rng.uniform(0, 0.02))
-    proc.kill()
-    with trio.fail_after(20):
-        await proc.wait()
-    return BOOTED in read_log(broker.log)[before:]
+    return await kill_when_logged(cluster, broker, RECOVERING, rng.uniform(0, 0.02))
 
 
 async def read_store(namesrv: str) -> dict[tuple[int, int], ReceivedMessage]:
