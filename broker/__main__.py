@@ -48,6 +48,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from common.compiled import build_description
 from common.errors import first_leaf
 from common.process import (
     config_file_option,
@@ -59,6 +60,7 @@ from common.process import (
     setup_logging,
     tune_gc,
 )
+from common.version import minimq_version
 from store.errors import StoreError
 
 log = logging.getLogger("broker")
@@ -90,6 +92,7 @@ async def _serve(config: BrokerConfig) -> None:
     def announce(port: int) -> None:
         addr, namesrv = controller.broker_addr, config.namesrv_addr or ""
         print(BOOT_LINE.format(name=config.broker_name, addr=addr, namesrv=namesrv), flush=True)
+        log.info("minimq %s, hot path: %s", minimq_version(), build_description())
 
     acl = controller.acl
     await serve_until_signal(

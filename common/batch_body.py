@@ -28,9 +28,10 @@ import msgpack
 ENTRY_LEN: Final = 3
 """Elements of an array entry: body, properties, flag."""
 
-BatchEntry = tuple[bytes, dict[str, str] | None, int | None]
-"""One message of a batch: body, its own properties (None: the header's) and flag (None: the
-header's). Rows of an array-form body are its 3-element lists, which unpack the same way."""
+BatchEntry = Sequence[Any]
+"""One message of a batch, ``(body, properties, flag)``: bytes, its own properties (None: the
+header's) and flag (None: the header's). The rows of an array-form body are the 3-element lists
+msgpack decoded (checked, not copied), so the type says only what every row is: a sequence."""
 
 _LIST: Final = {list}
 _DICT: Final = {dict}

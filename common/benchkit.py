@@ -29,6 +29,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from common.compiled import PURE, build_description
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -153,6 +155,8 @@ class MachineInfo:
     python: str
     platform: str
     commit: str
+    build: str = PURE
+    """``pure Python``, or how many of minimq's modules run compiled (:mod:`common.compiled`)."""
 
     @classmethod
     def current(cls, sources: Sequence[str], exclude: Sequence[str] = ()) -> MachineInfo:
@@ -170,6 +174,7 @@ class MachineInfo:
             python=f"{platform.python_implementation()} {platform.python_version()}",
             platform=platform.platform(),
             commit=source_commit(sources, exclude),
+            build=build_description(),
         )
 
 

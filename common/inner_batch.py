@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import msgpack
 
-from common.batch_body import entry_fields, plain_rows
+from common.batch_body import BatchEntry, entry_fields, plain_rows
 from common.message import MessageConst, MessageSysFlag
 from common.record import (
     MessageRecord,
@@ -44,9 +44,10 @@ QUEUE_OFFSET: Final = 12
 """Positions in a :data:`common.record.RawRecordFields` tuple."""
 _properties_of = operator.itemgetter(1)
 
-InnerEntry = tuple[bytes, dict[str, str] | None, int | None]
-"""One inner message as stored: body, its own properties (None: the record's), its flag
-(None: the record's)."""
+InnerEntry = BatchEntry
+"""One inner message as stored, ``(body, properties, flag)``: its own properties (None: the
+record's) and flag (None: the record's); a row as msgpack decoded it (see
+:data:`common.batch_body.BatchEntry`)."""
 
 
 class InnerBatchError(ValueError):

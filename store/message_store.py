@@ -96,12 +96,16 @@ class MessageStore:
         """The commitlog minimum the consume queues and index were last cleaned below
         (:func:`store.retention.clean_logics_if_moved`)."""
         self.flush_error: str | None = None
-        self.dispatch_error: str | None = None
-        """Why the last dispatch round failed (a consume-queue or index file that cannot be
-        created); puts are refused while it is set."""
         """Why a commitlog flush failed (an ``OSError`` of ``fdatasync``), once one has: from
         then on puts are refused until a restart, because what the page cache held may never
         reach the disk and a retried flush cannot be trusted to say so."""
+        self.dispatch_error: str | None = None
+        """Why the last dispatch round failed (a consume-queue or index file that cannot be
+        created); puts are refused while it is set."""
+        self.dispatch_ns = 0
+        """Time spent in :meth:`dispatch_pending` calls that dispatched something (ns)."""
+        self.dispatch_calls = 0
+        """:meth:`dispatch_pending` calls that dispatched something."""
         self.last_exit_ok = True
         self.recovered_range = (0, 0)
         """Commitlog range the last recovery walked (verified and re-dispatched)."""
@@ -469,6 +473,7 @@ class MessageStore:
                 del pending[:taken]
             if not batch:
                 return 0
+            t0 = time.perf_counter_ns()
             try:
                 self.dispatch(batch)
             except BaseException as exc:
@@ -479,6 +484,8 @@ class MessageStore:
                     self.dispatch_error = exc.reason
                 raise
             self.dispatch_error = None
+            self.dispatch_ns += time.perf_counter_ns() - t0
+            self.dispatch_calls += 1
             return count
 
     @property
@@ -787,8 +794,7 @@ class MessageStore:
                 return -1
             return cl.store_timestamp_at(unit[0]) if unit[0] >= cl.min_offset else -1
 
-        keys = _LazySeq(lo, hi, store_time)
-        return lo + bisect.bisect_left(keys, timestamp)
+        return lo + bisect.bisect_left(range(lo, hi), timestamp, key=store_time)
 
     def query_messages(
         self,
@@ -887,16 +893,3 @@ class MessageStore:
     def clean_expired_files(self, *, manual: bool = False) -> int:
         """Apply the retention policy once (see :mod:`store.retention`); return files deleted."""
         return retention.clean_once(self, manual=manual)
-
-
-class _LazySeq:
-    """A read-only sequence over [lo, hi) whose items are computed on access (for bisect)."""
-
-    def __init__(self, lo: int, hi: int, get: Callable[[int], int]) -> None:
-        self.lo, self.hi, self.get = lo, hi, get
-
-    def __len__(self) -> int:
-        return self.hi - self.lo
-
-    def __getitem__(self, i: int) -> int:
-        return self.get(self.lo + i)

@@ -83,10 +83,10 @@ class _Wakeup:
     def __init__(self) -> None:
         self._event = trio.Event()
         self._token = trio.lowlevel.current_trio_token()
-        self._thread = threading.get_ident()
+        self._owner_thread = threading.get_ident()
 
     def set(self) -> None:
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self._owner_thread:
             self._event.set()
         else:
             self._token.run_sync_soon(self._event.set)

@@ -28,9 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from common.compiled import build_description
 from common.record import MessageRecord
 from store import MessageStore, PutResult, StoreConfig
 from store.retention import disk_usage_ratio
+from tests.compiled import compiled_build_problem
 
 SMALL_COMMITLOG_SIZE = 64 * 1024
 SMALL_CQ_UNITS = 50
@@ -42,6 +44,14 @@ CLOCK_START_MS = 1_700_000_000_000
 DISK_HEADROOM_WARNING_RATIO = 0.80
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``make test-compiled``, stop before any test unless the compiled build is the one
+    imported (a run that silently tested the pure modules would prove nothing)."""
+    problem = compiled_build_problem(session.config.rootpath / "pyproject.toml")
+    if problem is not None:
+        pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """How full the disk under the test brokers' files is: a broker refuses puts above
     ``diskSpaceWarningLevelRatio`` (90 %), so a disk near that fails tests that send."""
@@ -50,7 +60,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     line = f"disk under {base}: {ratio:.0%} used (brokers refuse puts above 90 %)"
     if ratio > DISK_HEADROOM_WARNING_RATIO:
         line += " -- WARNING: too little headroom, sends in tests may fail with 'the disk is full'"
-    return [line]
+    return [line, f"minimq build: {build_description()}"]
 
 
 class ManualClock:

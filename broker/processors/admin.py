@@ -41,6 +41,7 @@ from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.topic_config import TopicConfigManager
 from common.clock import wall_clock_ms
+from common.compiled import build_description
 from common.route import PermName, TopicConfig
 from common.topic import is_system_topic, topic_problem
 from common.topic_attributes import TopicAttributeError, alter_current_attributes, parse_to_map
@@ -62,6 +63,9 @@ from store import MessageStore
 
 VERSION_DESC = f"minimq-{minimq_version()}"
 """What ``brokerVersionDesc`` reports."""
+
+BUILD_DESC = build_description()
+"""What ``minimqBuild`` reports: ``pure Python`` or how many modules run compiled (mypyc)."""
 
 
 class AdminProcessor:
@@ -179,6 +183,7 @@ class AdminProcessor:
         lo, hi = commitlog.min_offset, commitlog.max_offset
         table = {
             "brokerVersionDesc": VERSION_DESC,
+            "minimqBuild": BUILD_DESC,
             "bootTimestamp": str(self.boot_ms),
             "runtime": _uptime(self.clock_ms() - self.boot_ms),
             "commitLogMinOffset": str(lo),

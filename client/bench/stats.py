@@ -109,5 +109,6 @@ def config_caption(config: dict[str, Any]) -> str:
 def machine_line(m: MachineInfo) -> str:
     """One line describing the machine."""
     return (
-        f"{m.date} · commit {m.commit} · {m.nproc} CPUs · {m.cpu_model} · {m.python} · {m.platform}"
+        f"{m.date} · commit {m.commit} · {m.build} · {m.nproc} CPUs · {m.cpu_model} · {m.python} · "
+        f"{m.platform}"
     )

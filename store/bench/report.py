@@ -311,5 +311,6 @@ def group_commit_table(runs: Sequence[GroupCommitResult], summary: Summary) -> T
 def machine_line(m: MachineInfo) -> str:
     """One line describing the machine."""
     return (
-        f"{m.date} · commit {m.commit} · {m.nproc} CPUs · {m.cpu_model} · {m.python} · {m.platform}"
+        f"{m.date} · commit {m.commit} · {m.build} · {m.nproc} CPUs · {m.cpu_model} · {m.python} · "
+        f"{m.platform}"
     )

@@ -292,7 +292,10 @@ async def test_acl_off_serves_the_table_unwrapped(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as (broker, addr), signed_client(None) as client:
         assert broker.acl is None
         assert broker.server is not None
-        assert all("checked" not in h.__qualname__ for h in broker.server.handlers.values())
+        # a compiled wrapper (make test-compiled) is an object named after its function
+        handlers = broker.server.handlers.values()
+        names = [getattr(h, "__qualname__", type(h).__name__) for h in handlers]
+        assert all("checked" not in name for name in names)
         resp = await client.invoke(addr, send_req(TOPIC, b"unsigned"))
         assert resp.code == ResponseCode.SUCCESS, resp.remark
     async with running_broker(tmp_path / "signed") as (_, addr), signed_client(PRODUCER) as c:

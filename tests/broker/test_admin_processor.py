@@ -10,6 +10,7 @@ import trio
 
 from client.aio import Message, Producer
 from client.errors import MQClientError
+from common.compiled import build_description
 from common.properties import parse_properties
 from common.route import TopicConfig
 from remoting.client import RemotingClient
@@ -188,6 +189,7 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
             assert table["commitLogMaxOffset"] == "0"
             assert table["remainHowManyDataToFlush"] == "0"
             assert "storeWriteRefusal" not in table
+            assert table["minimqBuild"] == build_description()
             assert 0.0 <= float(table["commitLogDiskRatio"]) <= 1.0
 
             resp = await client.invoke(addr, req(RequestCode.GET_BROKER_CONFIG))

@@ -21,6 +21,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from common.compiled import build_description
 from common.message_id import decode_offset_msg_id
 from common.record import decode_records
 from namesrv.config import NamesrvConfig
@@ -239,6 +240,7 @@ async def test_broker_process_sigterm_and_restart(tmp_path: Path) -> None:
         assert rc == 0, read_log(stderr_path)
         assert not (store / "abort").exists()
         assert "unregister with name server" not in read_log(stderr_path)
+        assert f"hot path: {build_description()}" in read_log(stderr_path)
 
         broker, match = await start_process(broker_args, stderr_path, BROKER_BOOT)
         procs.append(broker)

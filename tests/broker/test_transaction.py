@@ -40,6 +40,7 @@ from tests.broker.txn_helpers import (
     queue_records,
     send_half,
 )
+from tests.compiled import pure_only
 from tests.conftest import ManualClock
 
 NO_CHECKS = {"transactionCheckInterval": "3600000"}
@@ -397,6 +398,7 @@ async def test_a_group_with_no_producer_left_still_reaches_the_check_limit(
         assert [m.body for m in queue_records(broker, TOPIC)] == [b"later"]
 
 
+@pure_only("store.services", "StoreServices.put_message")
 async def test_a_commit_landing_while_its_copy_is_re_stored_is_not_delivered_again_after_a_restart(
     tmp_path: Path,
 ) -> None:

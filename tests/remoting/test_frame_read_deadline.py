@@ -43,7 +43,7 @@ async def read_response(stream: trio.abc.ReceiveStream) -> RemotingCommand:
     while (cmd := decoder.next_command()) is None:
         data = await stream.receive_some()
         assert data, "the channel closed the connection"
-        decoder.receive_data(data)
+        decoder.receive_data(bytes(data))  # a memory stream's chunk may be a bytearray
     return cmd
 
 

@@ -18,6 +18,7 @@ from store.checkpoint import NO_INDEX_FILE, IndexMark
 from store.dispatch_request import DispatchRequest, key_suffixes
 from store.index_file import IndexFile, index_file_size
 from store.index_service import IndexService, file_name_ms, name_between, timestamp_file_name
+from tests.compiled import pure_only
 from tests.conftest import ManualClock, small_store_config
 
 HEADER = struct.Struct(">qqqqii")
@@ -564,6 +565,7 @@ def test_cut_past_drops_every_entry_at_or_past_the_cut(service_factory) -> None:
     assert svc.query_offsets("T", "k", 10, 0, LONG_MAX)[0] == [350, 300, 200, 100, 0]
 
 
+@pure_only("store.index_file", "IndexFile._after_put")
 def test_a_flush_caught_inside_a_put_is_followed_by_another(
     new_index, monkeypatch: pytest.MonkeyPatch
 ) -> None:

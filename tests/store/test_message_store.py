@@ -672,3 +672,14 @@ def test_the_checkpoint_counts_the_flushed_consume_queue_units(
     read_back = StoreCheckpoint(cfg.checkpoint_path)  # from disk
     assert (read_back.logics_unit_count, read_back.index_mark) == (7, mark)
     read_back.abandon()
+
+
+def test_dispatch_counts_its_calls_and_time(store: MessageStore) -> None:
+    """``dispatch_ns`` and ``dispatch_calls`` (what ``mqbench store put`` reports as the reput
+    step) count only the calls that dispatched something."""
+    assert (store.dispatch_ns, store.dispatch_calls) == (0, 0)
+    assert store.dispatch_pending() == 0
+    assert (store.dispatch_ns, store.dispatch_calls) == (0, 0)
+    put_and_dispatch(store, [make_msg(body=b"a"), make_msg(body=b"b")])
+    assert store.dispatch_calls == 1
+    assert store.dispatch_ns > 0
