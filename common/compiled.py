@@ -1,12 +1,12 @@
 """Which of minimq's modules this installation runs compiled.
 
 ``make wheel`` builds a wheel whose hot path (the frame codec, the remoting shell, the store's
-put and dispatch, the producer and the send handler: the list is the mypyc build hook's
-``include`` in ``pyproject.toml``) is compiled to C extension modules with mypyc; an editable
-install or a plain ``pip install .`` runs every module as Python. Both behave the same; the
-compiled build spends less CPU per request. Processes report which one they run
-(``mqbroker``'s boot line, ``mqadmin brokerStatus``, ``mqbench``'s machine line) because a
-benchmark figure means little without it.
+put and dispatch, the batch-body checks and the broker's send handler: the list is the mypyc
+build hook's ``include`` in ``pyproject.toml``) is compiled to C extension modules with
+mypyc; an editable install or a plain ``pip install .`` runs every module as Python. Both
+behave the same; the compiled build spends less CPU per request. Processes report which one
+they run (``mqbroker``'s boot line, ``mqadmin brokerStatus``, ``mqbench``'s machine line)
+because a benchmark figure means little without it.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _extension_stem(filename: str) -> str | None:
 
 
 def build_description(modules: tuple[str, ...] | None = None) -> str:
-    """``"pure Python"`` or ``"mypyc: 30 modules compiled"``."""
+    """``"pure Python"`` or ``"mypyc: 26 modules compiled"``."""
     names = compiled_modules() if modules is None else modules
     if not names:
         return PURE
