@@ -11,6 +11,7 @@ because a benchmark figure means little without it.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import os
@@ -59,12 +60,26 @@ def _extension_stem(filename: str) -> str | None:
     return None
 
 
+@functools.cache
+def installed_compiled_modules() -> tuple[str, ...]:
+    """:func:`compiled_modules` of minimq's packages, looked up once per process (an
+    installation does not change under a running process)."""
+    return compiled_modules()
+
+
 def build_description(modules: tuple[str, ...] | None = None) -> str:
-    """``"pure Python"`` or ``"mypyc: 26 modules compiled"``."""
-    names = compiled_modules() if modules is None else modules
+    """``"pure Python"`` or ``"mypyc: 26 modules compiled"`` for ``modules`` (default: this
+    installation's, :func:`installed_compiled_modules`)."""
+    names = installed_compiled_modules() if modules is None else modules
     if not names:
         return PURE
     return f"mypyc: {len(names)} module{'s' if len(names) != 1 else ''} compiled"
 
 
-__all__ = ["PACKAGES", "PURE", "build_description", "compiled_modules"]
+__all__ = [
+    "PACKAGES",
+    "PURE",
+    "build_description",
+    "compiled_modules",
+    "installed_compiled_modules",
+]

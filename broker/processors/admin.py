@@ -64,9 +64,6 @@ from store import MessageStore
 VERSION_DESC = f"minimq-{minimq_version()}"
 """What ``brokerVersionDesc`` reports."""
 
-BUILD_DESC = build_description()
-"""What ``minimqBuild`` reports: ``pure Python`` or how many modules run compiled (mypyc)."""
-
 
 class AdminProcessor:
     """Topic administration and broker introspection."""
@@ -183,7 +180,7 @@ class AdminProcessor:
         lo, hi = commitlog.min_offset, commitlog.max_offset
         table = {
             "brokerVersionDesc": VERSION_DESC,
-            "minimqBuild": BUILD_DESC,
+            "minimqBuild": build_description(),  # pure Python, or how many modules run compiled
             "bootTimestamp": str(self.boot_ms),
             "runtime": _uptime(self.clock_ms() - self.boot_ms),
             "commitLogMinOffset": str(lo),
