@@ -48,7 +48,14 @@ wheel: $(STAMP)
 # import of minimq (and every process a test starts) loads the compiled build. The suite's
 # conftest stops at once unless exactly the hook's modules are compiled.
 CBUILD := build/compiled
-COMPILED_TESTS ?= tests/remoting tests/store tests/common tests/broker
+# Of the client's tests, those of the compiled producer path (sending, validation,
+# transactions, the blocking producer); the consumers' tests would add minutes.
+COMPILED_CLIENT_TESTS := $(addprefix tests/client/test_,$(addsuffix .py,producer_inputs \
+	producer_queue_lists producer_closed_mid_send producer_fault_tolerance validation \
+	transaction transaction_blocking send_errors aio_client compression route_refresh_churn \
+	deleted_topic_route call_budget_scope close_and_cancel blocking_client blocking_cluster \
+	push_orderly_handover))
+COMPILED_TESTS ?= tests/remoting tests/store tests/common tests/broker $(COMPILED_CLIENT_TESTS)
 test-compiled: wheel
 	rm -rf $(CBUILD)
 	mkdir -p $(CBUILD)/src

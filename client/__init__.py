@@ -42,6 +42,7 @@ from client.message import (
     SendStatus,
     from_record,
 )
+from client.producer_options import ProducerOptions, TransactionProducerOptions
 from client.queue_selector import (
     LatencyFaultTolerance,
     MQFaultStrategy,
@@ -82,6 +83,7 @@ __all__ = [
     "MessageQueue",
     "MessageSelector",
     "Producer",
+    "ProducerOptions",
     "PullConsumer",
     "PushConsumer",
     "ReceivedMessage",
@@ -93,6 +95,7 @@ __all__ = [
     "SendStatus",
     "TopicRouteError",
     "TransactionProducer",
+    "TransactionProducerOptions",
     "TransactionSendResult",
     "decompress_if_needed",
     "from_record",

@@ -29,6 +29,7 @@ from client.consume_service import ConsumeResult
 from client.instance import ClientInstance, with_call_budget
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import Producer
+from client.producer_options import ProducerOptions, TransactionProducerOptions
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
 from client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
@@ -55,12 +56,14 @@ __all__ = [
     "MessageQueue",
     "MessageSelector",
     "Producer",
+    "ProducerOptions",
     "PullConsumer",
     "PushConsumer",
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
     "TransactionProducer",
+    "TransactionProducerOptions",
     "TransactionSendResult",
     "with_call_budget",
 ]

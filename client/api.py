@@ -19,6 +19,7 @@ from client.message import (
     SendStatus,
     received_from_raw_fields,
 )
+from common.errors import caused_by
 from common.inner_batch import InnerBatchError, any_inner_batch, unwrap_all
 from common.message import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND
 from common.record import (
@@ -101,9 +102,12 @@ def _int_field(resp: RemotingCommand, name: str, addr: str) -> int:
     try:
         return int(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise MQBrokerError(
-            ResponseCode.SYSTEM_ERROR, f"response lacks a valid {name!r}: {raw!r}", addr
-        ) from None
+        raise caused_by(
+            MQBrokerError(
+                ResponseCode.SYSTEM_ERROR, f"response lacks a valid {name!r}: {raw!r}", addr
+            ),
+            None,
+        )
 
 
 # ---------------------------------------------------------------------- name server
@@ -123,7 +127,9 @@ def parse_route(resp: RemotingCommand, topic: str, addr: str) -> TopicRouteData:
     try:
         return decode_route_body(resp.body)
     except BadRequestError as exc:
-        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad route body: {exc}", addr) from None
+        raise caused_by(
+            MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad route body: {exc}", addr), None
+        )
 
 
 # ---------------------------------------------------------------------- send
@@ -257,7 +263,9 @@ def _pulled_messages(
         try:
             fields = [raw_fields_of(rec) for rec in decode_records(body)]
         except RecordError as exc:
-            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
+            raise caused_by(
+                MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr), None
+            )
     if any_inner_batch(fields):  # one C-level pass per pull, not a check per message
         fields = _unwrapped(fields, offset, addr)
     msgs = received_from_raw_fields(fields, broker_name)
@@ -271,7 +279,9 @@ def _unwrapped(fields: list[RawRecordFields], offset: int, addr: str) -> list[Ra
     try:
         return unwrap_all(fields, offset)
     except InnerBatchError as exc:
-        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr) from None
+        raise caused_by(
+            MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull body: {exc}", addr), None
+        )
 
 
 # ---------------------------------------------------------------------- offsets
@@ -368,7 +378,9 @@ def parse_consumer_list(resp: RemotingCommand, addr: str) -> list[str]:
     try:
         return decode_consumer_list(resp.body)
     except BadRequestError as exc:
-        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad consumer list: {exc}", addr) from None
+        raise caused_by(
+            MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad consumer list: {exc}", addr), None
+        )
 
 
 def send_back_request(
@@ -412,5 +424,7 @@ def parse_lock_batch(resp: RemotingCommand, addr: str) -> set[MessageQueue]:
     try:
         locked = decode_lock_batch_response(resp.body)
     except BadRequestError as exc:
-        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad lock answer: {exc}", addr) from None
+        raise caused_by(
+            MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad lock answer: {exc}", addr), None
+        )
     return {MessageQueue(q.topic, q.broker_name, q.queue_id) for q in locked}

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar, Unpack
 
 import trio
 
@@ -49,6 +49,7 @@ from client.instance import ClientInstance, with_call_budget
 from client.loop_thread import LoopThread, checked_timeout
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.producer import DEFAULT_PRODUCER_GROUP, QueueSelector, SendCallback
+from client.producer_options import ProducerOptions, TransactionProducerOptions, producer_settings
 from common.subscription import SubscriptionExpression
 
 log = logging.getLogger(__name__)
@@ -336,15 +337,28 @@ class Producer(_BlockingBase):
         namesrv: str | Sequence[str] | None = None,
         *,
         client_config: ClientConfig | None = None,
-        **options: Any,
+        **options: Unpack[ProducerOptions],
+    ) -> None:
+        self._setup(group, namesrv, client_config, dict(options), transactional=False)
+
+    def _setup(
+        self,
+        group: str,
+        namesrv: str | Sequence[str] | None,
+        client_config: ClientConfig | None,
+        options: dict[str, Any],
+        *,
+        transactional: bool,
     ) -> None:
         _check_options(options)
+        who = type(self).__name__  # a bad option fails here, not at start()
+        settings = producer_settings(options, who=who, transactional=transactional)
         super().__init__(namesrv, client_config)
         self._what = f"producer {group}"
         self.group = group
         self._options = options
         self._async: aio_producer.Producer | None = None
-        self.send_timeout: float = options.get("send_timeout", 3.0)
+        self.send_timeout: float = settings.send_timeout
 
     def start(self) -> Self:
         """Join the shared client instance and register the group; returns self."""
@@ -483,9 +497,9 @@ class TransactionProducer(Producer):
         *,
         checker: aio_tx.TransactionChecker,
         client_config: ClientConfig | None = None,
-        **options: Any,
+        **options: Unpack[TransactionProducerOptions],
     ) -> None:
-        super().__init__(group, namesrv, client_config=client_config, **options)
+        self._setup(group, namesrv, client_config, dict(options), transactional=True)
         self.checker = checker
 
     def start(self) -> Self:

@@ -58,6 +58,7 @@ from client.errors import (
 from client.message import MessageQueue, from_record
 from client.queue_selector import publish_queues
 from client.running_info import DirectConsumer, RunningInfoSource, thread_stacks
+from common.errors import caused_by
 from common.message import MessageConst
 from common.record import MessageRecord, RecordError, decode_record, decode_records
 from common.route import MASTER_ID, TopicRouteData
@@ -190,10 +191,13 @@ class ClientInstance:
         try:
             trio.lowlevel.current_task()
         except RuntimeError:
-            raise RuntimeError(
-                "client.aio runs under trio (trio.run); from asyncio or plain code use the "
-                "blocking client (from client import Producer, PushConsumer, ...)"
-            ) from None
+            raise caused_by(
+                RuntimeError(
+                    "client.aio runs under trio (trio.run); from asyncio or plain code use the "
+                    "blocking client (from client import Producer, PushConsumer, ...)"
+                ),
+                None,
+            )
         if not self.config.instance_name and os.getpid() != self._made_in_pid:
             self.client_id = self.config.client_id()  # made before a fork: an id of its own
         await self._remoting.__aenter__()
@@ -393,9 +397,9 @@ class ClientInstance:
         try:
             return await self._remoting.invoke(addr, cmd, timeout_s=timeout_s)
         except RemotingTimeoutError as exc:
-            raise RequestTimeoutError(f"request {cmd.code} to {addr}", exc.timeout) from exc
+            raise caused_by(RequestTimeoutError(f"request {cmd.code} to {addr}", exc.timeout), exc)
         except RemotingError as exc:
-            raise RemotingFailedError(addr, str(exc)) from exc
+            raise caused_by(RemotingFailedError(addr, str(exc)), exc)
         finally:
             _call_deadline.reset(token)
 
@@ -407,7 +411,7 @@ class ClientInstance:
         try:
             await self._remoting.invoke_oneway(addr, cmd)
         except RemotingError as exc:
-            raise RemotingFailedError(addr, str(exc)) from exc
+            raise caused_by(RemotingFailedError(addr, str(exc)), exc)
         finally:
             _call_deadline.reset(token)
 

@@ -37,17 +37,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from operator import attrgetter
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, Unpack
 
 import trio
 
 from client import api
-from client.compression import COMPRESS_MSG_BODY_OVER_HOWMUCH, maybe_compress
+from client.compression import maybe_compress
 from client.config import ClientConfig
 from client.errors import (
     CLIENT_ERROR,
@@ -61,9 +60,14 @@ from client.errors import (
 )
 from client.instance import ClientInstance
 from client.message import Message, MessageQueue, SendResult
+from client.producer_options import (
+    ProducerOptions,
+    ProducerSettings,
+    check_budget,
+    producer_settings,
+)
 from client.queue_selector import MQFaultStrategy, RoundRobinSelector, select_by_key
 from client.validation import (
-    MAX_MESSAGE_SIZE,
     validate_batch_contents,
     validate_group,
     validate_message,
@@ -71,6 +75,7 @@ from client.validation import (
 )
 from common.batch_body import encode_batch_entries
 from common.clock import monotonic_ms, wall_clock_ms
+from common.errors import caused_by
 from common.message import MessageConst
 from common.message_id import UniqKeyGenerator
 from common.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
@@ -114,28 +119,27 @@ class Producer:
         namesrv: str | Sequence[str] | None = None,
         *,
         instance: ClientInstance | None = None,
-        send_timeout: float = 3.0,
-        retry_times: int = 2,
-        compress_over: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
-        max_message_size: int = MAX_MESSAGE_SIZE,
-        default_topic_queue_nums: int = 8,
-        latency_fault_tolerance: bool = False,
+        **options: Unpack[ProducerOptions],
     ) -> None:
         validate_group(group)
-        _check_count(retry_times, "retry_times", 0)
-        _check_count(default_topic_queue_nums, "default_topic_queue_nums", 1)
-        _check_count(compress_over, "compress_over", 0)
-        _check_count(max_message_size, "max_message_size", 1)
-        _check_budget(send_timeout, "send_timeout")
+        self._init(group, namesrv, instance, producer_settings(options))
+
+    def _init(
+        self,
+        group: str,
+        namesrv: str | Sequence[str] | None,
+        instance: ClientInstance | None,
+        settings: ProducerSettings,
+    ) -> None:
         self.group = group
-        self.send_timeout = send_timeout
-        self.retry_times = retry_times
-        self.compress_over = compress_over
-        self.max_message_size = max_message_size
-        self.default_topic_queue_nums = default_topic_queue_nums
+        self.send_timeout = settings.send_timeout
+        self.retry_times = settings.retry_times
+        self.compress_over = settings.compress_over
+        self.max_message_size = settings.max_message_size
+        self.default_topic_queue_nums = settings.default_topic_queue_nums
         self._own_instance = instance is None
         self._instance = instance or ClientInstance(ClientConfig.create(namesrv))
-        self._fault = MQFaultStrategy(enabled=latency_fault_tolerance)
+        self._fault = MQFaultStrategy(enabled=settings.latency_fault_tolerance)
         self._selectors: dict[str, RoundRobinSelector] = {}
         self._topics: set[str] = set()
         """The topics this producer has asked queues of (their routes stay refreshed)."""
@@ -207,7 +211,7 @@ class Producer:
             try:
                 default = await self._instance.publish_queues(AUTO_CREATE_TOPIC_KEY_TOPIC)
             except TopicRouteError:  # no broker creates topics: the error is about the user's
-                raise TopicRouteError(topic) from exc
+                raise caused_by(TopicRouteError(topic), exc)
             per_broker = self.default_topic_queue_nums
             queues = [
                 MessageQueue(topic, q.broker_name, q.queue_id)
@@ -263,7 +267,7 @@ class Producer:
         """Raise ClientClosedError, ``exc`` as its cause, when ``exc`` ended a send because the
         producer closed meanwhile (its requests were cut short)."""
         if not self._running and not isinstance(exc, ClientClosedError):
-            raise ClientClosedError(f"producer {self.group}") from exc
+            raise caused_by(ClientClosedError(f"producer {self.group}"), exc)
 
     @contextmanager
     def _as_closed_when_closed(self) -> Iterator[None]:
@@ -279,7 +283,7 @@ class Producer:
         """The time a send may take: ``send_timeout`` of the call, else the producer's."""
         if send_timeout is None:
             return self.send_timeout
-        _check_budget(send_timeout, "send_timeout")
+        check_budget(send_timeout, "send_timeout")
         return send_timeout
 
     async def _send_prepared(
@@ -502,10 +506,9 @@ class Producer:
         if (sharding_key is None) == (selector is None):
             raise MQClientError(CLIENT_ERROR, "pass exactly one of sharding_key and selector")
         if sharding_key is not None and not isinstance(sharding_key, str):
-            raise MQClientError(
-                CLIENT_ERROR,
+            raise TypeError(  # the compiled build's own check raises a TypeError first
                 f"sharding_key must be a str (hashed as Java's String.hashCode), got "
-                f"{type(sharding_key).__name__} {sharding_key!r}: pass str(key), or a selector",
+                f"{type(sharding_key).__name__} {sharding_key!r}: pass str(key), or a selector"
             )
         budget_s = self._budget(send_timeout)
         prepared = self._prepare(msg)  # before the route and the selector, as sendSelectImpl
@@ -571,26 +574,6 @@ def _int_property(value: str | None) -> int | None:
         return None if value is None else int(value)
     except ValueError:
         return None
-
-
-def _check_count(value: object, name: str, minimum: int) -> None:
-    """An option counting retries, queues or bytes must be an int >= ``minimum`` (TypeError /
-    ValueError when the producer is made, not at its first send)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
-def _check_budget(seconds: object, name: str) -> None:
-    """A send's time budget must be a finite number of seconds > 0 (ValueError /
-    TypeError)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {seconds!r}")
-    if not seconds > 0:  # also NaN
-        raise ValueError(f"{name} must be > 0 seconds, got {seconds!r}")
-    if math.isinf(seconds):
-        raise ValueError(f"{name} must be a finite number of seconds, got {seconds!r}")
 
 
 def _exhausted(what: str, last: MQClientError | None, timeout_s: float) -> MQClientError:

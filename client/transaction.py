@@ -40,7 +40,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, Unpack
 
 import trio
 
@@ -49,7 +49,8 @@ from client.instance import ClientInstance
 from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from client.message import from_record as _from_record
 from client.producer import Producer
-from client.validation import validate_message
+from client.producer_options import TransactionProducerOptions, producer_settings
+from client.validation import validate_group, validate_message
 from common.message import MessageConst, MessageSysFlag
 from common.message_id import decode_offset_msg_id
 from common.record import MessageRecord
@@ -230,22 +231,16 @@ class TransactionProducer(Producer):
         *,
         checker: TransactionChecker,
         instance: ClientInstance | None = None,
-        check_threads: int = 1,
-        check_request_hold_max: int = 2000,
-        **options: Any,
+        **options: Unpack[TransactionProducerOptions],
     ) -> None:
         if not callable(checker):
             raise MQClientError(CLIENT_ERROR, "a TransactionProducer needs a checker callable")
-        for name, value in (
-            ("check_threads", check_threads),
-            ("check_request_hold_max", check_request_hold_max),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        super().__init__(group, namesrv, instance=instance, **options)
+        validate_group(group)
+        settings = producer_settings(options, who="TransactionProducer", transactional=True)
+        self._init(group, namesrv, instance, settings)
         self.checker = checker
-        self.check_request_hold_max = check_request_hold_max
-        self._check_limiter = trio.CapacityLimiter(check_threads)
+        self.check_request_hold_max = settings.check_request_hold_max
+        self._check_limiter = trio.CapacityLimiter(settings.check_threads)
         self._checks: set[trio.CancelScope] = set()
         self.checks_dropped = 0
         """Checks dropped because ``check_request_hold_max`` were waiting or running."""

@@ -1,12 +1,12 @@
 """Which of minimq's modules this installation runs compiled.
 
 ``make wheel`` builds a wheel whose hot path (the frame codec, the remoting shell, the store's
-put and dispatch, the batch-body checks and the broker's send handler: the list is the mypyc
-build hook's ``include`` in ``pyproject.toml``) is compiled to C extension modules with
-mypyc; an editable install or a plain ``pip install .`` runs every module as Python. Both
-behave the same; the compiled build spends less CPU per request. Processes report which one
-they run (``mqbroker``'s boot line, ``mqadmin brokerStatus``, ``mqbench``'s machine line)
-because a benchmark figure means little without it.
+put and dispatch, the batch-body checks, the broker's send handler and the client's producer
+path: the list is the mypyc build hook's ``include`` in ``pyproject.toml``) is compiled to C
+extension modules with mypyc; an editable install or a plain ``pip install .`` runs every
+module as Python. Both behave the same; the compiled build spends less CPU per request.
+Processes report which one they run (``mqbroker``'s boot line, ``mqadmin brokerStatus``,
+``mqbench``'s machine line) because a benchmark figure means little without it.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def installed_compiled_modules() -> tuple[str, ...]:
 
 
 def build_description(modules: tuple[str, ...] | None = None) -> str:
-    """``"pure Python"`` or ``"mypyc: 26 modules compiled"`` for ``modules`` (default: this
+    """``"pure Python"`` or ``"mypyc: 31 modules compiled"`` for ``modules`` (default: this
     installation's, :func:`installed_compiled_modules`)."""
     names = installed_compiled_modules() if modules is None else modules
     if not names:

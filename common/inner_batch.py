@@ -29,6 +29,7 @@ from typing import Any, Final
 import msgpack
 
 from common.batch_body import BatchEntry, entry_fields, plain_rows
+from common.errors import caused_by
 from common.message import MessageConst, MessageSysFlag
 from common.record import (
     MessageRecord,
@@ -73,7 +74,7 @@ def decode_inner_entries(body: bytes) -> list[InnerEntry]:
     try:
         wire = msgpack.unpackb(body, raw=False)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise InnerBatchError(f"inner batch body is not valid msgpack: {exc}") from None
+        raise caused_by(InnerBatchError(f"inner batch body is not valid msgpack: {exc}"), None)
     if not isinstance(wire, list) or not wire:
         raise InnerBatchError("inner batch body must be a non-empty list")
     rows = plain_rows(wire)

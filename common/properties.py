@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.errors import caused_by
+
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _WHITESPACE = " \t\f"
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -71,7 +73,7 @@ def parse_properties(text: str, source: str | None = None) -> dict[str, str]:
             key, value = _split_entry(line.text)
         except _MalformedEscape as exc:
             where = f"{source}:" if source else "line "
-            raise ValueError(f"{where}{line.number_at(exc.offset)}: {exc}") from None
+            raise caused_by(ValueError(f"{where}{line.number_at(exc.offset)}: {exc}"), None)
         props[key] = value
     return props
 
@@ -210,7 +212,9 @@ def convert_value(key: str, raw: str, kind: type) -> Any:
             return kind(text)
         except ValueError:
             allowed = ", ".join(str(m.value) for m in kind)
-            raise ValueError(f"property {key!r}: expected one of {allowed}, got {raw!r}") from None
+            raise caused_by(
+                ValueError(f"property {key!r}: expected one of {allowed}, got {raw!r}"), None
+            )
     if issubclass(kind, Path):
         if not text:
             raise ValueError(f"property {key!r}: expected a path, got an empty string")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Final, TypeAlias
 
+from common.errors import caused_by
 from common.message import MessageConst, MessageSysFlag
 
 MAGIC_CODE_V1: Final = -626843481  # 0xDAA320A7 as a signed int
@@ -307,9 +308,9 @@ def decode_record(
     try:
         return _decode(view, pos, check_crc, with_body)
     except (struct.error, IndexError) as exc:
-        raise RecordError(pos, f"truncated ({exc})") from None
+        raise caused_by(RecordError(pos, f"truncated ({exc})"), None)
     except UnicodeDecodeError as exc:
-        raise RecordError(pos, f"topic or properties are not UTF-8 ({exc.reason})") from None
+        raise caused_by(RecordError(pos, f"topic or properties are not UTF-8 ({exc.reason})"), None)
     finally:
         view.release()
 
@@ -533,9 +534,9 @@ def decode_records(
             out.append(rec)
             pos += rec.store_size
     except (struct.error, IndexError) as exc:
-        raise RecordError(pos, f"truncated ({exc})") from None
+        raise caused_by(RecordError(pos, f"truncated ({exc})"), None)
     except UnicodeDecodeError as exc:
-        raise RecordError(pos, f"topic or properties are not UTF-8 ({exc.reason})") from None
+        raise caused_by(RecordError(pos, f"topic or properties are not UTF-8 ({exc.reason})"), None)
     finally:
         view.release()
     return out

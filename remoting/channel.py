@@ -59,6 +59,7 @@ import outcome
 import trio
 
 from common.deferred import Deferred
+from common.errors import caused_by
 from remoting.busy_poll import BusyPoll
 from remoting.codes import ResponseCode
 from remoting.command import INT32_MAX, RPC_ONEWAY, RPC_TYPE, RemotingCommand
@@ -194,11 +195,11 @@ class Channel:
             )
         except trio.TooSlowError:
             self._pending.pop(opaque, None)
-            raise RemotingTimeoutError(self.remote_addr, timeout_s) from None
+            raise caused_by(RemotingTimeoutError(self.remote_addr, timeout_s), None)
         except RemotingSendRequestError as exc:
             self._pending.pop(opaque, None)
             if trio.current_time() >= deadline:  # the write ran out of the call's time
-                raise RemotingTimeoutError(self.remote_addr, timeout_s) from exc
+                raise caused_by(RemotingTimeoutError(self.remote_addr, timeout_s), exc)
             raise
         except BaseException:
             self._pending.pop(opaque, None)
@@ -231,7 +232,7 @@ class Channel:
                 cmd.with_opaque(self._new_opaque(), _ONEWAY_FLAG), start_by=start_by
             )
         except trio.TooSlowError:
-            raise RemotingTimeoutError(self.remote_addr, timeout_s) from None
+            raise caused_by(RemotingTimeoutError(self.remote_addr, timeout_s), None)
         self._activity += 1
         if self._poll_frames is not None:
             self._poll_frames.touch()

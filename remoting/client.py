@@ -54,6 +54,7 @@ from types import TracebackType
 import trio
 
 from common.digits import parse_uint
+from common.errors import caused_by
 from remoting.busy_poll import BusyPoll
 from remoting.channel import Channel, Handler, check_time_left
 from remoting.command import RemotingCommand
@@ -176,7 +177,7 @@ class RemotingClient:
             return await channel.invoke(cmd, timeout_s=timeout)
         except RemotingSendRequestError as exc:
             if isinstance(exc.__cause__, PeerSpeaksTlsError) and self.ssl_context is None:
-                raise TlsRequiredError(addr) from exc
+                raise caused_by(TlsRequiredError(addr), exc)
             raise
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
@@ -208,7 +209,7 @@ class RemotingClient:
         if dial.channel is None:
             if isinstance(dial.error, TlsHandshakeError):
                 raise type(dial.error)(addr, dial.error.reason)
-            raise RemotingConnectError(addr) from dial.error
+            raise caused_by(RemotingConnectError(addr), dial.error)
         return dial.channel
 
     async def _dial(self, addr: str, host: str, port: int, dial: _Dial) -> None:

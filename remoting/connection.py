@@ -56,6 +56,7 @@ from typing import Final, Literal
 
 import trio
 
+from common.errors import caused_by
 from remoting.command import RemotingCommand
 from remoting.errors import RemoteProtocolError, RemotingSendRequestError
 from remoting.frame import MAX_FRAME_SIZE, FrameDecoder, encode_frame
@@ -186,7 +187,7 @@ class Connection:
             with trio.CancelScope(deadline=start_by, shield=not cancellable) as waiting:
                 await gate.wait_turn()
             if waiting.cancelled_caught:
-                raise trio.TooSlowError from None
+                raise caused_by(trio.TooSlowError(), None)
         else:
             gate.held = True  # uncontended: no trip through the scheduler
         try:
@@ -251,7 +252,7 @@ class Connection:
                 await self.stream.send_all(rest)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             await self.aclose()
-            raise RemotingSendRequestError(self.remote_addr) from exc
+            raise caused_by(RemotingSendRequestError(self.remote_addr), exc)
         except BaseException:
             await self.aclose()  # half a frame may be on the wire
             raise
@@ -311,8 +312,8 @@ class Connection:
                 pass
             except OSError as exc:
                 if exc.errno == errno.EBADF or self._closed:
-                    raise trio.ClosedResourceError from exc
-                raise trio.BrokenResourceError from exc
+                    raise caused_by(trio.ClosedResourceError(), exc)
+                raise caused_by(trio.BrokenResourceError(), exc)
             else:
                 self._receives_without_yield += 1
                 self._drained = len(data) < RECEIVE_SIZE

@@ -28,6 +28,7 @@ from typing import Final, NoReturn
 
 import msgpack
 
+from common.errors import caused_by
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, PeerSpeaksTlsError, RemoteProtocolError
 from remoting.tls_config import looks_like_tls_record
@@ -42,7 +43,7 @@ def encode_frame(cmd: RemotingCommand, *, max_frame_size: int = MAX_FRAME_SIZE) 
     try:
         payload: bytes = msgpack.packb(cmd.to_wire(), use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise LocalProtocolError(f"cannot encode command: {exc}") from exc
+        raise caused_by(LocalProtocolError(f"cannot encode command: {exc}"), exc)
     if len(payload) > max_frame_size:
         raise LocalProtocolError(
             f"frame of {len(payload)} bytes exceeds the maximum of {max_frame_size}"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from common.digits import parse_uint
+from common.errors import caused_by
 from common.message import MessageConst, MessageSysFlag
 from common.record import MessageRecord, decode_record, pack_host
 from common.topic_attributes import CQType
@@ -199,7 +200,7 @@ class MessageStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise StoreLockedError(root) from None
+            raise caused_by(StoreLockedError(root), None)
         os.write(fd, b"lock")
         self._lock_fd = fd
 

@@ -9,6 +9,7 @@ object sees a ``TypeError`` there instead of the error the pure code raises late
 
 from __future__ import annotations
 
+import importlib
 import os
 import tomllib
 from pathlib import Path
@@ -28,11 +29,25 @@ def is_compiled(module: str) -> bool:
     return module in COMPILED
 
 
+def hook_files(pyproject: Path) -> list[str]:
+    """The paths (``remoting/frame.py``...) of the modules the mypyc build hook compiles."""
+    doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    include: list[str] = doc["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"][
+        "include"
+    ]
+    return include
+
+
 def hook_modules(pyproject: Path) -> list[str]:
     """The dotted names of the modules the mypyc build hook compiles."""
-    doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    include = doc["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]["include"]
-    return sorted(path.removesuffix(".py").replace("/", ".") for path in include)
+    return sorted(path.removesuffix(".py").replace("/", ".") for path in hook_files(pyproject))
+
+
+def installed_source(rel: str) -> Path:
+    """The ``.py`` of ``rel`` (``remoting/frame.py``) in the installation this run imports (the
+    wheel ships the sources of its compiled modules beside them)."""
+    package = importlib.import_module(rel.split("/", 1)[0])
+    return Path(next(iter(package.__path__))).parent / rel
 
 
 def compiled_build_problem(pyproject: Path) -> str | None:
@@ -57,3 +72,10 @@ def pure_only(module: str, patched: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(
         is_compiled(module), reason=f"patches {patched}, which a compiled class does not allow"
     )
+
+
+def refused_type(pure_message: str) -> str:
+    """A ``pytest.raises(TypeError, match=...)`` pattern for an argument of the wrong type:
+    the pure build's own message, or the compiled build's check of the declared type, which
+    comes first and names no argument (``"str or None object expected; got int"``)."""
+    return f"{pure_message}|object expected; got "

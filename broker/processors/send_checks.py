@@ -19,6 +19,7 @@ from typing import Any
 import msgpack
 
 from common.batch_body import BatchEntry, entry_fields, plain_rows
+from common.errors import caused_by
 from common.record import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
@@ -61,7 +62,7 @@ def check_properties(props: Mapping[str, Any]) -> dict[str, str]:
         names = "".join(props)
         values = "".join(props.values())
     except TypeError:
-        raise IllegalMessageError("properties must map str to str") from None
+        raise caused_by(IllegalMessageError("properties must map str to str"), None)
     out = props if type(props) is dict else dict(props)
     if _has_separator(names, values) or "" in out:
         for k, v in out.items():
@@ -90,7 +91,7 @@ def decode_batch_body(body: bytes) -> list[BatchEntry]:
     try:
         wire = msgpack.unpackb(body, raw=False)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise IllegalMessageError(f"batch body is not valid msgpack: {exc}") from None
+        raise caused_by(IllegalMessageError(f"batch body is not valid msgpack: {exc}"), None)
     if not isinstance(wire, list) or not wire:
         raise IllegalMessageError("batch body must be a non-empty list")
     entries = _legal_batch(wire)
@@ -127,7 +128,7 @@ def _checked_batch(wire: list[Any]) -> list[BatchEntry]:
             try:
                 props = check_properties(props)
             except IllegalMessageError as exc:
-                raise IllegalMessageError(f"batch entry {i}: {exc}") from None
+                raise caused_by(IllegalMessageError(f"batch entry {i}: {exc}"), None)
         out.append((body, props, flag))
     return out
 

@@ -4,6 +4,7 @@ can learn."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,6 +17,7 @@ from client.config import ClientConfig
 from client.errors import MessageInvalidError, MQClientError
 from client.message import Message, MessageQueue
 from common.message import MessageConst
+from tests.compiled import refused_type
 
 TOPIC = "Orders"
 UNROUTABLE = "127.0.0.1:1"
@@ -29,29 +31,42 @@ async def unrouted_producer() -> AsyncIterator[Producer]:
         yield p
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"retry_times": 1.5}, TypeError),
-        ({"retry_times": True}, TypeError),
-        ({"retry_times": -1}, ValueError),
-        ({"default_topic_queue_nums": 0}, ValueError),
-        ({"default_topic_queue_nums": "8"}, TypeError),
-        ({"compress_over": 4096.0}, TypeError),
-        ({"max_message_size": 0}, ValueError),
-    ],
-)
+BAD_OPTIONS = [
+    ({"retry_times": 1.5}, TypeError),
+    ({"retry_times": True}, TypeError),
+    ({"retry_times": -1}, ValueError),
+    ({"default_topic_queue_nums": 0}, ValueError),
+    ({"default_topic_queue_nums": "8"}, TypeError),
+    ({"compress_over": 4096.0}, TypeError),
+    ({"max_message_size": 0}, ValueError),
+    ({"send_timeout": "3"}, TypeError),
+    ({"send_timeout": math.inf}, ValueError),
+    ({"latency_fault_tolerance": "yes"}, TypeError),
+    ({"retry_time": 2}, TypeError),  # a misspelt option
+    ({"check_threads": 2}, TypeError),  # a transactional producer's option
+]
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_OPTIONS)
+@pytest.mark.parametrize("make", [Producer, BlockingProducer], ids=["aio", "blocking"])
 def test_bad_producer_options_are_refused_when_made(
-    options: dict[str, Any], error: type[Exception]
+    options: dict[str, Any], error: type[Exception], make: Callable[..., object]
 ) -> None:
     name = next(iter(options))
     with pytest.raises(error, match=name):
-        Producer("pg", UNROUTABLE, **options)
+        make("pg", UNROUTABLE, **options)
+
+
+def test_good_producer_options_are_taken() -> None:
+    p = Producer("pg", UNROUTABLE, send_timeout=1, retry_times=0, compress_over=0)
+    assert (p.send_timeout, p.retry_times, p.compress_over) == (1, 0, 0)
+    assert (p.max_message_size, p.default_topic_queue_nums) == (4 * 1024 * 1024, 8)
+    assert BlockingProducer("pg", UNROUTABLE, send_timeout=2.5).send_timeout == 2.5
 
 
 async def test_a_sharding_key_that_is_not_a_str_is_refused_before_the_route_lookup() -> None:
     async with unrouted_producer() as p:
-        with pytest.raises(MQClientError, match="sharding_key must be a str"):
+        with pytest.raises(TypeError, match=refused_type("sharding_key must be a str")):
             await p.send_orderly(Message(TOPIC, b"x"), 42)  # type: ignore[arg-type]
 
 

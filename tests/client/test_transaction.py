@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 
+from client import TransactionProducer as BlockingTransactionProducer
 from client.aio import (
     ConsumeFromWhere,
     LocalTransactionState,
@@ -48,6 +49,7 @@ from remoting.command import RemotingCommand
 from remoting.server import RemotingServer
 from tests.broker.inprocess import wait_until
 from tests.client.inproc_cluster import LIMIT, TOPIC, cluster
+from tests.compiled import pure_only
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
@@ -210,6 +212,24 @@ async def test_a_send_timeout_that_is_not_a_finite_positive_number_is_refused(
             await producer.send(Message(TOPIC, b"x"), send_timeout=budget)
     with pytest.raises(ValueError, match="send_timeout must be a finite"):
         TransactionProducer("tx-pg", UNREACHABLE, checker=never, send_timeout=math.inf)
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"check_threads": 0}, ValueError),
+        ({"check_threads": True}, TypeError),
+        ({"check_request_hold_max": "10"}, TypeError),
+        ({"retry_times": -1}, ValueError),
+        ({"check_thread": 2}, TypeError),  # misspelt
+    ],
+)
+@pytest.mark.parametrize("make", [TransactionProducer, BlockingTransactionProducer])
+def test_bad_options_are_refused_when_made(
+    options: dict[str, Any], error: type[Exception], make: Callable[..., object]
+) -> None:
+    with pytest.raises(error, match=next(iter(options))):
+        make("tx-pg", UNREACHABLE, checker=never, **options)
 
 
 async def test_one_transactional_producer_per_group_and_instance() -> None:
@@ -506,6 +526,7 @@ async def test_a_checker_that_never_decides_until_the_limit(tmp_path: Path) -> N
     await run_with_reader(tmp_path, checker, scenario)
 
 
+@pure_only("client.instance", "ClientInstance.invoke")
 async def test_the_half_send_gets_the_calls_send_timeout_as_its_budget(tmp_path: Path) -> None:
     """``send_in_transaction(send_timeout=T)`` gives the half message's send T, as ``send``
     does (it used to have no such argument: always the producer's ``send_timeout``)."""

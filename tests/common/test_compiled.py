@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import importlib.util
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from common.compiled import PURE, build_description, compiled_modules
-from tests.compiled import COMPILED, EXPECT_ENV, hook_modules
+from tests.compiled import COMPILED, EXPECT_ENV, hook_files, hook_modules, installed_source
 
 REPO = Path(__file__).resolve().parents[2]
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -70,3 +72,25 @@ def test_this_run_is_the_build_it_says() -> None:
     else:
         assert frozenset() == COMPILED
         assert build_description() == PURE
+
+
+def test_no_compiled_module_raises_from() -> None:
+    """mypyc compiles ``raise X from Y`` as ``raise X``: the cause is lost in the compiled build
+    only. The hook's modules chain with ``common.errors.caused_by`` instead."""
+    offending = [
+        f"{rel}:{node.lineno}"
+        for rel in hook_files(REPO / "pyproject.toml")
+        for node in ast.walk(ast.parse(installed_source(rel).read_text(), rel))
+        if isinstance(node, ast.Raise) and node.cause is not None
+    ]
+    assert offending == []
+
+
+def test_ruff_lets_exactly_the_compiled_modules_chain_without_from() -> None:
+    """Ruff's B904 (``raise`` in ``except`` without ``from``) is off for exactly the hook's
+    modules, which must chain with ``caused_by``; everywhere else ``from`` stays required."""
+    doc = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    ignores = doc["tool"]["ruff"]["lint"]["per-file-ignores"]
+    assert sorted(path for path, rules in ignores.items() if "B904" in rules) == sorted(
+        hook_files(REPO / "pyproject.toml")
+    )

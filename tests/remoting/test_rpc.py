@@ -180,6 +180,7 @@ async def test_connection_refused() -> None:
             with pytest.raises(RemotingConnectError) as info:
                 await client.invoke(addr, req(ECHO))
             assert info.value.addr == addr
+            assert isinstance(info.value.__cause__, OSError)  # the dial's own error (also compiled)
 
 
 async def test_server_restart_fails_pending_and_next_call_reconnects() -> None:
