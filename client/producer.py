@@ -131,6 +131,8 @@ class Producer:
         instance: ClientInstance | None,
         settings: ProducerSettings,
     ) -> None:
+        """Set up a producer of ``group`` from checked ``settings`` (also the transactional
+        producer's, whose options are a superset)."""
         self.group = group
         self.send_timeout = settings.send_timeout
         self.retry_times = settings.retry_times
