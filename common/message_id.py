@@ -23,7 +23,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -72,6 +72,14 @@ def offset_msg_id_of_packed(store_host: bytes, phys_offset: int) -> str:
     The id is those bytes followed by the 8-byte offset, so no address parsing is needed.
     """
     return (store_host + _PHYS.pack(phys_offset)).hex().upper()
+
+
+def joined_offset_msg_ids(store_host: bytes, phys_offsets: Iterable[int]) -> str:
+    """The :func:`offset_msg_id_of_packed` ids of records stored at ``phys_offsets``, joined
+    by commas (a send response's ``msgId``). The address part is hexed once for all of them;
+    each offset is 16 uppercase hex digits (a non-negative long)."""
+    head = store_host.hex().upper()
+    return ",".join([f"{head}{offset:016X}" for offset in phys_offsets])
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:

@@ -79,7 +79,7 @@ from common.deferred import Deferred
 from common.digits import parse_uint
 from common.inner_batch import INNER_BATCH_BITS
 from common.message import MessageConst, MessageSysFlag
-from common.message_id import UniqKeyGenerator, offset_msg_id_of_packed
+from common.message_id import UniqKeyGenerator, joined_offset_msg_ids
 from common.record import MessageRecord, pack_host
 from common.route import PermName, TopicConfig
 from common.topic import (
@@ -567,7 +567,7 @@ class SendProcessor:
             self.stats.inc_topic_put(topic, count, len(request.body))
         packed_host = pack_host(*self.store.config.store_host)  # cached
         fields: dict[str, ExtValue] = {
-            "msgId": ",".join(offset_msg_id_of_packed(packed_host, p) for p in result.phys_offsets),
+            "msgId": joined_offset_msg_ids(packed_host, result.phys_offsets),
             "queueId": str(queue_id),
             "queueOffset": str(result.queue_offsets[0]),
         }

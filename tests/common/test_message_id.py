@@ -8,6 +8,8 @@ import signal
 from datetime import datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from client.producer import _UNIQ_KEYS
 from common.message_id import (
@@ -15,7 +17,9 @@ from common.message_id import (
     create_offset_msg_id,
     decode_offset_msg_id,
     decode_uniq_key,
+    joined_offset_msg_ids,
     month_start_ms,
+    offset_msg_id_of_packed,
     uniq_key_timestamp,
 )
 
@@ -37,6 +41,29 @@ def test_offset_msg_id_ipv6_round_trip() -> None:
     assert len(msg_id) == 56
     assert msg_id == msg_id.upper()
     assert decode_offset_msg_id(msg_id) == ("2001:db8::1", 10911, 42)
+
+
+@given(
+    host=st.sampled_from([bytes([100, 81, 0, 250]), bytes(16), bytes(range(16))]),
+    port=st.integers(0, 0xFFFF),
+    offsets=st.lists(st.integers(0, 2**63 - 1), max_size=40),
+)
+def test_joined_offset_msg_ids_equal_the_ids_one_by_one(
+    host: bytes, port: int, offsets: list[int]
+) -> None:
+    packed = host + port.to_bytes(4, "big")
+    joined = joined_offset_msg_ids(packed, offsets)
+    assert joined == ",".join(offset_msg_id_of_packed(packed, p) for p in offsets)
+    assert [decode_offset_msg_id(i)[1:] for i in joined.split(",") if i] == [
+        (port, p) for p in offsets
+    ]
+
+
+def test_joined_offset_msg_ids_matches_rocketmq_vector() -> None:
+    packed = bytes([100, 81, 0, 250]) + (10911).to_bytes(4, "big")
+    assert joined_offset_msg_ids(packed, [311825178782, 0]) == (
+        f"{VECTOR},645100FA00002A9F0000000000000000"
+    )
 
 
 @pytest.mark.parametrize(
